@@ -1,0 +1,233 @@
+/**
+ * Command-line flags and environment, resolved once into a frozen {@linkcode Config}. The only
+ * module that interprets Deno.args and the environment (main.ts passes them in).
+ */
+
+import { parseArgs } from "node:util";
+import { LOG_LEVELS, type LogLevel } from "./log.ts";
+import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
+import { checkDatasetName } from "./zfs/names.ts";
+
+/** Everything the plugin needs to run, with every field set. */
+export interface Config {
+  /** The endpoint as given, e.g. "unix:///csi/csi.sock". */
+  readonly endpoint: string;
+  /** Filesystem path of the unix socket. */
+  readonly socketPath: string;
+  readonly nodeId: string;
+  /** Operator topology plus our per-node segment. */
+  readonly topology: Readonly<Record<string, string>>;
+  readonly parentDataset: string;
+  readonly logLevel: LogLevel;
+  readonly zfsPath: string;
+  readonly zpoolPath: string;
+  readonly mountPath: string;
+  readonly umountPath: string;
+  /** Directories under which every staging and target path must lie. */
+  readonly stagePublishDirs: readonly string[];
+  /** Time limit of one zfs/mount command. */
+  readonly commandTimeoutMs: number;
+}
+
+/** What the command line asks for. */
+export type ParsedCommand =
+  | { readonly kind: "run"; readonly config: Config }
+  | { readonly kind: "help"; readonly text: string }
+  | { readonly kind: "version"; readonly text: string };
+
+/** A command line or environment the plugin cannot run with; the message is one clear line. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** Default staging/publish base dir: Nomad's default `stage_publish_base_dir` inside a task. */
+export const DEFAULT_STAGE_PUBLISH_DIR = "/local/csi";
+/** Socket used when neither --endpoint nor CSI_ENDPOINT is given (Nomad's default mount_dir). */
+export const DEFAULT_ENDPOINT = "unix:///csi/csi.sock";
+
+export const USAGE = `zfs-csi ${PLUGIN_VERSION}: a CSI plugin that serves ZFS datasets to Nomad
+
+Usage: zfs-csi --parent-dataset POOL/DATASET --node-id ID [options]
+
+Required:
+  --parent-dataset NAME       every volume is a child of this dataset (e.g. tank/nomad)
+  --node-id ID                this node's id; keep it stable across restarts
+
+Options:
+  --endpoint URL              unix socket to serve on (default: $CSI_ENDPOINT, else ${DEFAULT_ENDPOINT})
+  --topology KEY=VALUE        topology segment of this node; repeat for more (e.g. zone=eu1)
+  --stage-publish-base-dir D  staging and target paths must lie below D; repeatable
+                              (default: ${DEFAULT_STAGE_PUBLISH_DIR}, Nomad's stage_publish_base_dir)
+  --log-level LEVEL           debug, info, warn or error (default: info)
+  --zfs PATH                  zfs program (default: zfs from PATH)
+  --zpool PATH                zpool program (default: zpool from PATH)
+  --mount PATH                mount program (default: mount from PATH)
+  --umount PATH               umount program (default: umount from PATH)
+  --command-timeout SECONDS   time limit of one zfs or mount command (default: 60)
+  -h, --help                  show this help
+  --version                   show the version
+
+The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
+Logs are JSON lines on stderr.`;
+
+const TOPOLOGY_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+function parseTopology(items: readonly string[], nodeId: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const item of items) {
+    const eq = item.indexOf("=");
+    if (eq <= 0) throw new ConfigError(`--topology "${item}" is not of the form key=value`);
+    const key = item.slice(0, eq);
+    const value = item.slice(eq + 1);
+    const slash = key.lastIndexOf("/");
+    const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
+    const name = slash >= 0 ? key.slice(slash + 1) : key;
+    if (
+      !TOPOLOGY_NAME.test(name) ||
+      (prefix !== undefined && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix)))
+    ) {
+      throw new ConfigError(
+        `--topology key "${key}" is not valid: use [dns.prefix/]name, name of letters, digits and "-_."`,
+      );
+    }
+    if (!TOPOLOGY_NAME.test(value)) {
+      throw new ConfigError(
+        `--topology value "${value}" of "${key}" is not valid: 1-63 letters, digits and "-_."`,
+      );
+    }
+    if (key === NODE_TOPOLOGY_KEY) {
+      throw new ConfigError(`--topology key "${key}" is reserved: it is always the node id`);
+    }
+    if (key in out && out[key] !== value) {
+      throw new ConfigError(`--topology key "${key}" is given twice with different values`);
+    }
+    out[key] = value;
+  }
+  out[NODE_TOPOLOGY_KEY] = nodeId;
+  return out;
+}
+
+function socketPathOf(endpoint: string): string {
+  const m = /^unix:\/\/(\/.*)$/.exec(endpoint) ?? /^unix:(\/.*)$/.exec(endpoint);
+  if (!m || m[1] === undefined || m[1].endsWith("/")) {
+    throw new ConfigError(
+      `Endpoint "${endpoint}" is not supported: use unix:///absolute/path/csi.sock`,
+    );
+  }
+  return m[1];
+}
+
+function absoluteDir(flag: string, value: string): string {
+  if (!value.startsWith("/") || value.split("/").some((p) => p === "." || p === "..")) {
+    throw new ConfigError(`${flag} "${value}" must be an absolute path without "." or ".."`);
+  }
+  const trimmed = value.replace(/\/+$/, "");
+  if (trimmed === "") throw new ConfigError(`${flag} must not be "/"`);
+  return trimmed.replace(/\/{2,}/g, "/");
+}
+
+function program(flag: string, value: string): string {
+  // deno-lint-ignore no-control-regex
+  if (value === "" || /[\u0000-\u001f]/.test(value)) {
+    throw new ConfigError(`${flag} "${value}" is not a program name or path`);
+  }
+  return value;
+}
+
+/**
+ * Resolves the command line and environment.
+ * @throws {ConfigError} for unknown flags, malformed values or missing required flags
+ */
+export function parseConfig(
+  args: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): ParsedCommand {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...args],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        "endpoint": { type: "string" },
+        "node-id": { type: "string" },
+        "topology": { type: "string", multiple: true },
+        "parent-dataset": { type: "string" },
+        "stage-publish-base-dir": { type: "string", multiple: true },
+        "log-level": { type: "string" },
+        "zfs": { type: "string" },
+        "zpool": { type: "string" },
+        "mount": { type: "string" },
+        "umount": { type: "string" },
+        "command-timeout": { type: "string" },
+        "help": { type: "boolean", short: "h" },
+        "version": { type: "boolean" },
+      },
+    }));
+  } catch (err) {
+    throw new ConfigError(`${err instanceof Error ? err.message : String(err)} (see --help)`);
+  }
+  if (values.help) return { kind: "help", text: USAGE };
+  if (values.version) return { kind: "version", text: `${PLUGIN_NAME} ${PLUGIN_VERSION}` };
+
+  const parentDataset = values["parent-dataset"];
+  if (parentDataset === undefined) {
+    throw new ConfigError("Missing required flag --parent-dataset (for example tank/nomad)");
+  }
+  try {
+    checkDatasetName(parentDataset);
+  } catch (err) {
+    throw new ConfigError(`--parent-dataset: ${(err as Error).message}`);
+  }
+  if (!parentDataset.includes("/")) {
+    throw new ConfigError(
+      `--parent-dataset "${parentDataset}" is a whole pool: give a dataset inside it, e.g. ${parentDataset}/nomad`,
+    );
+  }
+
+  const nodeId = values["node-id"] ?? "";
+  if (nodeId === "") throw new ConfigError("Missing required flag --node-id (a stable node name)");
+  if (!TOPOLOGY_NAME.test(nodeId)) {
+    throw new ConfigError(
+      `--node-id "${nodeId}" is not valid: it is used as a topology value, so use 1-63 letters, digits and "-_."`,
+    );
+  }
+
+  const logLevel = values["log-level"] ?? "info";
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+    throw new ConfigError(`--log-level "${logLevel}" is not one of ${LOG_LEVELS.join(", ")}`);
+  }
+
+  const endpoint = values.endpoint ?? env.CSI_ENDPOINT ?? DEFAULT_ENDPOINT;
+  const socketPath = socketPathOf(endpoint);
+
+  const timeoutText = values["command-timeout"] ?? "60";
+  const timeoutSeconds = Number(timeoutText);
+  if (!/^\d+(\.\d+)?$/.test(timeoutText) || timeoutSeconds <= 0 || timeoutSeconds > 3600) {
+    throw new ConfigError(`--command-timeout "${timeoutText}" must be seconds between 0 and 3600`);
+  }
+
+  const dirs = (values["stage-publish-base-dir"] ?? [DEFAULT_STAGE_PUBLISH_DIR]).map((d) =>
+    absoluteDir("--stage-publish-base-dir", d)
+  );
+
+  const config: Config = {
+    endpoint,
+    socketPath,
+    nodeId,
+    topology: Object.freeze(parseTopology(values.topology ?? [], nodeId)),
+    parentDataset,
+    logLevel: logLevel as LogLevel,
+    zfsPath: program("--zfs", values.zfs ?? "zfs"),
+    zpoolPath: program("--zpool", values.zpool ?? "zpool"),
+    mountPath: program("--mount", values.mount ?? "mount"),
+    umountPath: program("--umount", values.umount ?? "umount"),
+    stagePublishDirs: Object.freeze([...new Set(dirs)]),
+    commandTimeoutMs: Math.round(timeoutSeconds * 1000),
+  };
+  return { kind: "run", config: Object.freeze(config) };
+}

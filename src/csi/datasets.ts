@@ -1,0 +1,145 @@
+/**
+ * The datasets behind volumes: find, create and check ownership. A dataset is used only if it
+ * carries our marker property; a same-named foreign dataset is never adopted silently.
+ */
+
+import { Code, CsiError, ZfsError } from "../errors.ts";
+import type { Mounter } from "../mount/mounter.ts";
+import { isMountOf, mountsAt } from "../mount/mountinfo.ts";
+import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
+import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+
+/** Properties read for every volume dataset. */
+export const VOLUME_PROPERTIES = [
+  "type",
+  "mountpoint",
+  "mounted",
+  "refquota",
+  "used",
+  "available",
+  MANAGED_PROPERTY,
+] as const;
+
+/** What the node needs to know about a volume's dataset. */
+export interface VolumeDataset {
+  readonly dataset: string;
+  readonly mountpoint: string;
+  readonly mounted: boolean;
+  /** 0 when no refquota is set. */
+  readonly refquota: number;
+}
+
+function toVolumeDataset(dataset: string, props: PropertyMap): VolumeDataset {
+  return {
+    dataset,
+    mountpoint: props.get("mountpoint")?.value ?? "",
+    mounted: props.get("mounted")?.value === "yes",
+    refquota: parseBytes(props.get("refquota")?.value ?? "0"),
+  };
+}
+
+/**
+ * Checks that `props` describe a filesystem we own.
+ * @throws {CsiError} FAILED_PRECONDITION saying how to adopt a foreign dataset
+ */
+export function checkOwned(dataset: string, props: PropertyMap): void {
+  if (props.get(MANAGED_PROPERTY)?.value !== MANAGED_VALUE) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `Dataset "${dataset}" exists but is not managed by zfs-csi; to hand it over, run ` +
+        `"zfs set ${MANAGED_PROPERTY}=${MANAGED_VALUE} ${dataset}"`,
+    );
+  }
+  if (props.get("type")?.value !== "filesystem") {
+    throw new CsiError(Code.FAILED_PRECONDITION, `Dataset "${dataset}" is not a filesystem`);
+  }
+}
+
+/** Finds, creates and mounts volume datasets. */
+export class Datasets {
+  readonly #zfs: Zfs;
+  readonly #mounter: Mounter;
+
+  constructor(zfs: Zfs, mounter: Mounter) {
+    this.#zfs = zfs;
+    this.#mounter = mounter;
+  }
+
+  /** Properties of a volume's dataset, or undefined when it does not exist. */
+  inspect(dataset: string): Promise<PropertyMap | undefined> {
+    return this.#zfs.getProperties(dataset, VOLUME_PROPERTIES);
+  }
+
+  /**
+   * The owned dataset of a volume.
+   * @throws {CsiError} NOT_FOUND if missing, FAILED_PRECONDITION if not ours
+   */
+  async get(volumeId: string, dataset: string): Promise<VolumeDataset> {
+    const props = await this.inspect(dataset);
+    if (!props) {
+      throw new CsiError(
+        Code.NOT_FOUND,
+        `Volume "${volumeId}" not found (no dataset "${dataset}")`,
+      );
+    }
+    checkOwned(dataset, props);
+    return toVolumeDataset(dataset, props);
+  }
+
+  /**
+   * The dataset of a volume, created if missing (with `sizeBytes` as refquota), mounted at its
+   * own mountpoint and visible in this mount namespace.
+   * @throws {CsiError} NOT_FOUND if missing without a size, FAILED_PRECONDITION if not ours or
+   *   not mountable here
+   */
+  async ensureMounted(
+    volumeId: string,
+    dataset: string,
+    sizeBytes?: number,
+  ): Promise<VolumeDataset> {
+    let props = await this.inspect(dataset);
+    if (!props) {
+      if (sizeBytes === undefined) {
+        throw new CsiError(
+          Code.NOT_FOUND,
+          `Volume "${volumeId}" not found: dataset "${dataset}" does not exist and the volume ` +
+            `context has no "size" to create it with`,
+        );
+      }
+      try {
+        await this.#zfs.create(dataset, {
+          refquota: String(sizeBytes),
+          [MANAGED_PROPERTY]: MANAGED_VALUE,
+        });
+      } catch (err) {
+        // Created meanwhile by someone else: fall through to the ownership check.
+        if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
+      }
+      props = await this.inspect(dataset);
+      if (!props) throw new CsiError(Code.INTERNAL, `Dataset "${dataset}" vanished after creation`);
+    }
+    checkOwned(dataset, props);
+    let ds = toVolumeDataset(dataset, props);
+    if (!ds.mountpoint.startsWith("/")) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Dataset "${dataset}" has mountpoint "${ds.mountpoint}"; zfs-csi needs it mounted by zfs ` +
+          `(run "zfs inherit mountpoint ${dataset}")`,
+      );
+    }
+    if (!ds.mounted) {
+      await this.#zfs.mount(dataset);
+      ds = { ...ds, mounted: true };
+    }
+    const table = await this.#mounter.table();
+    if (!mountsAt(table, ds.mountpoint).some((e) => isMountOf(e, dataset))) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Dataset "${dataset}" is mounted at "${ds.mountpoint}" but the plugin cannot see it there: ` +
+          `bind-mount the parent dataset's mountpoint into the plugin task with shared propagation`,
+      );
+    }
+    return ds;
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * Plugin health for Probe: zfs answers, the pool is usable, the parent dataset exists and is
+ * mounted where this process can see it. Checked in the background and cached, so a Probe
+ * never waits on a slow zfs for long.
+ */
+
+import type { Logger } from "../log.ts";
+import type { Mounter } from "../mount/mounter.ts";
+import { isMountOf, mountsAt } from "../mount/mountinfo.ts";
+import { poolOf } from "../zfs/names.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+
+/** The outcome of one health check. */
+export interface HealthStatus {
+  readonly ready: boolean;
+  /** Why not ready (or a warning, such as a degraded pool); empty when all is well. */
+  readonly reason: string;
+  /** Pool health as zpool reports it, if it answered. */
+  readonly poolHealth?: string;
+  /** When the check finished (ms since epoch). */
+  readonly checkedAt: number;
+}
+
+/** Pool states in which datasets can still be read and written. */
+const USABLE_POOL_STATES = new Set(["ONLINE", "DEGRADED"]);
+
+/** Timing of the health checks. */
+export interface HealthOptions {
+  /** A cached result younger than this is answered without checking again. */
+  readonly ttlMs: number;
+  /** Time limit of each zfs/zpool call made by a check. */
+  readonly checkTimeoutMs: number;
+  /** How long a Probe waits for a check in flight before answering from the last result. */
+  readonly maxWaitMs: number;
+}
+
+/** Runs and caches health checks; at most one check runs at a time. */
+export class HealthChecker {
+  readonly #zfs: Zfs;
+  readonly #mounter: Mounter;
+  readonly #parent: string;
+  readonly #log: Logger;
+  readonly #opts: HealthOptions;
+  #last: HealthStatus | undefined;
+  #running: Promise<HealthStatus> | undefined;
+
+  constructor(
+    deps: { zfs: Zfs; mounter: Mounter; parentDataset: string; log: Logger },
+    opts: HealthOptions = { ttlMs: 10_000, checkTimeoutMs: 4_000, maxWaitMs: 3_000 },
+  ) {
+    this.#zfs = deps.zfs;
+    this.#mounter = deps.mounter;
+    this.#parent = deps.parentDataset;
+    this.#log = deps.log;
+    this.#opts = opts;
+  }
+
+  /** The last result, if any check has finished. */
+  get last(): HealthStatus | undefined {
+    return this.#last;
+  }
+
+  /** A fresh-enough status: cached, or from a check that finishes within `maxWaitMs`. */
+  async status(): Promise<HealthStatus> {
+    const last = this.#last;
+    if (last && Date.now() - last.checkedAt < this.#opts.ttlMs) return last;
+    const check = this.refresh();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const waited = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), this.#opts.maxWaitMs);
+    });
+    try {
+      const result = await Promise.race([check, waited]);
+      return result ?? last ?? {
+        ready: false,
+        reason: "The first health check is still running",
+        checkedAt: Date.now(),
+      };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Starts a check unless one is running; resolves with its result. */
+  refresh(): Promise<HealthStatus> {
+    this.#running ??= this.#check().finally(() => this.#running = undefined);
+    return this.#running;
+  }
+
+  async #check(): Promise<HealthStatus> {
+    const status = await this.#evaluate().catch((err): HealthStatus => ({
+      ready: false,
+      reason: `Health check failed: ${err instanceof Error ? err.message : String(err)}`,
+      checkedAt: Date.now(),
+    }));
+    const before = this.#last;
+    this.#last = status;
+    if (!before || before.ready !== status.ready || before.reason !== status.reason) {
+      const fields = { ready: status.ready, reason: status.reason, pool: status.poolHealth };
+      if (status.ready && status.reason === "") this.#log.info("plugin healthy", fields);
+      else this.#log.warn(status.ready ? "plugin degraded" : "plugin not ready", fields);
+    }
+    return status;
+  }
+
+  async #evaluate(): Promise<HealthStatus> {
+    const pool = poolOf(this.#parent);
+    const t = this.#opts.checkTimeoutMs;
+    const [health, props, table] = await Promise.all([
+      this.#zfs.poolHealth(pool, t),
+      this.#zfs.getProperties(this.#parent, ["type", "mounted", "mountpoint"], t),
+      this.#mounter.table(),
+    ]);
+    const now = Date.now();
+    const base = health === undefined ? {} : { poolHealth: health };
+    if (health === undefined) {
+      return { ready: false, reason: `Pool "${pool}" is not imported`, checkedAt: now };
+    }
+    if (!USABLE_POOL_STATES.has(health)) {
+      return { ...base, ready: false, reason: `Pool "${pool}" is ${health}`, checkedAt: now };
+    }
+    if (!props) {
+      return {
+        ...base,
+        ready: false,
+        reason: `Parent dataset "${this.#parent}" does not exist`,
+        checkedAt: now,
+      };
+    }
+    if (props.get("type")?.value !== "filesystem") {
+      return {
+        ...base,
+        ready: false,
+        reason: `Parent dataset "${this.#parent}" is not a filesystem`,
+        checkedAt: now,
+      };
+    }
+    const mountpoint = props.get("mountpoint")?.value ?? "";
+    if (props.get("mounted")?.value !== "yes") {
+      return {
+        ...base,
+        ready: false,
+        reason: `Parent dataset "${this.#parent}" is not mounted`,
+        checkedAt: now,
+      };
+    }
+    if (!mountsAt(table, mountpoint).some((e) => isMountOf(e, this.#parent))) {
+      return {
+        ...base,
+        ready: false,
+        reason: `Parent dataset "${this.#parent}" is mounted at "${mountpoint}" on the host but ` +
+          `not visible to the plugin: bind-mount that path into the plugin task`,
+        checkedAt: now,
+      };
+    }
+    const reason = health === "ONLINE" ? "" : `Pool "${pool}" is ${health}`;
+    return { ...base, ready: true, reason, checkedAt: now };
+  }
+}

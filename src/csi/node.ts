@@ -1,0 +1,292 @@
+/**
+ * The CSI Node service. Staging bind-mounts a volume's dataset at the staging path; publishing
+ * bind-mounts the staging path at the target. Whether something is staged or published is
+ * read from the mount table every time: no state survives in memory, none is needed.
+ */
+
+import { statfs } from "node:fs/promises";
+import type { Config } from "../config.ts";
+import { Code, CsiError } from "../errors.ts";
+import { KeyedLock, withLock } from "../lock.ts";
+import type { Logger } from "../log.ts";
+import type { Mounter } from "../mount/mounter.ts";
+import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
+import { checkPathInside } from "../mount/paths.ts";
+import { datasetForVolume } from "../zfs/names.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import { parseVolumeContext } from "./context.ts";
+import { checkOwned, type Datasets } from "./datasets.ts";
+import type { HealthChecker } from "./health.ts";
+import type {
+  NodeExpandVolumeRequest,
+  NodeGetVolumeStatsRequest,
+  NodePublishVolumeRequest,
+  NodeStageVolumeRequest,
+  NodeUnpublishVolumeRequest,
+  NodeUnstageVolumeRequest,
+} from "./types.ts";
+import { checkCapability, checkCapacity, required } from "./validate.ts";
+
+/** Node capabilities; fixed for the life of the process, as Nomad expects. */
+export const NODE_CAPABILITIES = [
+  "STAGE_UNSTAGE_VOLUME",
+  "GET_VOLUME_STATS",
+  "EXPAND_VOLUME",
+  "VOLUME_CONDITION",
+] as const;
+
+/** Filesystem statistics, as statfs reports them. */
+export interface FsStats {
+  readonly bsize: number;
+  readonly blocks: number;
+  readonly bfree: number;
+  readonly bavail: number;
+  readonly files: number;
+  readonly ffree: number;
+}
+
+/** What the node service works with. */
+export interface NodeDeps {
+  readonly config: Config;
+  readonly zfs: Zfs;
+  readonly mounter: Mounter;
+  readonly datasets: Datasets;
+  readonly health: HealthChecker;
+  readonly locks: KeyedLock;
+  readonly log: Logger;
+  /** statfs(2); replaceable in tests. */
+  readonly statfs?: (path: string) => Promise<FsStats>;
+}
+
+/** How many mounts stacked at one path an unmount loop removes at most. */
+const MAX_STACKED_MOUNTS = 16;
+
+/** The CSI Node service handlers. */
+export class NodeService {
+  readonly #d: NodeDeps;
+  readonly #statfs: (path: string) => Promise<FsStats>;
+
+  constructor(deps: NodeDeps) {
+    this.#d = deps;
+    this.#statfs = deps.statfs ?? ((p) => statfs(p));
+  }
+
+  #dataset(volumeId: unknown): { id: string; dataset: string } {
+    const id = required("volume_id", volumeId);
+    return { id, dataset: datasetForVolume(this.#d.config.parentDataset, id) };
+  }
+
+  #path(field: string, path: string): Promise<string> {
+    return checkPathInside(field, path, this.#d.config.stagePublishDirs);
+  }
+
+  NodeGetInfo(): Promise<unknown> {
+    return Promise.resolve({
+      node_id: this.#d.config.nodeId,
+      max_volumes_per_node: 0,
+      accessible_topology: { segments: this.#d.config.topology },
+    });
+  }
+
+  NodeGetCapabilities(): Promise<unknown> {
+    return Promise.resolve({
+      capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })),
+    });
+  }
+
+  async NodeStageVolume(req: NodeStageVolumeRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    const staging = await this.#path(
+      "staging_target_path",
+      required("staging_target_path", req.staging_target_path),
+    );
+    checkCapability(req.volume_capability);
+    const ctx = parseVolumeContext(req.volume_context);
+    return await withLock(this.#d.locks, [dataset], async () => {
+      const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
+      const top = await this.#topMount(staging);
+      if (top) {
+        if (isMountOf(top, dataset)) return {};
+        throw new CsiError(
+          Code.ALREADY_EXISTS,
+          `staging_target_path "${staging}" already holds another mount ("${top.source}")`,
+        );
+      }
+      await this.#ensureDirectory(staging, 0o700);
+      await this.#d.mounter.bind(ds.mountpoint, staging);
+      return {};
+    });
+  }
+
+  async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    const staging = await this.#path(
+      "staging_target_path",
+      required("staging_target_path", req.staging_target_path),
+    );
+    return await withLock(this.#d.locks, [dataset], async () => {
+      await this.#unmountAll(staging, id, dataset);
+      return {};
+    });
+  }
+
+  async NodePublishVolume(req: NodePublishVolumeRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    const target = await this.#path("target_path", required("target_path", req.target_path));
+    const staging = req.staging_target_path
+      ? await this.#path("staging_target_path", req.staging_target_path)
+      : undefined;
+    if (staging !== undefined && staging === target) {
+      throw new CsiError(Code.INVALID_ARGUMENT, "target_path must differ from staging_target_path");
+    }
+    const cap = checkCapability(req.volume_capability);
+    const ctx = parseVolumeContext(req.volume_context);
+    const readOnly = req.readonly === true || cap.readOnlyMode || cap.flags.includes("ro");
+    const flags = [...(readOnly ? ["ro"] : []), ...cap.flags.filter((f) => f !== "ro")];
+    return await withLock(this.#d.locks, [dataset], async () => {
+      let source: string;
+      if (staging !== undefined) {
+        const staged = await this.#topMount(staging);
+        if (!staged || !isMountOf(staged, dataset)) {
+          throw new CsiError(
+            Code.FAILED_PRECONDITION,
+            `Volume "${id}" is not staged at "${staging}"; call NodeStageVolume first`,
+          );
+        }
+        source = staging;
+      } else {
+        source = (await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes)).mountpoint;
+      }
+      const top = await this.#topMount(target);
+      if (top) {
+        if (isMountOf(top, dataset) && top.options.includes("ro") === readOnly) return {};
+        throw new CsiError(
+          Code.ALREADY_EXISTS,
+          `target_path "${target}" already holds ${
+            isMountOf(top, dataset)
+              ? "this volume with a different read-only setting"
+              : `another mount ("${top.source}")`
+          }`,
+        );
+      }
+      await this.#ensureDirectory(target, 0o750);
+      await this.#d.mounter.bind(source, target, flags);
+      return {};
+    });
+  }
+
+  async NodeUnpublishVolume(req: NodeUnpublishVolumeRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    const target = await this.#path("target_path", required("target_path", req.target_path));
+    return await withLock(this.#d.locks, [dataset], async () => {
+      await this.#unmountAll(target, id, dataset);
+      try {
+        await Deno.remove(target);
+      } catch (err) {
+        if (!(err instanceof Deno.errors.NotFound)) {
+          // Never delete content: a non-empty directory stays for the operator to look at.
+          this.#d.log.warn("target path left in place", { targetPath: target, error: err });
+        }
+      }
+      return {};
+    });
+  }
+
+  async NodeGetVolumeStats(req: NodeGetVolumeStatsRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    const path = await this.#path("volume_path", required("volume_path", req.volume_path));
+    const props = await this.#d.datasets.inspect(dataset);
+    if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+    checkOwned(dataset, props);
+    const top = await this.#topMount(path);
+    if (!top || !isMountOf(top, dataset)) {
+      throw new CsiError(Code.NOT_FOUND, `volume_path "${path}" does not hold volume "${id}"`);
+    }
+    const s = await this.#statfs(path);
+    const problems: string[] = [];
+    if (props.get("mounted")?.value !== "yes") problems.push(`dataset "${dataset}" is not mounted`);
+    const health = this.#d.health.last;
+    if (health && !health.ready) problems.push(health.reason);
+    else if (health?.poolHealth && health.poolHealth !== "ONLINE") {
+      problems.push(`pool is ${health.poolHealth}`);
+    }
+    const total = s.blocks * s.bsize;
+    return {
+      usage: [
+        {
+          unit: "BYTES",
+          total,
+          available: s.bavail * s.bsize,
+          used: total - s.bfree * s.bsize,
+        },
+        { unit: "INODES", total: s.files, available: s.ffree, used: s.files - s.ffree },
+      ],
+      volume_condition: {
+        abnormal: problems.length > 0,
+        message: problems.length > 0 ? problems.join("; ") : "Volume is healthy",
+      },
+    };
+  }
+
+  async NodeExpandVolume(req: NodeExpandVolumeRequest): Promise<unknown> {
+    const { id, dataset } = this.#dataset(req.volume_id);
+    await this.#path("volume_path", required("volume_path", req.volume_path));
+    if (req.volume_capability) checkCapability(req.volume_capability);
+    if (!req.capacity_range) {
+      throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
+    }
+    const cap = checkCapacity(req.capacity_range);
+    return await withLock(this.#d.locks, [dataset], async () => {
+      const ds = await this.#d.datasets.get(id, dataset);
+      const current = ds.refquota;
+      if (cap.limitBytes > 0 && current > cap.limitBytes) {
+        throw new CsiError(
+          Code.OUT_OF_RANGE,
+          `Volume "${id}" has ${current} bytes; shrinking to ${cap.limitBytes} is not supported`,
+        );
+      }
+      if (cap.requiredBytes > current && current > 0) {
+        await this.#d.zfs.set(dataset, "refquota", String(cap.requiredBytes));
+        return { capacity_bytes: cap.requiredBytes };
+      }
+      return { capacity_bytes: current };
+    });
+  }
+
+  /** The mount a process sees at `path`, if any. */
+  async #topMount(path: string): Promise<MountEntry | undefined> {
+    return mountsAt(await this.#d.mounter.table(), path).at(-1);
+  }
+
+  /** Unmounts every mount of `dataset` stacked at `path`; refuses to touch anything else. */
+  async #unmountAll(path: string, id: string, dataset: string): Promise<void> {
+    for (let i = 0; i < MAX_STACKED_MOUNTS; i++) {
+      const top = await this.#topMount(path);
+      if (!top) return;
+      if (!isMountOf(top, dataset)) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `"${path}" holds a mount of "${top.source}", not of volume "${id}"; leaving it alone`,
+        );
+      }
+      await this.#d.mounter.unmount(path);
+    }
+    throw new CsiError(
+      Code.INTERNAL,
+      `"${path}" still holds mounts after ${MAX_STACKED_MOUNTS} unmounts`,
+    );
+  }
+
+  /** Creates `path` as a directory if missing; refuses anything that is not a directory. */
+  async #ensureDirectory(path: string, mode: number): Promise<void> {
+    try {
+      await Deno.mkdir(path, { recursive: true, mode });
+    } catch (err) {
+      if (!(err instanceof Deno.errors.AlreadyExists)) throw err;
+    }
+    const info = await Deno.lstat(path);
+    if (!info.isDirectory) {
+      throw new CsiError(Code.INVALID_ARGUMENT, `"${path}" exists and is not a directory`);
+    }
+  }
+}

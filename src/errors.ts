@@ -1,0 +1,113 @@
+/**
+ * Errors that carry a gRPC status code, and the single mapping from any thrown value to the
+ * status a client sees. Handlers throw; only {@linkcode toGrpcStatus} decides what is sent.
+ */
+
+/** gRPC status codes (the numeric values are fixed by the gRPC protocol). */
+export const Code = {
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+} as const;
+
+/** One of the gRPC status codes in {@linkcode Code}. */
+export type GrpcCode = typeof Code[keyof typeof Code];
+
+/** Reverse lookup used for logs: 5 → "NOT_FOUND". */
+export function codeName(code: number): string {
+  for (const [name, value] of Object.entries(Code)) {
+    if (value === code) return name;
+  }
+  return `CODE_${code}`;
+}
+
+/** An error whose message is safe to send to the client, with the gRPC code to send it with. */
+export class CsiError extends Error {
+  readonly code: GrpcCode;
+
+  constructor(code: GrpcCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "CsiError";
+    this.code = code;
+  }
+}
+
+/** What kind of failure a zfs/zpool command reported, read from its stderr once, in one place. */
+export type ZfsErrorKind =
+  | "not_found"
+  | "exists"
+  | "busy"
+  | "no_space"
+  | "permission"
+  | "invalid"
+  | "unsupported"
+  | "timeout"
+  | "unknown";
+
+/** A failed zfs or zpool command, classified by {@linkcode ZfsErrorKind}. */
+export class ZfsError extends Error {
+  readonly kind: ZfsErrorKind;
+  readonly argv: readonly string[];
+  readonly stderr: string;
+
+  constructor(kind: ZfsErrorKind, argv: readonly string[], stderr: string) {
+    super(`Command "${argv.join(" ")}" failed (${kind}): ${stderr.trim() || "no output"}`);
+    this.name = "ZfsError";
+    this.kind = kind;
+    this.argv = argv;
+    this.stderr = stderr;
+  }
+}
+
+const zfsKindToCode: Record<ZfsErrorKind, GrpcCode> = {
+  not_found: Code.NOT_FOUND,
+  exists: Code.ALREADY_EXISTS,
+  busy: Code.FAILED_PRECONDITION,
+  no_space: Code.RESOURCE_EXHAUSTED,
+  permission: Code.PERMISSION_DENIED,
+  invalid: Code.INVALID_ARGUMENT,
+  unsupported: Code.INVALID_ARGUMENT,
+  timeout: Code.DEADLINE_EXCEEDED,
+  unknown: Code.INTERNAL,
+};
+
+/** The status a client receives for a thrown value. */
+export interface GrpcStatus {
+  readonly code: GrpcCode;
+  readonly details: string;
+}
+
+/**
+ * Maps any thrown value to a gRPC status. CsiError keeps its code and message; ZfsError maps by
+ * kind and names the failed zfs operation; anything else is INTERNAL with a generic message, so
+ * internals only reach the log, never the client.
+ */
+export function toGrpcStatus(err: unknown): GrpcStatus {
+  if (err instanceof CsiError) return { code: err.code, details: err.message };
+  if (err instanceof ZfsError) {
+    const op = err.argv.slice(0, 2).join(" ");
+    return {
+      code: zfsKindToCode[err.kind],
+      details: `ZFS operation "${op}" failed (${err.kind.replace("_", " ")}): ${
+        firstLine(err.stderr)
+      }`,
+    };
+  }
+  return { code: Code.INTERNAL, details: "Internal error, see the plugin logs" };
+}
+
+function firstLine(text: string): string {
+  return text.trim().split("\n")[0]?.slice(0, 300) ?? "";
+}

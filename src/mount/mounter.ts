@@ -1,0 +1,94 @@
+/**
+ * mount and umount for the node service, through the same command runner as zfs. Bind mounts
+ * only; never a lazy or forced unmount, so a busy filesystem is an error, not a surprise.
+ */
+
+import { Code, CsiError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { CommandRunner } from "../run.ts";
+import { type MountEntry, parseMountList } from "./mountinfo.ts";
+
+/** Bind-mount `source` onto `target`. */
+export function bindArgs(source: string, target: string): string[] {
+  return ["--bind", source, target];
+}
+
+/** Re-applies per-mount flags (ro, nosuid, ...) to an existing bind mount. */
+export function remountArgs(target: string, flags: readonly string[]): string[] {
+  return ["-o", ["remount", "bind", ...flags].join(","), target];
+}
+
+/** Unmount one mount at `target`: no -l, no -f. */
+export function umountArgs(target: string): string[] {
+  return [target];
+}
+
+/** Where mount, umount and the mount table are. */
+export interface MounterOptions {
+  readonly mountPath: string;
+  readonly umountPath: string;
+  readonly timeoutMs: number;
+  readonly log: Logger;
+}
+
+/** Performs and inspects mounts. */
+export class Mounter {
+  readonly #runner: CommandRunner;
+  readonly #opts: MounterOptions;
+
+  constructor(runner: CommandRunner, opts: MounterOptions) {
+    this.#runner = runner;
+    this.#opts = opts;
+  }
+
+  /** The current mount table of this process's mount namespace. */
+  async table(): Promise<MountEntry[]> {
+    const res = await this.#runner.run([this.#opts.mountPath], { timeoutMs: this.#opts.timeoutMs });
+    if (res.code !== 0 || res.timedOut) {
+      throw new CsiError(
+        Code.INTERNAL,
+        `Cannot list mounts: ${res.stderr.trim() || `exit code ${res.code}`}`,
+      );
+    }
+    return parseMountList(res.stdout);
+  }
+
+  async #exec(program: string, args: readonly string[], what: string): Promise<void> {
+    const argv = [program, ...args];
+    this.#opts.log.debug("exec", { argv });
+    const res = await this.#runner.run(argv, { timeoutMs: this.#opts.timeoutMs });
+    if (res.code === 0 && !res.timedOut) return;
+    const detail = res.timedOut
+      ? `timed out after ${this.#opts.timeoutMs}ms`
+      : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300);
+    const code = /busy/i.test(res.stderr) ? Code.FAILED_PRECONDITION : Code.INTERNAL;
+    throw new CsiError(code, `Cannot ${what}: ${detail || `exit code ${res.code}`}`);
+  }
+
+  /** Bind-mounts `source` at `target`, then applies `flags` (for example ["ro"]). */
+  async bind(source: string, target: string, flags: readonly string[] = []): Promise<void> {
+    await this.#exec(this.#opts.mountPath, bindArgs(source, target), `bind-mount "${target}"`);
+    if (flags.length === 0) return;
+    try {
+      await this.#exec(
+        this.#opts.mountPath,
+        remountArgs(target, flags),
+        `apply mount flags ${JSON.stringify(flags.join(","))} to "${target}"`,
+      );
+    } catch (err) {
+      // Never leave a writable mount where a read-only one was asked for.
+      await this.unmount(target).catch((e) =>
+        this.#opts.log.error("cannot undo bind mount", { target, error: e })
+      );
+      throw err;
+    }
+  }
+
+  /**
+   * Unmounts the top mount at `target`.
+   * @throws {CsiError} FAILED_PRECONDITION when the filesystem is busy
+   */
+  async unmount(target: string): Promise<void> {
+    await this.#exec(this.#opts.umountPath, umountArgs(target), `unmount "${target}"`);
+  }
+}

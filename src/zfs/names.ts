@@ -1,0 +1,148 @@
+/**
+ * Volume ids and ZFS dataset names. A CSI volume id maps to exactly one child of the parent
+ * dataset and back; nothing a client sends can name a dataset anywhere else.
+ */
+
+import { Code, CsiError } from "../errors.ts";
+
+/** User property that marks a dataset as created (or adopted) by this plugin. */
+export const MANAGED_PROPERTY = "org.zfs-csi:managed";
+/** Value of {@linkcode MANAGED_PROPERTY} on datasets we own. */
+export const MANAGED_VALUE = "yes";
+
+/** ZFS refuses names of 256 bytes or more. */
+const MAX_DATASET_NAME = 255;
+/** CSI asks plugins to accept ids of up to 128 bytes; we accept no more. */
+export const MAX_VOLUME_ID_BYTES = 128;
+
+/** Characters kept as they are in a dataset component; all others are escaped. */
+const PLAIN = /^[A-Za-z0-9_.-]$/;
+/** Characters a ZFS dataset component may hold (zfs-fuse and OpenZFS agree on this set). */
+const COMPONENT = /^[A-Za-z0-9_.:-]+$/;
+const encoder = new TextEncoder();
+
+/**
+ * Checks a dataset name given by the operator (the parent dataset).
+ * @throws {TypeError} with a message that names the problem
+ */
+export function checkDatasetName(name: string): void {
+  if (name.length === 0) throw new TypeError("Dataset name is empty");
+  if (encoder.encode(name).length > MAX_DATASET_NAME) {
+    throw new TypeError(`Dataset name "${name}" is longer than ${MAX_DATASET_NAME} bytes`);
+  }
+  const parts = name.split("/");
+  for (const part of parts) {
+    if (part === "" || part === "." || part === ".." || !COMPONENT.test(part)) {
+      throw new TypeError(
+        `Dataset name "${name}" is not valid: each "/"-separated part must be made of ` +
+          `letters, digits and "_.:-"`,
+      );
+    }
+  }
+  if (!/^[A-Za-z]/.test(parts[0] ?? "")) {
+    throw new TypeError(
+      `Dataset name "${name}" must start with a pool name beginning with a letter`,
+    );
+  }
+}
+
+/** The pool a dataset lives in. */
+export function poolOf(dataset: string): string {
+  return dataset.split("/")[0] ?? dataset;
+}
+
+function invalid(message: string): CsiError {
+  return new CsiError(Code.INVALID_ARGUMENT, message);
+}
+
+/**
+ * Turns a volume id into the name of one component below the parent dataset. Letters, digits
+ * and "_.-" stay; anything else is written as ":" and two hex digits per UTF-8 byte, so
+ * `db[0]` becomes `db:5b0:5d`. The mapping is reversible with {@linkcode decodeComponent}.
+ * @throws {CsiError} INVALID_ARGUMENT for ids that are empty, too long or could escape
+ */
+export function encodeVolumeId(id: string): string {
+  if (id.length === 0) throw invalid("Volume id is empty");
+  if (encoder.encode(id).length > MAX_VOLUME_ID_BYTES) {
+    throw invalid(`Volume id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
+  }
+  // deno-lint-ignore no-control-regex
+  if (/[\u0000-\u001f\u007f]/.test(id)) {
+    throw invalid(`Volume id ${JSON.stringify(id)} contains control characters`);
+  }
+  for (const bad of ["/", "@", "%"]) {
+    if (id.includes(bad)) throw invalid(`Volume id "${id}" must not contain "${bad}"`);
+  }
+  if (id.includes("..")) throw invalid(`Volume id "${id}" must not contain ".."`);
+  let out = "";
+  let first = true;
+  for (const ch of id) {
+    // A leading "." is escaped too, so names beginning with "." stay free for our own use.
+    if (PLAIN.test(ch) && !(first && ch === ".")) {
+      out += ch;
+    } else {
+      for (const byte of encoder.encode(ch)) out += ":" + byte.toString(16).padStart(2, "0");
+    }
+    first = false;
+  }
+  return out;
+}
+
+/**
+ * Reverses {@linkcode encodeVolumeId}. Returns undefined for a component that no volume id
+ * encodes to (so foreign datasets are never mistaken for volumes).
+ */
+export function decodeComponent(component: string): string | undefined {
+  if (!COMPONENT.test(component)) return undefined;
+  const bytes: number[] = [];
+  for (let i = 0; i < component.length;) {
+    const ch = component[i]!;
+    if (ch === ":") {
+      const hex = component.slice(i + 1, i + 3);
+      if (!/^[0-9a-f]{2}$/.test(hex)) return undefined;
+      bytes.push(parseInt(hex, 16));
+      i += 3;
+    } else {
+      bytes.push(ch.charCodeAt(0));
+      i += 1;
+    }
+  }
+  let id: string;
+  try {
+    id = new TextDecoder("utf-8", { fatal: true }).decode(new Uint8Array(bytes));
+  } catch {
+    return undefined;
+  }
+  try {
+    return encodeVolumeId(id) === component ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The dataset that holds volume `id` below `parent`. An id that already is the full name of
+ * a direct child of `parent` (as an operator may register with `external_id`) names that child.
+ * @throws {CsiError} INVALID_ARGUMENT for ids that cannot name a child of `parent`
+ */
+export function datasetForVolume(parent: string, id: string): string {
+  const prefix = parent + "/";
+  if (id.startsWith(prefix)) {
+    const rest = id.slice(prefix.length);
+    if (decodeComponent(rest) !== undefined) return id;
+  }
+  const dataset = prefix + encodeVolumeId(id);
+  if (encoder.encode(dataset).length > MAX_DATASET_NAME) {
+    throw invalid(
+      `Volume id "${id}" is too long: dataset "${dataset}" would exceed ${MAX_DATASET_NAME} bytes`,
+    );
+  }
+  return dataset;
+}
+
+/** The volume id of a direct child of `parent`, or undefined for anything else. */
+export function volumeForDataset(parent: string, dataset: string): string | undefined {
+  const prefix = parent + "/";
+  if (!dataset.startsWith(prefix)) return undefined;
+  return decodeComponent(dataset.slice(prefix.length));
+}
