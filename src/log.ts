@@ -29,6 +29,15 @@ const SECRET_KEYS = new Set(["secrets", "secret", "password", "token"]);
 export function redact(value: unknown, depth = 0): unknown {
   if (depth > 8 || value === null || typeof value !== "object") return value;
   if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));
+  if (value instanceof Error) {
+    // name and message are not enumerable: copying the own fields alone would log "{}".
+    return Object.assign(
+      {},
+      redact({ ...value }, depth + 1),
+      { name: value.name, message: value.message },
+      value.cause === undefined ? {} : { cause: redact(value.cause, depth + 1) },
+    );
+  }
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value)) {
     if (SECRET_KEYS.has(k.toLowerCase())) {

@@ -43,8 +43,12 @@ export async function checkPathInside(
     try {
       real = await Deno.realPath(candidate);
     } catch (err) {
-      if (err instanceof Deno.errors.NotFound) continue;
-      throw err;
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+      // Nothing to resolve to, but the name itself exists: a dangling symbolic link.
+      if (await Deno.lstat(candidate).then(() => true, () => false)) {
+        throw bad("passes through a symbolic link");
+      }
+      continue;
     }
     const expected = n === 0 ? realRoot : `${realRoot}/${rel.slice(0, n).join("/")}`;
     if (real !== expected) throw bad("passes through a symbolic link");

@@ -59,15 +59,16 @@ export class Zfs {
     timeoutMs?: number,
   ): Promise<CommandResult> {
     const argv = [program, ...args];
+    const limitMs = timeoutMs ?? this.#opts.timeoutMs;
     this.#opts.log.debug("exec", { argv });
     const started = performance.now();
-    const res = await this.#runner.run(argv, { timeoutMs: timeoutMs ?? this.#opts.timeoutMs });
+    const res = await this.#runner.run(argv, { timeoutMs: limitMs });
     this.#opts.log.debug("exec done", {
       argv,
       code: res.code,
       durationMs: Math.round(performance.now() - started),
     });
-    if (res.timedOut) throw new ZfsError("timeout", argv, `timed out after ${timeoutMs}ms`);
+    if (res.timedOut) throw new ZfsError("timeout", argv, `timed out after ${limitMs}ms`);
     if (res.code !== 0) throw new ZfsError(classifyZfsError(res.stderr), argv, res.stderr);
     return res;
   }

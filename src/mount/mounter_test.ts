@@ -1,0 +1,161 @@
+import assert from "node:assert/strict";
+import { Code, CsiError, type GrpcCode } from "../errors.ts";
+import { Logger } from "../log.ts";
+import { FakeRunner, mountLine } from "../../tests/support/fake_runner.ts";
+import { bindArgs, Mounter, remountArgs, umountArgs } from "./mounter.ts";
+
+function setup(): { runner: FakeRunner; mounter: Mounter; lines: string[] } {
+  const runner = new FakeRunner();
+  const lines: string[] = [];
+  const mounter = new Mounter(runner, {
+    mountPath: "/bin/mount",
+    umountPath: "/bin/umount",
+    timeoutMs: 3000,
+    log: new Logger("debug", {}, (line) => lines.push(line)),
+  });
+  return { runner, mounter, lines };
+}
+
+async function rejectsWithCode(p: Promise<unknown>, code: GrpcCode, message: RegExp) {
+  await assert.rejects(p, (err: unknown) => {
+    assert.ok(err instanceof CsiError, `expected a CsiError, got ${String(err)}`);
+    assert.equal(err.code, code);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+Deno.test("mount argv builders return the exact arguments", () => {
+  assert.deepEqual(bindArgs("/src dir", "/dst[0]"), ["--bind", "/src dir", "/dst[0]"]);
+  assert.deepEqual(remountArgs("/dst", ["ro"]), ["-o", "remount,bind,ro", "/dst"]);
+  assert.deepEqual(remountArgs("/dst", ["ro", "nosuid", "nodev"]), [
+    "-o",
+    "remount,bind,ro,nosuid,nodev",
+    "/dst",
+  ]);
+  assert.deepEqual(umountArgs("/dst"), ["/dst"]);
+});
+
+Deno.test("Mounter.bind without flags runs one mount --bind", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/mount", "--bind"], {});
+  await mounter.bind("/tmp/zp/mnt/nomad/v1", "/local/csi/staging/v1/rw");
+  assert.deepEqual(runner.argvs, [
+    ["/bin/mount", "--bind", "/tmp/zp/mnt/nomad/v1", "/local/csi/staging/v1/rw"],
+  ]);
+  assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 3000 });
+});
+
+Deno.test("Mounter.bind with flags binds, then remounts with remount,bind,flags", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/mount"], {});
+  await mounter.bind("/s", "/t", ["ro", "nosuid"]);
+  assert.deepEqual(runner.argvs, [
+    ["/bin/mount", "--bind", "/s", "/t"],
+    ["/bin/mount", "-o", "remount,bind,ro,nosuid", "/t"],
+  ]);
+});
+
+Deno.test("Mounter.bind undoes the bind mount when the remount fails", async () => {
+  const { runner, mounter } = setup();
+  runner
+    .on(["/bin/mount", "--bind"], {})
+    .on(["/bin/mount", "-o"], { code: 32, stderr: "mount: /t: permission denied.\n" })
+    .on(["/bin/umount"], {});
+  await rejectsWithCode(
+    mounter.bind("/s", "/t", ["ro"]),
+    Code.INTERNAL,
+    /^Cannot apply mount flags "ro" to "\/t": mount: \/t: permission denied\.$/,
+  );
+  assert.deepEqual(runner.argvs, [
+    ["/bin/mount", "--bind", "/s", "/t"],
+    ["/bin/mount", "-o", "remount,bind,ro", "/t"],
+    ["/bin/umount", "/t"],
+  ]);
+});
+
+Deno.test("Mounter.bind reports the remount failure when undoing also fails", async () => {
+  const { runner, mounter, lines } = setup();
+  runner
+    .on(["/bin/mount", "--bind"], {})
+    .on(["/bin/mount", "-o"], { code: 32, stderr: "mount: /t: bad option\n" })
+    .on(["/bin/umount"], { code: 32, stderr: "umount: /t: target is busy.\n" });
+  await rejectsWithCode(mounter.bind("/s", "/t", ["ro"]), Code.INTERNAL, /apply mount flags/);
+  const logged = lines.map((l) => JSON.parse(l)).find((r) => r.msg === "cannot undo bind mount");
+  assert.equal(logged?.level, "error");
+  assert.equal(logged?.target, "/t");
+});
+
+Deno.test("Mounter.bind does not remount when the bind fails", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/mount", "--bind"], {
+    code: 32,
+    stderr: "mount: /t: special device /s does not exist.\n",
+  });
+  await rejectsWithCode(
+    mounter.bind("/s", "/t", ["ro"]),
+    Code.INTERNAL,
+    /^Cannot bind-mount "\/t"/,
+  );
+  assert.equal(runner.calls.length, 1);
+});
+
+Deno.test("Mounter.unmount runs umount without -l or -f", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/umount"], {});
+  await mounter.unmount("/local/csi/per-alloc/a1/v1/rw");
+  assert.deepEqual(runner.argvs, [["/bin/umount", "/local/csi/per-alloc/a1/v1/rw"]]);
+});
+
+Deno.test("Mounter.unmount of a busy target is FAILED_PRECONDITION", async () => {
+  const { runner, mounter } = setup();
+  const stderr = await Deno.readTextFile(
+    new URL("../../tests/fixtures/stderr_umount_busy.txt", import.meta.url),
+  );
+  runner.on(["/bin/umount"], { code: 32, stderr });
+  await rejectsWithCode(
+    mounter.unmount("/local/csi/per-alloc/a1/v1/rw"),
+    Code.FAILED_PRECONDITION,
+    /^Cannot unmount "\/local\/csi\/per-alloc\/a1\/v1\/rw": umount: .*target is busy\.$/,
+  );
+});
+
+Deno.test("Mounter.unmount reports a time-out with the time limit", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/umount"], { code: 137, timedOut: true });
+  await rejectsWithCode(
+    mounter.unmount("/t"),
+    Code.INTERNAL,
+    /^Cannot unmount "\/t": timed out after 3000ms$/,
+  );
+});
+
+Deno.test("Mounter.unmount names the exit code when umount prints nothing", async () => {
+  const { runner, mounter } = setup();
+  runner.on(["/bin/umount"], { code: 1 });
+  await rejectsWithCode(
+    mounter.unmount("/t"),
+    Code.INTERNAL,
+    /^Cannot unmount "\/t": exit code 1$/,
+  );
+});
+
+Deno.test("Mounter.table runs mount without arguments and parses its output", async () => {
+  const { runner, mounter } = setup();
+  runner.onExact(["/bin/mount"], {
+    stdout: [mountLine("tank/v", "/mnt/v"), mountLine("tmpfs", "/run", "tmpfs", "rw")].join("\n") +
+      "\n",
+  });
+  const table = await mounter.table();
+  assert.deepEqual(runner.argvs, [["/bin/mount"]]);
+  assert.deepEqual(table.map((e) => [e.source, e.mountPoint, e.fsType]), [
+    ["tank/v", "/mnt/v", "fuse.zfs"],
+    ["tmpfs", "/run", "tmpfs"],
+  ]);
+});
+
+Deno.test("Mounter.table failing is INTERNAL", async () => {
+  const { runner, mounter } = setup();
+  runner.onExact(["/bin/mount"], { code: 1, stderr: "mount: failed to read mtab\n" });
+  await rejectsWithCode(mounter.table(), Code.INTERNAL, /^Cannot list mounts: mount: failed/);
+});

@@ -1,0 +1,101 @@
+import assert from "node:assert/strict";
+import { isMountOf, isZfsMount, type MountEntry, mountsAt, parseMountList } from "./mountinfo.ts";
+
+function fixture(name: string): Promise<string> {
+  return Deno.readTextFile(new URL(`../../tests/fixtures/${name}`, import.meta.url));
+}
+
+const ZFS_FUSE_OPTIONS = [
+  "rw",
+  "relatime",
+  "user_id=0",
+  "group_id=0",
+  "default_permissions",
+  "allow_other",
+];
+
+Deno.test("parseMountList reads captured mount output", async () => {
+  const text = await fixture("mount_list.txt");
+  const table = parseMountList(text);
+  assert.equal(table.length, text.trim().split("\n").length);
+  assert.deepEqual(table[0], {
+    source: "proc",
+    mountPoint: "/proc",
+    fsType: "proc",
+    options: ["rw", "relatime"],
+  });
+  assert.deepEqual(table.find((e) => e.mountPoint === "/tmp/zp/mnt/nomad/db:5b0:5d"), {
+    source: "tpool/nomad/db:5b0:5d",
+    mountPoint: "/tmp/zp/mnt/nomad/db:5b0:5d",
+    fsType: "fuse.zfs",
+    options: ZFS_FUSE_OPTIONS,
+  });
+  assert.deepEqual(
+    table.filter(isZfsMount).map((e) => e.source),
+    ["tpool", "tpool/nomad", "tpool/nomad/v1", "tpool/nomad/db:5b0:5d"],
+  );
+});
+
+Deno.test("parseMountList keeps brackets and spaces in mount points", async () => {
+  const table = parseMountList(await fixture("mount_list_binds.txt"));
+  assert.deepEqual(table[3], {
+    source: "tpool/nomad/db:5b0:5d",
+    mountPoint: "/local/csi/staging/db[0]/rw-file-system-single-node-writer",
+    fsType: "fuse.zfs",
+    options: ZFS_FUSE_OPTIONS,
+  });
+  assert.equal(table[4]?.mountPoint, "/local/csi/per-alloc/a1/db[0]/rw");
+  assert.deepEqual(table[5], {
+    source: "tpool/nomad/db:5b0:5d",
+    mountPoint: "/local/csi/per-alloc/a2/my vol/rw",
+    fsType: "fuse.zfs",
+    options: ["ro", ...ZFS_FUSE_OPTIONS.slice(1)],
+  });
+});
+
+Deno.test("parseMountList reads a path that contains the word type", () => {
+  const [entry] = parseMountList("tank/v on /x/a type b/rw type zfs (rw,xattr)\n");
+  assert.deepEqual(entry, {
+    source: "tank/v",
+    mountPoint: "/x/a type b/rw",
+    fsType: "zfs",
+    options: ["rw", "xattr"],
+  });
+});
+
+Deno.test("parseMountList returns nothing for empty output", () => {
+  assert.deepEqual(parseMountList(""), []);
+});
+
+Deno.test("parseMountList throws a SyntaxError for a line in another format", () => {
+  for (const line of ["tank/v /x zfs rw 0 0", "tank/v on /x type zfs", "garbage"]) {
+    assert.throws(() => parseMountList(`proc on /proc type proc (rw)\n${line}\n`), {
+      name: "SyntaxError",
+      message: `Cannot parse mount line ${JSON.stringify(line)}`,
+    });
+  }
+});
+
+function entry(source: string, mountPoint: string, fsType = "fuse.zfs"): MountEntry {
+  return { source, mountPoint, fsType, options: ["rw"] };
+}
+
+Deno.test("isMountOf matches ZFS mounts of the dataset only", () => {
+  assert.equal(isMountOf(entry("tank/v", "/a", "zfs"), "tank/v"), true);
+  assert.equal(isMountOf(entry("tank/v", "/a", "fuse.zfs"), "tank/v"), true);
+  assert.equal(isMountOf(entry("tank/v", "/a", "tmpfs"), "tank/v"), false);
+  assert.equal(isMountOf(entry("tank/v", "/a", "fuse"), "tank/v"), false);
+  assert.equal(isMountOf(entry("tank/v2", "/a"), "tank/v"), false);
+  assert.equal(isMountOf(entry("tank/v/child", "/a"), "tank/v"), false);
+});
+
+Deno.test("mountsAt returns the mounts at exactly that path, oldest first", async () => {
+  const table = parseMountList(await fixture("mount_list_binds.txt"));
+  const at = mountsAt(table, "/local/csi/per-alloc/a1/db[0]/rw");
+  assert.deepEqual(at.map((e) => [e.source, e.fsType]), [
+    ["tpool/nomad/db:5b0:5d", "fuse.zfs"],
+    ["tmpfs", "tmpfs"],
+  ]);
+  assert.deepEqual(mountsAt(table, "/local/csi/per-alloc/a1/db[0]"), []);
+  assert.deepEqual(mountsAt(table, "/local/csi/per-alloc/a1/db[0]/rw/"), []);
+});

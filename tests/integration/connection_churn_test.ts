@@ -1,0 +1,68 @@
+/**
+ * Regression test for connection churn: Deno 2.9.x aborted (SIGABRT in nghttp2) when a grpc-js
+ * client closed a connection that had carried many calls (denoland/deno#36788). Nomad opens a
+ * fresh connection for every controller call and keeps fingerprinting on long-lived ones, so
+ * the server must survive thousands of calls over connections that clients then close.
+ */
+
+import assert from "node:assert/strict";
+import { CsiClient } from "../support/csi_client.ts";
+import { PluginProcess } from "../support/plugin_process.ts";
+import { TestPool } from "../support/zfs_pool.ts";
+
+const CONNECTIONS = Number(Deno.env.get("CHURN_CONNECTIONS") ?? 24);
+const CALLS_PER_CONNECTION = Number(Deno.env.get("CHURN_CALLS") ?? 250);
+
+Deno.test("connection churn: the server stays up across closed busy connections", async () => {
+  await using pool = await TestPool.create();
+  await using plugin = await PluginProcess.start({
+    parentDataset: pool.parent,
+    dir: pool.dir,
+    logLevel: "info",
+  });
+  let calls = 0;
+  for (let c = 0; c < CONNECTIONS; c++) {
+    const client = new CsiClient(plugin.socketPath);
+    const batch: Promise<unknown>[] = [];
+    for (let i = 0; i < CALLS_PER_CONNECTION; i++) {
+      batch.push(
+        i % 3 === 0
+          ? client.identity("Probe")
+          : i % 3 === 1
+          ? client.node("NodeGetInfo")
+          : client.node("NodeGetCapabilities"),
+      );
+      // Keep some calls in flight while others finish, as several Nomad loops do.
+      if (batch.length === 16) calls += (await Promise.all(batch.splice(0))).length;
+    }
+    calls += (await Promise.all(batch)).length;
+    client.close();
+    // Half the time close right away, half after a pause, to hit both orders of teardown.
+    if (c % 2 === 0) await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.equal(calls, CONNECTIONS * CALLS_PER_CONNECTION);
+  // Clients that go away with calls still in flight (a Nomad agent restarting).
+  for (let c = 0; c < CONNECTIONS / 2; c++) {
+    const client = new CsiClient(plugin.socketPath);
+    const done = await Promise.all(
+      Array.from({ length: 64 }, () => client.identity("Probe")),
+    );
+    assert.equal(done.length, 64);
+    const pending = Array.from({ length: 64 }, () => client.node("NodeGetInfo").catch(() => null));
+    client.close();
+    await Promise.all(pending);
+  }
+  // The process must still be there and answering on a brand-new connection.
+  const fresh = new CsiClient(plugin.socketPath);
+  try {
+    const probe = await fresh.identity("Probe");
+    assert.equal(probe.ready?.value, true);
+  } finally {
+    fresh.close();
+  }
+  const exited = await Promise.race([
+    plugin.status.then(() => true),
+    new Promise<boolean>((r) => setTimeout(() => r(false), 200)),
+  ]);
+  assert.equal(exited, false, "plugin process must not have exited");
+});

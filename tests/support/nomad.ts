@@ -1,0 +1,70 @@
+/**
+ * Requests shaped the way Nomad sends them (shared/guide/nomad.md, section 3): paths under
+ * `<base>/staging/<namespace>/<volume>/<usage>` and `<base>/per-alloc/<alloc>/<volume>/<usage>`,
+ * directories created as Nomad creates them.
+ */
+
+import { sh } from "./zfs_pool.ts";
+
+/** Nomad's usage segment for a read-write, single-node-writer file-system claim. */
+export const RW_USAGE = "rw-file-system-single-node-writer";
+
+/** A filesystem capability as Nomad builds it. */
+export function mountCapability(mode = "SINGLE_NODE_WRITER", flags: string[] = []) {
+  return {
+    mount: { fs_type: "", mount_flags: flags, volume_mount_group: "" },
+    access_mode: { mode },
+  };
+}
+
+/** Paths of one claim. */
+export interface ClaimPaths {
+  readonly staging: string;
+  readonly target: string;
+}
+
+/**
+ * The staging and target paths of a claim, with the directories Nomad makes before calling:
+ * the whole staging path (0700) and only the target's parent.
+ */
+export async function claimPaths(
+  baseDir: string,
+  opts: { volumeId: string; allocId: string; namespace?: string; usage?: string },
+): Promise<ClaimPaths> {
+  const usage = opts.usage ?? RW_USAGE;
+  const staging = `${baseDir}/staging/${opts.namespace ?? "default"}/${opts.volumeId}/${usage}`;
+  const targetParent = `${baseDir}/per-alloc/${opts.allocId}/${opts.volumeId}`;
+  await Deno.mkdir(staging, { recursive: true, mode: 0o700 });
+  await Deno.mkdir(targetParent, { recursive: true });
+  return { staging, target: `${targetParent}/${usage}` };
+}
+
+/** One mount as the host's `mount` lists it. */
+export interface HostMount {
+  readonly source: string;
+  readonly path: string;
+  readonly fsType: string;
+  readonly options: string[];
+}
+
+/** The host mount table (read independently of the plugin's own parser). */
+export async function hostMounts(): Promise<HostMount[]> {
+  const out = await sh(
+    "findmnt",
+    "--raw",
+    "--noheadings",
+    "--output",
+    "SOURCE,TARGET,FSTYPE,OPTIONS",
+  );
+  return out.split("\n").filter((l) => l !== "").map((line) => {
+    const [source, path, fsType, options] = line.split(" ").map((f) =>
+      f.replace(/\\x([0-9a-f]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16)))
+    );
+    return { source: source!, path: path!, fsType: fsType!, options: (options ?? "").split(",") };
+  });
+}
+
+/** The mounts at `path` on the host. */
+export async function mountsAt(path: string): Promise<HostMount[]> {
+  return (await hostMounts()).filter((m) => m.path === path);
+}

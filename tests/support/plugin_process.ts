@@ -1,0 +1,160 @@
+/**
+ * Runs the plugin as its own process, exactly as it ships: `deno run` with the production
+ * permission flags (src/permissions.ts) scoped to the test's directory, speaking gRPC on a
+ * real unix socket.
+ */
+
+import { fileURLToPath } from "node:url";
+import { permissionFlags } from "../../src/permissions.ts";
+import { CsiClient } from "./csi_client.ts";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+
+/** How to start the plugin. */
+export interface PluginOptions {
+  readonly parentDataset: string;
+  /** The directory the plugin may write (socket and base dir live below it). */
+  readonly dir: string;
+  readonly nodeId?: string;
+  readonly topology?: readonly string[];
+  readonly extraArgs?: readonly string[];
+  readonly logLevel?: string;
+  /** Wait until Probe answers ready (default true). */
+  readonly waitReady?: boolean;
+}
+
+/** A running plugin process with a client connected to it. */
+export class PluginProcess implements AsyncDisposable {
+  readonly socketPath: string;
+  readonly baseDir: string;
+  readonly client: CsiClient;
+  /** Milliseconds from spawn to the first Probe that answered ready. */
+  startupMs = NaN;
+  readonly #child: Deno.ChildProcess;
+  readonly #lines: string[] = [];
+  readonly #stderrDone: Promise<void>;
+  readonly status: Promise<Deno.CommandStatus>;
+
+  private constructor(child: Deno.ChildProcess, socketPath: string, baseDir: string) {
+    this.#child = child;
+    this.socketPath = socketPath;
+    this.baseDir = baseDir;
+    this.client = new CsiClient(socketPath);
+    this.status = child.status;
+    this.#stderrDone = (async () => {
+      let buf = "";
+      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+        buf += chunk;
+        const parts = buf.split("\n");
+        buf = parts.pop() ?? "";
+        this.#lines.push(...parts);
+      }
+      if (buf) this.#lines.push(buf);
+    })();
+  }
+
+  /** The permission flags the plugin runs with in tests (production flags, test dirs). */
+  static flags(dir: string): string[] {
+    return permissionFlags({ dirs: [dir] });
+  }
+
+  /** Starts the plugin and (by default) waits until it is ready. */
+  static async start(opts: PluginOptions): Promise<PluginProcess> {
+    const socketPath = `${opts.dir}/plugin/csi.sock`;
+    const baseDir = `${opts.dir}/base`;
+    await Deno.mkdir(baseDir, { recursive: true });
+    const args = [
+      "run",
+      "--quiet",
+      "--frozen",
+      ...PluginProcess.flags(opts.dir),
+      `${ROOT}main.ts`,
+      "--parent-dataset",
+      opts.parentDataset,
+      "--node-id",
+      opts.nodeId ?? "node-a",
+      "--endpoint",
+      `unix://${socketPath}`,
+      "--stage-publish-base-dir",
+      baseDir,
+      "--log-level",
+      opts.logLevel ?? "debug",
+      ...(opts.topology ?? []).flatMap((t) => ["--topology", t]),
+      ...(opts.extraArgs ?? []),
+    ];
+    const started = performance.now();
+    // ZFS_CSI_PLUGIN_DENO runs the plugin under another Deno, e.g. to check a regression.
+    const deno = Deno.env.get("ZFS_CSI_PLUGIN_DENO") ?? Deno.execPath();
+    const child = new Deno.Command(deno, {
+      args,
+      cwd: ROOT,
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const p = new PluginProcess(child, socketPath, baseDir);
+    if (opts.waitReady !== false) {
+      await p.waitReady(20_000);
+      p.startupMs = performance.now() - started;
+    }
+    return p;
+  }
+
+  /** Polls Probe until it answers ready. */
+  async waitReady(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let last: unknown;
+    while (Date.now() < deadline) {
+      try {
+        await Deno.lstat(this.socketPath);
+        const res = await this.client.identity("Probe", {}, 2_000);
+        if (res.ready?.value === true) return;
+        last = res;
+      } catch (err) {
+        last = err;
+      }
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(
+      `Plugin not ready after ${timeoutMs}ms: ${String(last)}\n${this.logs().join("\n")}`,
+    );
+  }
+
+  /** Log lines written so far (JSON lines). */
+  logs(): string[] {
+    return [...this.#lines];
+  }
+
+  /** Parsed log records. */
+  records(): Record<string, unknown>[] {
+    return this.#lines.flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  /** The process id, e.g. to measure its memory. */
+  get pid(): number {
+    return this.#child.pid;
+  }
+
+  /** Sends a signal and waits for the process to end. */
+  async stop(signal: Deno.Signal = "SIGTERM"): Promise<Deno.CommandStatus> {
+    this.client.close();
+    try {
+      this.#child.kill(signal);
+    } catch {
+      // Already gone.
+    }
+    const status = await this.status;
+    await this.#stderrDone;
+    return status;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop("SIGKILL");
+  }
+}
