@@ -5,7 +5,6 @@
 
 import { ConfigError, parseConfig } from "./src/config.ts";
 import { Logger } from "./src/log.ts";
-import { startPlugin } from "./src/plugin.ts";
 import { PLUGIN_NAME, PLUGIN_VERSION } from "./src/version.ts";
 
 const encoder = new TextEncoder();
@@ -35,6 +34,8 @@ async function main(): Promise<void> {
   const log = new Logger(config.logLevel, { plugin: PLUGIN_NAME });
   let plugin;
   try {
+    // Loaded only now: grpc-js reads its environment when imported, which --help need not do.
+    const { startPlugin } = await import("./src/plugin.ts");
     plugin = await startPlugin(config, log);
   } catch (err) {
     fail(`cannot start: ${err instanceof Error ? err.message : String(err)}`, 1);

@@ -43,8 +43,9 @@ context {
 topology_request {
   required {
     topology {
-      segments {
-        # Replace with the name of the node that holds (or will hold) the dataset.
+      # Replace node-1 with the name of the node that holds (or will hold) the dataset.
+      # (An attribute with a map value, because the key must be quoted.)
+      segments = {
         "org.zfs-csi/node" = "node-1"
       }
     }

@@ -137,40 +137,36 @@ job "zfs-csi-node" {
         # mount(2) and /dev/zfs need CAP_SYS_ADMIN and the host's devices.
         privileged = true
 
-        # The parent dataset's mountpoint at the same path as on the host. zfs mounts each
-        # volume dataset below it and the plugin bind-mounts it from there; rshared makes those
-        # mounts reach the host (and host mounts reach the plugin).
-        mount {
-          type     = "bind"
-          source   = var.parent_mountpoint
-          target   = var.parent_mountpoint
-          readonly = false
-          bind_options {
-            propagation = "rshared"
-          }
-        }
-
-        # Optional: the plugin binary from the host.
-        dynamic "mount" {
-          for_each = var.binary_path == "" ? [] : [var.binary_path]
-          content {
+        # Bind mounts, as a list because some are optional (dynamic blocks are not expanded
+        # inside a driver's config and would fail when the task starts).
+        mount = concat(
+          [
+            # The parent dataset's mountpoint at the same path as on the host. zfs mounts each
+            # volume dataset below it and the plugin bind-mounts it from there; rshared makes
+            # those mounts reach the host (and host mounts reach the plugin).
+            {
+              type         = "bind"
+              source       = var.parent_mountpoint
+              target       = var.parent_mountpoint
+              readonly     = false
+              bind_options = { propagation = "rshared" }
+            },
+          ],
+          # Optional: the plugin binary from the host.
+          [for p in compact([var.binary_path]) : {
             type     = "bind"
-            source   = mount.value
+            source   = p
             target   = "/usr/local/bin/zfs-csi"
             readonly = true
-          }
-        }
-
-        # Optional: the host's ZFS userland, for plain images.
-        dynamic "mount" {
-          for_each = var.host_paths
-          content {
+          }],
+          # Optional: the host's ZFS userland, for plain images.
+          [for p in var.host_paths : {
             type     = "bind"
-            source   = mount.value
-            target   = mount.value
+            source   = p
+            target   = p
             readonly = true
-          }
-        }
+          }],
+        )
 
         # No mount for /dev: Nomad already bind-mounts the host's /dev into every CSI plugin
         # task (with /dev/zfs in it), and a second mount at /dev fails with "Duplicate mount

@@ -112,7 +112,7 @@ function parseTopology(items: readonly string[], nodeId: string): Record<string,
 }
 
 function socketPathOf(endpoint: string): string {
-  const m = /^unix:\/\/(\/.*)$/.exec(endpoint) ?? /^unix:(\/.*)$/.exec(endpoint);
+  const m = /^unix:\/\/(\/.*)$/.exec(endpoint) ?? /^unix:(\/[^/].*)$/.exec(endpoint);
   if (!m || m[1] === undefined || m[1].endsWith("/")) {
     throw new ConfigError(
       `Endpoint "${endpoint}" is not supported: use unix:///absolute/path/csi.sock`,

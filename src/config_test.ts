@@ -114,7 +114,10 @@ Deno.test("parseConfig refuses a missing or empty --node-id", () => {
     ["--parent-dataset", "tank/nomad", "--node-id", ""],
     "Missing required flag --node-id (a stable node name)",
   );
-  fails(["--parent-dataset", "tank/nomad", "--node-id", "node 1"], /^--node-id "node 1" is not valid/);
+  fails(
+    ["--parent-dataset", "tank/nomad", "--node-id", "node 1"],
+    /^--node-id "node 1" is not valid/,
+  );
 });
 
 Deno.test("parseConfig refuses unknown flags and positionals", () => {
@@ -131,7 +134,10 @@ Deno.test("parseConfig refuses a whole pool as parent dataset", () => {
 });
 
 Deno.test("parseConfig refuses a malformed parent dataset", () => {
-  fails(["--parent-dataset", "tank/a b", "--node-id", "n1"], /^--parent-dataset: Dataset name "tank\/a b" is not valid/);
+  fails(
+    ["--parent-dataset", "tank/a b", "--node-id", "n1"],
+    /^--parent-dataset: Dataset name "tank\/a b" is not valid/,
+  );
   fails(["--parent-dataset", "tank/nomad/", "--node-id", "n1"], /^--parent-dataset: /);
   fails(["--parent-dataset", "", "--node-id", "n1"], "--parent-dataset: Dataset name is empty");
 });
@@ -180,7 +186,10 @@ Deno.test("parseConfig falls back to CSI_ENDPOINT, and --endpoint wins over it",
 });
 
 Deno.test("parseConfig accepts unix endpoints in both forms and refuses others", () => {
-  assert.equal(run([...REQUIRED, "--endpoint", "unix:///csi/csi.sock"]).socketPath, "/csi/csi.sock");
+  assert.equal(
+    run([...REQUIRED, "--endpoint", "unix:///csi/csi.sock"]).socketPath,
+    "/csi/csi.sock",
+  );
   assert.equal(run([...REQUIRED, "--endpoint", "unix:/csi/csi.sock"]).socketPath, "/csi/csi.sock");
   for (
     const endpoint of [

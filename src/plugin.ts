@@ -3,6 +3,7 @@
  * the CSI services, and the gRPC server that serves them.
  */
 
+import { dirname } from "node:path";
 import type { Config } from "./config.ts";
 import { Datasets } from "./csi/datasets.ts";
 import { HealthChecker } from "./csi/health.ts";
@@ -21,12 +22,40 @@ export interface Plugin {
   readonly health: HealthChecker;
 }
 
+/**
+ * Refuses to start when the permissions baked into this build do not cover the directories
+ * and programs the config names: better one clear line at start than a permission error on
+ * the first mount.
+ * @throws {Error} naming the directory or program and what to do about it
+ */
+export function checkPermissions(config: Config): void {
+  const programs = [config.zfsPath, config.zpoolPath, config.mountPath, config.umountPath];
+  for (const command of programs) {
+    if (Deno.permissions.querySync({ name: "run", command }).state !== "granted") {
+      throw new Error(
+        `this build may not run "${command}": it runs zfs, zpool, mount and umount as found on ` +
+          `PATH when it starts; put them on PATH instead of naming another path`,
+      );
+    }
+  }
+  const dirs = [dirname(config.socketPath), ...config.stagePublishDirs];
+  for (const path of dirs) {
+    if (Deno.permissions.querySync({ name: "write", path }).state !== "granted") {
+      throw new Error(
+        `this build may not write to "${path}"; use a directory below those it was built for, ` +
+          `or rebuild with ZFS_CSI_EXTRA_DIRS=${path} deno task compile`,
+      );
+    }
+  }
+}
+
 /** Starts serving; the first health check starts at once, in the background. */
 export async function startPlugin(
   config: Config,
   log: Logger,
   runner: CommandRunner = new DenoCommandRunner(config.commandTimeoutMs),
 ): Promise<Plugin> {
+  checkPermissions(config);
   const zfs = new Zfs(runner, {
     zfsPath: config.zfsPath,
     zpoolPath: config.zpoolPath,

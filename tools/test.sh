@@ -11,7 +11,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 
 echo "== unit tests (no subprocesses allowed)"
-$deno test --frozen --allow-read --allow-write=/tmp --allow-env src/ 2>&1 | tee -a "$log" || status=1
+$deno test --frozen --allow-read --allow-write=/tmp --allow-env src/ tools/ 2>&1 | tee -a "$log" || status=1
 
 echo "== integration tests (real ZFS pool, plugin run with its production permission flags)"
 if tools/zfs-env.sh ensure; then

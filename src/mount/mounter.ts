@@ -43,6 +43,7 @@ export class Mounter {
 
   /** The current mount table of this process's mount namespace. */
   async table(): Promise<MountEntry[]> {
+    this.#opts.log.debug("exec", { argv: [this.#opts.mountPath] });
     const res = await this.#runner.run([this.#opts.mountPath], { timeoutMs: this.#opts.timeoutMs });
     if (res.code !== 0 || res.timedOut) {
       throw new CsiError(

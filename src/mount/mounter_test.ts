@@ -84,6 +84,7 @@ Deno.test("Mounter.bind reports the remount failure when undoing also fails", as
   const logged = lines.map((l) => JSON.parse(l)).find((r) => r.msg === "cannot undo bind mount");
   assert.equal(logged?.level, "error");
   assert.equal(logged?.target, "/t");
+  assert.equal(logged?.error?.message, 'Cannot unmount "/t": umount: /t: target is busy.');
 });
 
 Deno.test("Mounter.bind does not remount when the bind fails", async () => {

@@ -34,8 +34,12 @@ export async function checkPathInside(
   let realRoot: string;
   try {
     realRoot = await Deno.realPath(root);
-  } catch {
-    throw bad(`is inside base directory "${root}", which does not exist`);
+  } catch (err) {
+    throw bad(
+      err instanceof Deno.errors.NotFound
+        ? `is inside base directory "${root}", which does not exist`
+        : `is inside base directory "${root}", which cannot be read (${(err as Error).name})`,
+    );
   }
   for (let n = rel.length; n >= 0; n--) {
     const candidate = n === 0 ? root : `${root}/${rel.slice(0, n).join("/")}`;

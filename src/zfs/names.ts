@@ -127,7 +127,7 @@ export function decodeComponent(component: string): string | undefined {
  */
 export function datasetForVolume(parent: string, id: string): string {
   const prefix = parent + "/";
-  if (id.startsWith(prefix)) {
+  if (id.startsWith(prefix) && encoder.encode(id).length <= MAX_VOLUME_ID_BYTES) {
     const rest = id.slice(prefix.length);
     if (decodeComponent(rest) !== undefined) return id;
   }

@@ -31,7 +31,10 @@ const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["no_space", /out of space|no space left|quota exceeded/i],
   ["permission", /permission denied|operation not permitted/i],
   ["unsupported", /not supported|unsupported|must be upgraded|pool version/i],
-  ["invalid", /invalid|bad property|bad numeric value|cannot be set|too long|illegal/i],
+  [
+    "invalid",
+    /invalid|bad property|bad numeric value|cannot be set|too long|illegal|must be a number|less than current used/i,
+  ],
 ];
 
 /**

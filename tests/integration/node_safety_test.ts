@@ -63,12 +63,19 @@ Deno.test("node: bad input is refused and changes nothing", async (t) => {
         volume_capability: { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } },
       }, Code.INVALID_ARGUMENT],
       ["other fs type", {
-        volume_capability: { mount: { fs_type: "ext4", mount_flags: [] }, access_mode: { mode: "SINGLE_NODE_WRITER" } },
+        volume_capability: {
+          mount: { fs_type: "ext4", mount_flags: [] },
+          access_mode: { mode: "SINGLE_NODE_WRITER" },
+        },
       }, Code.INVALID_ARGUMENT],
       ["mount flag injection", {
         volume_capability: mountCapability("SINGLE_NODE_WRITER", ["bind,remount"]),
       }, Code.INVALID_ARGUMENT],
-      ["unknown context key", { volume_context: { size: "1G", mountpoint: "/etc" } }, Code.INVALID_ARGUMENT],
+      [
+        "unknown context key",
+        { volume_context: { size: "1G", mountpoint: "/etc" } },
+        Code.INVALID_ARGUMENT,
+      ],
       ["bad size", { volume_context: { size: "-5G" } }, Code.INVALID_ARGUMENT],
       ["missing dataset without size", { volume_context: {} }, Code.NOT_FOUND],
     ];
@@ -132,7 +139,9 @@ Deno.test("node: foreign datasets and mounts are never taken over", async (t) =>
     try {
       assert.equal(await codeOf(c.node("NodeStageVolume", stageReq)), Code.ALREADY_EXISTS);
       assert.equal(
-        await codeOf(c.node("NodeUnstageVolume", { volume_id: "legacy", staging_target_path: p.staging })),
+        await codeOf(
+          c.node("NodeUnstageVolume", { volume_id: "legacy", staging_target_path: p.staging }),
+        ),
         Code.FAILED_PRECONDITION,
       );
       assert.equal((await mountsAt(p.staging)).length, 1, "foreign mount still there");
@@ -279,10 +288,15 @@ Deno.test("node: concurrent calls on one volume are ABORTED, other volumes proce
     volume_context: { size: "16MiB" },
   });
   const others = await Promise.all(
-    ["o1", "o2", "o3", "o4"].map((id) => claimPaths(plugin.baseDir, { volumeId: id, allocId: "a" })),
+    ["o1", "o2", "o3", "o4"].map((id) =>
+      claimPaths(plugin.baseDir, { volumeId: id, allocId: "a" })
+    ),
   );
   const calls = [
-    ...Array.from({ length: 6 }, () => codeOf(c.node("NodeStageVolume", req("same", same.staging)))),
+    ...Array.from(
+      { length: 6 },
+      () => codeOf(c.node("NodeStageVolume", req("same", same.staging))),
+    ),
     ...others.map((p, i) => codeOf(c.node("NodeStageVolume", req(`o${i + 1}`, p.staging)))),
     ...Array.from({ length: 4 }, async () => (await c.identity("Probe")).ready.value ? 0 : -1),
   ];
@@ -314,7 +328,9 @@ Deno.test("identity: Probe says not ready, with the reason logged, when the pare
   }
   assert.equal(ready, false);
   assert.ok(
-    plugin.records().some((r) => r.msg === "plugin not ready" && /does not exist/.test(String(r.reason))),
+    plugin.records().some((r) =>
+      r.msg === "plugin not ready" && /does not exist/.test(String(r.reason))
+    ),
   );
   // Fingerprinting still works, so Nomad can show the plugin and its health.
   assert.equal((await plugin.client.node("NodeGetInfo")).node_id, "node-a");

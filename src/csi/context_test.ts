@@ -1,0 +1,46 @@
+import assert from "node:assert/strict";
+import { Code, CsiError } from "../errors.ts";
+import { parseVolumeContext } from "./context.ts";
+
+function assertInvalid(fn: () => unknown, message: string): void {
+  assert.throws(fn, (err: unknown) => {
+    assert.ok(err instanceof CsiError, String(err));
+    assert.equal(err.code, Code.INVALID_ARGUMENT);
+    assert.equal(err.message, message);
+    return true;
+  });
+}
+
+Deno.test("parseVolumeContext reads size into bytes", () => {
+  assert.deepEqual(parseVolumeContext({ size: "10GiB" }), { sizeBytes: 10 * 1024 ** 3 });
+  assert.deepEqual(parseVolumeContext({ size: "1073741824" }), { sizeBytes: 1073741824 });
+});
+
+Deno.test("parseVolumeContext returns nothing for an empty or missing context", () => {
+  assert.deepEqual(parseVolumeContext({}), {});
+  assert.deepEqual(parseVolumeContext(null), {});
+  assert.deepEqual(parseVolumeContext(undefined), {});
+  assert.deepEqual(parseVolumeContext({ size: "" }), {});
+});
+
+Deno.test("parseVolumeContext refuses unknown keys, naming them", () => {
+  assertInvalid(
+    () => parseVolumeContext({ size: "1G", sise: "2G" }),
+    'volume_context key "sise" is not known; known keys: size',
+  );
+  assertInvalid(
+    () => parseVolumeContext({ Size: "1G" }),
+    'volume_context key "Size" is not known; known keys: size',
+  );
+});
+
+Deno.test("parseVolumeContext refuses a malformed size", () => {
+  assertInvalid(
+    () => parseVolumeContext({ size: "ten gigs" }),
+    'volume_context size: Size "ten gigs" is not a size such as 10GiB, 500M or 1073741824',
+  );
+  assertInvalid(
+    () => parseVolumeContext({ size: "0" }),
+    'volume_context size: Size "0" is out of range',
+  );
+});

@@ -1,0 +1,127 @@
+import assert from "node:assert/strict";
+import { Code, CsiError, ZfsError } from "../errors.ts";
+import { Logger } from "../log.ts";
+import { Mounter } from "../mount/mounter.ts";
+import type { PropertyValue } from "../zfs/parse.ts";
+import { Zfs } from "../zfs/zfs.ts";
+import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { checkOwned, Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
+
+function props(entries: Record<string, string>): Map<string, PropertyValue> {
+  return new Map(Object.entries(entries).map(([k, value]) => [k, { value, source: "local" }]));
+}
+
+function datasets(runner: FakeRunner): Datasets {
+  const log = new Logger("error", {}, () => {});
+  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs: 1000, log });
+  const mounter = new Mounter(runner, {
+    mountPath: "mount",
+    umountPath: "umount",
+    timeoutMs: 1000,
+    log,
+  });
+  return new Datasets(zfs, mounter);
+}
+
+const GET = ["zfs", "get", "-Hp", "-o", "name,property,value,source", VOLUME_PROPERTIES.join(",")];
+
+function getOutput(dataset: string, over: Record<string, string> = {}): string {
+  const values: Record<string, string> = {
+    type: "filesystem",
+    mountpoint: `/${dataset}`,
+    mounted: "yes",
+    refquota: "1073741824",
+    used: "98304",
+    available: "1073643520",
+    "org.zfs-csi:managed": "yes",
+    ...over,
+  };
+  return Object.entries(values).map(([k, v]) => `${dataset}\t${k}\t${v}\t-`).join("\n") + "\n";
+}
+
+Deno.test("checkOwned accepts a marked filesystem", () => {
+  assert.doesNotThrow(() =>
+    checkOwned("t/v", props({ "org.zfs-csi:managed": "yes", type: "filesystem" }))
+  );
+});
+
+Deno.test("checkOwned refuses unmarked datasets and volumes with FAILED_PRECONDITION", () => {
+  const table: ReadonlyArray<readonly [Record<string, string>, string]> = [
+    [{ type: "filesystem" }, 'Dataset "t/v" exists but is not managed by zfs-csi'],
+    [
+      { type: "filesystem", "org.zfs-csi:managed": "no" },
+      'Dataset "t/v" exists but is not managed',
+    ],
+    [{ type: "volume", "org.zfs-csi:managed": "yes" }, 'Dataset "t/v" is not a filesystem'],
+  ];
+  for (const [entries, message] of table) {
+    assert.throws(() => checkOwned("t/v", props(entries)), (err: unknown) => {
+      assert.ok(err instanceof CsiError);
+      assert.equal(err.code, Code.FAILED_PRECONDITION);
+      assert.ok(err.message.startsWith(message), err.message);
+      return true;
+    });
+  }
+});
+
+Deno.test("Datasets.get returns the dataset's mountpoint, mounted state and refquota", async () => {
+  const runner = new FakeRunner().on(GET, { stdout: getOutput("t/n/v") });
+  assert.deepEqual(await datasets(runner).get("v", "t/n/v"), {
+    dataset: "t/n/v",
+    mountpoint: "/t/n/v",
+    mounted: true,
+    refquota: 1073741824,
+  });
+  assert.deepEqual(runner.argvs, [[...GET, "t/n/v"]]);
+});
+
+Deno.test("Datasets.get answers NOT_FOUND naming the volume and dataset", async () => {
+  const runner = new FakeRunner().on(GET, {
+    code: 1,
+    stderr: "cannot open 't/n/v': dataset does not exist\n",
+  });
+  await assert.rejects(datasets(runner).get("v", "t/n/v"), (err: unknown) => {
+    assert.ok(err instanceof CsiError);
+    assert.equal(err.code, Code.NOT_FOUND);
+    assert.equal(err.message, 'Volume "v" not found (no dataset "t/n/v")');
+    return true;
+  });
+});
+
+Deno.test("Datasets.ensureMounted checks ownership when another creator won the race", async () => {
+  const runner = new FakeRunner()
+    .on(GET, { code: 1, stderr: "cannot open 't/n/v': dataset does not exist\n" }, { times: 1 })
+    .on(["zfs", "create"], { code: 1, stderr: "cannot create 't/n/v': dataset already exists\n" })
+    .on(GET, { stdout: getOutput("t/n/v", { "org.zfs-csi:managed": "-" }) });
+  await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v", 1024), (err: unknown) => {
+    assert.ok(err instanceof CsiError);
+    assert.equal(err.code, Code.FAILED_PRECONDITION);
+    return true;
+  });
+  assert.equal(runner.calls.length, 3);
+});
+
+Deno.test("Datasets.ensureMounted passes on zfs create failures other than exists", async () => {
+  const runner = new FakeRunner()
+    .on(GET, { code: 1, stderr: "cannot open 't/n/v': dataset does not exist\n" })
+    .on(["zfs", "create"], { code: 1, stderr: "cannot create 't/n/v': out of space\n" });
+  await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v", 1024), (err: unknown) => {
+    assert.ok(err instanceof ZfsError);
+    assert.equal(err.kind, "no_space");
+    return true;
+  });
+});
+
+Deno.test("Datasets.ensureMounted refuses a dataset with a legacy mountpoint", async () => {
+  const runner = new FakeRunner().on(GET, { stdout: getOutput("t/n/v", { mountpoint: "legacy" }) });
+  await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v"), (err: unknown) => {
+    assert.ok(err instanceof CsiError);
+    assert.equal(err.code, Code.FAILED_PRECONDITION);
+    assert.equal(
+      err.message,
+      'Dataset "t/n/v" has mountpoint "legacy"; zfs-csi needs it mounted by zfs (run "zfs inherit mountpoint t/n/v")',
+    );
+    return true;
+  });
+  assert.equal(runner.calls.length, 1);
+});

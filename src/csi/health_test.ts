@@ -1,0 +1,157 @@
+import assert from "node:assert/strict";
+import { Logger } from "../log.ts";
+import { Mounter } from "../mount/mounter.ts";
+import { Zfs } from "../zfs/zfs.ts";
+import {
+  type FakeResponse,
+  FakeRunner,
+  gate,
+  mountLine,
+  type Responder,
+} from "../../tests/support/fake_runner.ts";
+import { HealthChecker, type HealthOptions } from "./health.ts";
+
+const PARENT_GET = [
+  "zfs",
+  "get",
+  "-Hp",
+  "-o",
+  "name,property,value,source",
+  "type,mounted,mountpoint",
+  "tank/nomad",
+];
+
+function parentProps(mounted = "yes", type = "filesystem"): FakeResponse {
+  return {
+    stdout: `tank/nomad\ttype\t${type}\t-\ntank/nomad\tmounted\t${mounted}\t-\n` +
+      "tank/nomad\tmountpoint\t/tank/nomad\tdefault\n",
+  };
+}
+
+const VISIBLE: FakeResponse = {
+  stdout: mountLine("tank/nomad", "/tank/nomad", "zfs", "rw,xattr") + "\n",
+};
+
+function setup(
+  script: { pool?: Responder; parent?: Responder; mounts?: Responder },
+  opts: HealthOptions = { ttlMs: 10_000, checkTimeoutMs: 400, maxWaitMs: 300 },
+): { runner: FakeRunner; health: HealthChecker; logs: () => Record<string, unknown>[] } {
+  const runner = new FakeRunner()
+    .on(["zpool", "list"], script.pool ?? { stdout: "tank\tONLINE\n" })
+    .on(PARENT_GET, script.parent ?? parentProps())
+    .onExact(["mount"], script.mounts ?? VISIBLE);
+  const lines: string[] = [];
+  const log = new Logger("debug", {}, (l) => lines.push(l));
+  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs: 60_000, log });
+  const mounter = new Mounter(runner, {
+    mountPath: "mount",
+    umountPath: "umount",
+    timeoutMs: 60_000,
+    log,
+  });
+  const health = new HealthChecker({ zfs, mounter, parentDataset: "tank/nomad", log }, opts);
+  return {
+    runner,
+    health,
+    logs: () =>
+      lines.map((l) => JSON.parse(l)).filter((r) => r.msg !== "exec" && r.msg !== "exec done"),
+  };
+}
+
+Deno.test("HealthChecker.refresh is ready when the pool is online and the parent is mounted and visible", async () => {
+  const { runner, health, logs } = setup({});
+  const status = await health.refresh();
+  assert.equal(status.ready, true);
+  assert.equal(status.reason, "");
+  assert.equal(status.poolHealth, "ONLINE");
+  assert.deepEqual(runner.argvs, [
+    ["zpool", "list", "-H", "-o", "name,health", "tank"],
+    PARENT_GET,
+    ["mount"],
+  ]);
+  assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 400 });
+  assert.deepEqual(runner.calls[1]?.options, { timeoutMs: 400 });
+  assert.equal(health.last, status);
+  assert.deepEqual(logs().map((r) => [r.level, r.msg]), [["info", "plugin healthy"]]);
+});
+
+Deno.test("HealthChecker.refresh explains each way of not being ready", async () => {
+  const table: ReadonlyArray<readonly [Parameters<typeof setup>[0], boolean, string]> = [
+    [
+      { pool: { code: 1, stderr: "cannot open 'tank': no such pool\n" } },
+      false,
+      'Pool "tank" is not imported',
+    ],
+    [{ pool: { stdout: "tank\tFAULTED\n" } }, false, 'Pool "tank" is FAULTED'],
+    [{ pool: { stdout: "tank\tDEGRADED\n" } }, true, 'Pool "tank" is DEGRADED'],
+    [
+      { parent: { code: 1, stderr: "cannot open 'tank/nomad': dataset does not exist\n" } },
+      false,
+      'Parent dataset "tank/nomad" does not exist',
+    ],
+    [
+      { parent: parentProps("yes", "volume") },
+      false,
+      'Parent dataset "tank/nomad" is not a filesystem',
+    ],
+    [{ parent: parentProps("no") }, false, 'Parent dataset "tank/nomad" is not mounted'],
+    [
+      { mounts: { stdout: "" } },
+      false,
+      'Parent dataset "tank/nomad" is mounted at "/tank/nomad" on the host but not visible to the plugin: bind-mount that path into the plugin task',
+    ],
+    [
+      { parent: { timedOut: true, code: 137 } },
+      false,
+      'Health check failed: Command "zfs get -Hp -o name,property,value,source type,mounted,mountpoint tank/nomad" failed (timeout): timed out after 400ms',
+    ],
+  ];
+  for (const [script, ready, reason] of table) {
+    const { health } = setup(script);
+    const status = await health.refresh();
+    assert.equal(status.ready, ready, reason);
+    assert.equal(status.reason, reason);
+  }
+});
+
+Deno.test("HealthChecker.status answers from the cache while it is fresh", async () => {
+  const { runner, health } = setup({});
+  const first = await health.status();
+  const second = await health.status();
+  assert.equal(second, first);
+  assert.equal(runner.calls.length, 3);
+});
+
+Deno.test("HealthChecker.status does not wait longer than maxWaitMs for a slow check", async () => {
+  const held = gate();
+  const { health } = setup({
+    mounts: async () => {
+      await held.promise;
+      return VISIBLE;
+    },
+  }, { ttlMs: 0, checkTimeoutMs: 400, maxWaitMs: 20 });
+  const status = await health.status();
+  assert.equal(status.ready, false);
+  assert.equal(status.reason, "The first health check is still running");
+  assert.equal(health.last, undefined);
+  held.open();
+  const done = await health.refresh();
+  assert.equal(done.ready, true);
+  assert.equal(health.last, done);
+});
+
+Deno.test("HealthChecker.refresh runs one check at a time", async () => {
+  const { runner, health } = setup({});
+  const [a, b] = await Promise.all([health.refresh(), health.refresh()]);
+  assert.equal(a, b);
+  assert.equal(runner.calls.length, 3);
+});
+
+Deno.test("HealthChecker logs a change of state once, not on every check", async () => {
+  const { health, logs } = setup({ pool: { stdout: "tank\tFAULTED\n" } });
+  await health.refresh();
+  await health.refresh();
+  assert.deepEqual(logs().map((r) => [r.level, r.msg, r.reason]), [
+    ["warn", "plugin not ready", 'Pool "tank" is FAULTED'],
+  ]);
+});

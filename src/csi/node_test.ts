@@ -1,0 +1,907 @@
+import assert from "node:assert/strict";
+import { parseConfig } from "../config.ts";
+import { Code, CsiError, type GrpcCode } from "../errors.ts";
+import { KeyedLock } from "../lock.ts";
+import { Logger } from "../log.ts";
+import { Mounter } from "../mount/mounter.ts";
+import { MANAGED_PROPERTY } from "../zfs/names.ts";
+import { Zfs } from "../zfs/zfs.ts";
+import {
+  type FakeResponse,
+  FakeRunner,
+  gate,
+  hasPrefix,
+  mountLine,
+} from "../../tests/support/fake_runner.ts";
+import { Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
+import { HealthChecker } from "./health.ts";
+import { type FsStats, NodeService } from "./node.ts";
+import type {
+  NodeExpandVolumeRequest,
+  NodePublishVolumeRequest,
+  NodeStageVolumeRequest,
+  VolumeCapability,
+} from "./types.ts";
+
+const PARENT = "tank/nomad";
+const GET = ["zfs", "get", "-Hp", "-o", "name,property,value,source", VOLUME_PROPERTIES.join(",")];
+
+/** A dataset as the fake zfs knows it. */
+interface FakeDataset {
+  managed: boolean;
+  type: string;
+  mountpoint: string;
+  mounted: boolean;
+  refquota: number;
+}
+
+interface FakeMount {
+  source: string;
+  mountPoint: string;
+  fsType: string;
+  options: string[];
+}
+
+/**
+ * A fake host behind the FakeRunner: datasets that `zfs get/create/mount/set` see and change,
+ * and a mount table that `mount`, `mount --bind`, `mount -o remount,...` and `umount` see and
+ * change. Every argv is still recorded by the runner, and anything else is unexpected.
+ */
+class FakeHost {
+  readonly datasets = new Map<string, FakeDataset>();
+  readonly mounts: FakeMount[] = [];
+
+  constructor(runner: FakeRunner) {
+    runner
+      .on(["zfs", "get"], (argv) => this.zfsGet(argv))
+      .on(["zfs", "create"], (argv) => this.zfsCreate(argv))
+      .on(["zfs", "mount"], (argv) => this.zfsMount(argv))
+      .on(["zfs", "set"], (argv) => this.zfsSet(argv))
+      .onExact(["mount"], () => ({ stdout: this.mountList() }))
+      .on(["mount", "--bind"], (argv) => this.bind(argv))
+      .on(["mount", "-o"], (argv) => this.remount(argv))
+      .on(["umount"], (argv) => this.umount(argv));
+  }
+
+  /** Adds a dataset owned by the plugin, mounted at /mnt/<dataset>. */
+  addDataset(name: string, opts: Partial<FakeDataset> = {}): FakeDataset {
+    const ds: FakeDataset = {
+      managed: true,
+      type: "filesystem",
+      mountpoint: `/mnt/${name}`,
+      mounted: true,
+      refquota: 0,
+      ...opts,
+    };
+    this.datasets.set(name, ds);
+    if (ds.mounted) this.addMount(name, ds.mountpoint);
+    return ds;
+  }
+
+  addMount(source: string, mountPoint: string, fsType = "zfs", options = ["rw", "xattr"]): void {
+    this.mounts.push({ source, mountPoint, fsType, options });
+  }
+
+  top(path: string): FakeMount | undefined {
+    return this.mounts.filter((m) => m.mountPoint === path).at(-1);
+  }
+
+  mountList(): string {
+    return this.mounts.map((m) => mountLine(m.source, m.mountPoint, m.fsType, m.options.join(",")))
+      .join("\n") + "\n";
+  }
+
+  zfsGet(argv: readonly string[]): FakeResponse {
+    const name = argv.at(-1)!;
+    const ds = this.datasets.get(name);
+    if (!ds) return { code: 1, stderr: `cannot open '${name}': dataset does not exist\n` };
+    const row = (p: string, v: string, s: string) => `${name}\t${p}\t${v}\t${s}`;
+    return {
+      stdout: [
+        row("type", ds.type, "-"),
+        row("mountpoint", ds.mountpoint, "default"),
+        row("mounted", ds.mounted ? "yes" : "no", "-"),
+        row("refquota", String(ds.refquota), ds.refquota ? "local" : "default"),
+        row("used", "98304", "-"),
+        row("available", "1073643520", "-"),
+        row(MANAGED_PROPERTY, ds.managed ? "yes" : "-", ds.managed ? "local" : "-"),
+      ].join("\n") + "\n",
+    };
+  }
+
+  zfsCreate(argv: readonly string[]): FakeResponse {
+    const name = argv.at(-1)!;
+    if (this.datasets.has(name)) {
+      return { code: 1, stderr: `cannot create '${name}': dataset already exists\n` };
+    }
+    const props = new Map<string, string>();
+    for (let i = 2; i < argv.length - 1; i += 2) {
+      assert.equal(argv[i], "-o");
+      const [k, v] = argv[i + 1]!.split("=");
+      props.set(k!, v!);
+    }
+    this.addDataset(name, {
+      managed: props.get(MANAGED_PROPERTY) === "yes",
+      refquota: Number(props.get("refquota") ?? "0"),
+    });
+    return {};
+  }
+
+  zfsMount(argv: readonly string[]): FakeResponse {
+    const ds = this.datasets.get(argv[2]!)!;
+    if (ds.mounted) {
+      return { code: 1, stderr: `cannot mount '${argv[2]}': filesystem already mounted\n` };
+    }
+    ds.mounted = true;
+    this.addMount(argv[2]!, ds.mountpoint);
+    return {};
+  }
+
+  zfsSet(argv: readonly string[]): FakeResponse {
+    const [k, v] = argv[2]!.split("=");
+    const ds = this.datasets.get(argv[3]!)!;
+    assert.equal(k, "refquota");
+    ds.refquota = Number(v);
+    return {};
+  }
+
+  bind(argv: readonly string[]): FakeResponse {
+    const [, , source, target] = argv;
+    const from = this.top(source!);
+    if (!from) {
+      return { code: 32, stderr: `mount: ${target}: special device ${source} does not exist.\n` };
+    }
+    this.addMount(from.source, target!, from.fsType, [...from.options]);
+    return {};
+  }
+
+  remount(argv: readonly string[]): FakeResponse {
+    const [, , options, target] = argv;
+    const top = this.top(target!);
+    if (!top) return { code: 32, stderr: `mount: ${target}: mount point not mounted.\n` };
+    const flags = options!.split(",").filter((f) => f !== "remount" && f !== "bind");
+    top.options = [...flags, ...top.options.filter((o) => o !== "rw" && !flags.includes(o))];
+    return {};
+  }
+
+  umount(argv: readonly string[]): FakeResponse {
+    const target = argv[1]!;
+    const top = this.top(target);
+    if (!top) return { code: 32, stderr: `umount: ${target}: not mounted.\n` };
+    this.mounts.splice(this.mounts.lastIndexOf(top), 1);
+    return {};
+  }
+}
+
+interface Harness extends AsyncDisposable {
+  readonly runner: FakeRunner;
+  readonly host: FakeHost;
+  readonly node: NodeService;
+  readonly locks: KeyedLock;
+  readonly base: string;
+  readonly logs: string[];
+}
+
+async function setup(
+  opts: {
+    before?: (runner: FakeRunner, host: () => FakeHost) => void;
+    statfs?: (path: string) => Promise<FsStats>;
+  } = {},
+): Promise<Harness> {
+  const base = await Deno.makeTempDir({ prefix: "zfs-csi-node-" });
+  const parsed = parseConfig(
+    [
+      "--parent-dataset",
+      PARENT,
+      "--node-id",
+      "n1",
+      "--stage-publish-base-dir",
+      base,
+      "--topology",
+      "zone=eu1",
+    ],
+    {},
+  );
+  if (parsed.kind !== "run") throw new Error("parseConfig did not return a run config");
+  const config = parsed.config;
+  const logs: string[] = [];
+  const log = new Logger("debug", {}, (line) => logs.push(line));
+  const runner = new FakeRunner();
+  // The closure reads `host` only when a command runs, after it is set below.
+  opts.before?.(runner, () => host);
+  const host = new FakeHost(runner);
+  const zfs = new Zfs(runner, {
+    zfsPath: config.zfsPath,
+    zpoolPath: config.zpoolPath,
+    timeoutMs: 1000,
+    log,
+  });
+  const mounter = new Mounter(runner, {
+    mountPath: config.mountPath,
+    umountPath: config.umountPath,
+    timeoutMs: 1000,
+    log,
+  });
+  const locks = new KeyedLock();
+  const node = new NodeService({
+    config,
+    zfs,
+    mounter,
+    datasets: new Datasets(zfs, mounter),
+    health: new HealthChecker({ zfs, mounter, parentDataset: PARENT, log }),
+    locks,
+    log,
+    ...(opts.statfs ? { statfs: opts.statfs } : {}),
+  });
+  return {
+    runner,
+    host,
+    node,
+    locks,
+    base,
+    logs,
+    [Symbol.asyncDispose]: async () => {
+      await Deno.remove(base, { recursive: true });
+      // Even a command whose failure the service swallowed must have been scripted.
+      runner.assertNoUnexpected();
+    },
+  };
+}
+
+function fsCap(mode = "SINGLE_NODE_WRITER", flags: string[] = []): VolumeCapability {
+  return {
+    mount: { fs_type: "", mount_flags: flags, volume_mount_group: "" },
+    access_mode: { mode },
+    access_type: "mount",
+  };
+}
+
+function stageReq(
+  volumeId: string,
+  staging: string,
+  over: Partial<NodeStageVolumeRequest> = {},
+): NodeStageVolumeRequest {
+  return {
+    volume_id: volumeId,
+    publish_context: {},
+    staging_target_path: staging,
+    volume_capability: fsCap(),
+    secrets: {},
+    volume_context: {},
+    ...over,
+  };
+}
+
+function publishReq(
+  volumeId: string,
+  staging: string,
+  target: string,
+  over: Partial<NodePublishVolumeRequest> = {},
+): NodePublishVolumeRequest {
+  return {
+    volume_id: volumeId,
+    publish_context: {},
+    staging_target_path: staging,
+    target_path: target,
+    volume_capability: fsCap(),
+    readonly: false,
+    secrets: {},
+    volume_context: {},
+    ...over,
+  };
+}
+
+function expandReq(
+  volumeId: string,
+  path: string,
+  required: string,
+  limit = "0",
+): NodeExpandVolumeRequest {
+  return {
+    volume_id: volumeId,
+    volume_path: path,
+    capacity_range: { required_bytes: required, limit_bytes: limit },
+    staging_target_path: "",
+    volume_capability: null,
+    secrets: {},
+  };
+}
+
+async function rejectsWithCode(
+  p: Promise<unknown>,
+  code: GrpcCode,
+  message?: string | RegExp,
+): Promise<CsiError> {
+  let caught: unknown;
+  try {
+    await p;
+  } catch (err) {
+    caught = err;
+  }
+  assert.ok(caught instanceof CsiError, `expected a CsiError, got ${String(caught)}`);
+  assert.equal(caught.code, code, caught.message);
+  if (typeof message === "string") assert.equal(caught.message, message);
+  else if (message) assert.match(caught.message, message);
+  return caught;
+}
+
+async function isDirectory(path: string): Promise<boolean> {
+  try {
+    return (await Deno.lstat(path)).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+const hasArgv = (argvs: string[][], prefix: readonly string[]) =>
+  argvs.some((a) => hasPrefix(a, prefix));
+
+Deno.test("NodeService.NodeStageVolume creates a missing dataset with refquota and the marker", async () => {
+  await using h = await setup();
+  const staging = `${h.base}/staging/v1/rw-file-system-single-node-writer`;
+  assert.deepEqual(
+    await h.node.NodeStageVolume(stageReq("v1", staging, { volume_context: { size: "1GiB" } })),
+    {},
+  );
+  assert.deepEqual(h.runner.argvs, [
+    [...GET, "tank/nomad/v1"],
+    [
+      "zfs",
+      "create",
+      "-o",
+      "org.zfs-csi:managed=yes",
+      "-o",
+      "refquota=1073741824",
+      "tank/nomad/v1",
+    ],
+    [...GET, "tank/nomad/v1"],
+    ["mount"],
+    ["mount"],
+    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+  ]);
+  assert.equal(await isDirectory(staging), true);
+  assert.equal((await Deno.lstat(staging)).mode! & 0o777, 0o700);
+  assert.equal(h.host.top(staging)?.source, "tank/nomad/v1");
+  assert.equal(h.locks.isHeld("tank/nomad/v1"), false);
+  h.runner.assertNoUnexpected();
+});
+
+Deno.test("NodeService.NodeStageVolume maps a volume id with brackets to its escaped dataset", async () => {
+  await using h = await setup();
+  const staging = `${h.base}/staging/db[0]/rw`;
+  await h.node.NodeStageVolume(stageReq("db[0]", staging, { volume_context: { size: "64M" } }));
+  assert.deepEqual(h.runner.argvs[1], [
+    "zfs",
+    "create",
+    "-o",
+    "org.zfs-csi:managed=yes",
+    "-o",
+    "refquota=67108864",
+    "tank/nomad/db:5b0:5d",
+  ]);
+  assert.deepEqual(h.runner.argvs.at(-1), [
+    "mount",
+    "--bind",
+    "/mnt/tank/nomad/db:5b0:5d",
+    staging,
+  ]);
+});
+
+Deno.test("NodeService.NodeStageVolume mounts an existing unmounted dataset first", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { mounted: false, refquota: 1024 });
+  const staging = `${h.base}/staging/v1/rw`;
+  await h.node.NodeStageVolume(stageReq("v1", staging));
+  assert.deepEqual(h.runner.argvs, [
+    [...GET, "tank/nomad/v1"],
+    ["zfs", "mount", "tank/nomad/v1"],
+    ["mount"],
+    ["mount"],
+    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+  ]);
+});
+
+Deno.test("NodeService.NodeStageVolume refuses a dataset without the marker and says how to adopt it", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { managed: false });
+  await rejectsWithCode(
+    h.node.NodeStageVolume(
+      stageReq("v1", `${h.base}/staging/v1/rw`, { volume_context: { size: "1G" } }),
+    ),
+    Code.FAILED_PRECONDITION,
+    'Dataset "tank/nomad/v1" exists but is not managed by zfs-csi; to hand it over, run ' +
+      '"zfs set org.zfs-csi:managed=yes tank/nomad/v1"',
+  );
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+});
+
+Deno.test("NodeService.NodeStageVolume answers NOT_FOUND for a missing dataset without size", async () => {
+  await using h = await setup();
+  const err = await rejectsWithCode(
+    h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`)),
+    Code.NOT_FOUND,
+  );
+  assert.match(err.message, /^Volume "v1" not found: dataset "tank\/nomad\/v1" does not exist/);
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+});
+
+Deno.test("NodeService.NodeStageVolume is OK without mounting when the volume is already staged", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  assert.deepEqual(await h.node.NodeStageVolume(stageReq("v1", staging)), {});
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"], ["mount"], ["mount"]]);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+});
+
+Deno.test("NodeService.NodeStageVolume twice binds only once", async () => {
+  await using h = await setup();
+  const staging = `${h.base}/staging/v1/rw`;
+  const req = stageReq("v1", staging, { volume_context: { size: "1G" } });
+  await h.node.NodeStageVolume(req);
+  await h.node.NodeStageVolume(req);
+  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "--bind"])).length, 1);
+  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["zfs", "create"])).length, 1);
+});
+
+Deno.test("NodeService.NodeStageVolume answers ALREADY_EXISTS when another mount holds the staging path", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  h.host.addDataset("tank/nomad/v2");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v2", staging);
+  await rejectsWithCode(
+    h.node.NodeStageVolume(stageReq("v1", staging)),
+    Code.ALREADY_EXISTS,
+    `staging_target_path "${staging}" already holds another mount ("tank/nomad/v2")`,
+  );
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+});
+
+Deno.test("NodeService.NodeStageVolume answers FAILED_PRECONDITION when the dataset mount is not visible", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  h.host.mounts.length = 0; // mounted on the host, but not in the plugin's mount namespace
+  await rejectsWithCode(
+    h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`)),
+    Code.FAILED_PRECONDITION,
+    /^Dataset "tank\/nomad\/v1" is mounted at "\/mnt\/tank\/nomad\/v1" but the plugin cannot see it/,
+  );
+});
+
+Deno.test("NodeService.NodeStageVolume refuses a block capability with INVALID_ARGUMENT", async () => {
+  await using h = await setup();
+  await rejectsWithCode(
+    h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`, {
+      volume_capability: {
+        block: {},
+        access_mode: { mode: "SINGLE_NODE_WRITER" },
+        access_type: "block",
+      },
+    })),
+    Code.INVALID_ARGUMENT,
+    /^Block volumes are not supported/,
+  );
+  assert.deepEqual(h.runner.argvs, []);
+});
+
+Deno.test("NodeService.NodeStageVolume refuses bad ids, paths and contexts before running anything", async () => {
+  await using h = await setup();
+  const staging = `${h.base}/staging/v1/rw`;
+  const table: ReadonlyArray<readonly [NodeStageVolumeRequest, RegExp]> = [
+    [stageReq("", staging), /^volume_id is required$/],
+    [stageReq("../etc", staging), /must not contain "\/"/],
+    [stageReq("v1", "/etc/x"), /^staging_target_path "\/etc\/x" is outside/],
+    [stageReq("v1", `${h.base}/../x`), /must not contain "\." or "\.\."/],
+    [stageReq("v1", ""), /^staging_target_path is required$/],
+    [
+      stageReq("v1", staging, { volume_context: { sise: "1G" } }),
+      /volume_context key "sise" is not known/,
+    ],
+    [
+      stageReq("v1", staging, {
+        volume_capability: fsCap("SINGLE_NODE_WRITER", ["exec,suid,bind"]),
+      }),
+      /Mount flag "bind"/,
+    ],
+  ];
+  for (const [req, message] of table) {
+    await rejectsWithCode(h.node.NodeStageVolume(req), Code.INVALID_ARGUMENT, message);
+  }
+  assert.deepEqual(h.runner.argvs, []);
+});
+
+Deno.test("NodeService.NodeStageVolume answers ABORTED to a concurrent call on the same volume", async () => {
+  const held = gate();
+  const reached = Promise.withResolvers<void>();
+  await using h = await setup({
+    before: (runner, host) => {
+      runner.on(["zfs", "get"], async (argv) => {
+        reached.resolve();
+        await held.promise;
+        return host().zfsGet(argv);
+      }, { times: 1 });
+    },
+  });
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  const first = h.node.NodeStageVolume(stageReq("v1", staging));
+  await reached.promise;
+  await rejectsWithCode(
+    h.node.NodeStageVolume(stageReq("v1", staging)),
+    Code.ABORTED,
+    'An operation is already in progress for "tank/nomad/v1"; retry later',
+  );
+  // Another volume is not blocked.
+  h.host.addDataset("tank/nomad/v2");
+  await h.node.NodeStageVolume(stageReq("v2", `${h.base}/staging/v2/rw`));
+  held.open();
+  assert.deepEqual(await first, {});
+  assert.equal(h.host.top(staging)?.source, "tank/nomad/v1");
+  assert.equal(h.locks.isHeld("tank/nomad/v1"), false);
+  // Once the first call is done, the volume can be worked on again.
+  assert.deepEqual(await h.node.NodeStageVolume(stageReq("v1", staging)), {});
+});
+
+Deno.test("NodeService.NodeUnstageVolume unmounts the staging path", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  assert.deepEqual(
+    await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging }),
+    {},
+  );
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", staging], ["mount"]]);
+  assert.equal(h.host.top(staging), undefined);
+});
+
+Deno.test("NodeService.NodeUnstageVolume of a volume that is not staged is OK", async () => {
+  await using h = await setup();
+  const staging = `${h.base}/staging/v1/rw`;
+  assert.deepEqual(
+    await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging }),
+    {},
+  );
+  assert.deepEqual(h.runner.argvs, [["mount"]]);
+});
+
+Deno.test("NodeService.NodePublishVolume refuses a volume that is not staged", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", staging, target)),
+    Code.FAILED_PRECONDITION,
+    `Volume "v1" is not staged at "${staging}"; call NodeStageVolume first`,
+  );
+  assert.deepEqual(h.runner.argvs, [["mount"]]);
+  assert.equal(await isDirectory(target), false);
+});
+
+Deno.test("NodeService.NodePublishVolume refuses a staging path holding another volume", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v2");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v2", staging);
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", staging, `${h.base}/per-alloc/a1/v1/rw`)),
+    Code.FAILED_PRECONDITION,
+  );
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+});
+
+Deno.test("NodeService.NodePublishVolume bind-mounts the staging path at the target", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  assert.deepEqual(await h.node.NodePublishVolume(publishReq("v1", staging, target)), {});
+  assert.deepEqual(h.runner.argvs, [["mount"], ["mount"], ["mount", "--bind", staging, target]]);
+  assert.equal(await isDirectory(target), true);
+  assert.equal(h.host.top(target)?.source, "tank/nomad/v1");
+  // Again: already published the same way, nothing to do.
+  assert.deepEqual(await h.node.NodePublishVolume(publishReq("v1", staging, target)), {});
+  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "--bind"])).length, 1);
+});
+
+Deno.test("NodeService.NodePublishVolume readonly binds and then remounts read-only", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  const target = `${h.base}/per-alloc/a1/v1/ro`;
+  await h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true }));
+  assert.deepEqual(h.runner.argvs, [
+    ["mount"],
+    ["mount"],
+    ["mount", "--bind", staging, target],
+    ["mount", "-o", "remount,bind,ro", target],
+  ]);
+  assert.equal(h.host.top(target)?.options.includes("ro"), true);
+  // The same call again is OK; asking for read-write at that target is a conflict.
+  assert.deepEqual(
+    await h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true })),
+    {},
+  );
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", staging, target)),
+    Code.ALREADY_EXISTS,
+    `target_path "${target}" already holds this volume with a different read-only setting`,
+  );
+});
+
+Deno.test("NodeService.NodePublishVolume applies ro for reader-only modes, before other flags", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  const target = `${h.base}/per-alloc/a1/v1/ro`;
+  await h.node.NodePublishVolume(publishReq("v1", staging, target, {
+    volume_capability: fsCap("MULTI_NODE_READER_ONLY", ["nosuid", "nodev"]),
+  }));
+  assert.deepEqual(h.runner.argvs.at(-1), ["mount", "-o", "remount,bind,ro,nosuid,nodev", target]);
+});
+
+Deno.test("NodeService.NodePublishVolume undoes the bind when the read-only remount fails", async () => {
+  await using h = await setup({
+    before: (runner) => {
+      runner.on(["mount", "-o"], { code: 32, stderr: "mount: /x: permission denied.\n" });
+    },
+  });
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  const target = `${h.base}/per-alloc/a1/v1/ro`;
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true })),
+    Code.INTERNAL,
+    /^Cannot apply mount flags "ro"/,
+  );
+  assert.deepEqual(h.runner.argvs.slice(-3), [
+    ["mount", "--bind", staging, target],
+    ["mount", "-o", "remount,bind,ro", target],
+    ["umount", target],
+  ]);
+  assert.equal(h.host.top(target), undefined);
+});
+
+Deno.test("NodeService.NodePublishVolume answers ALREADY_EXISTS when another mount holds the target", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  h.host.addMount("tmpfs", target, "tmpfs", ["rw"]);
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", staging, target)),
+    Code.ALREADY_EXISTS,
+    `target_path "${target}" already holds another mount ("tmpfs")`,
+  );
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+});
+
+Deno.test("NodeService.NodePublishVolume refuses a target equal to the staging path", async () => {
+  await using h = await setup();
+  const path = `${h.base}/x`;
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", path, path)),
+    Code.INVALID_ARGUMENT,
+    "target_path must differ from staging_target_path",
+  );
+});
+
+Deno.test("NodeService.NodePublishVolume refuses a block capability with INVALID_ARGUMENT", async () => {
+  await using h = await setup();
+  await rejectsWithCode(
+    h.node.NodePublishVolume(publishReq("v1", `${h.base}/s`, `${h.base}/t`, {
+      volume_capability: { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } },
+    })),
+    Code.INVALID_ARGUMENT,
+    /^Block volumes are not supported/,
+  );
+  assert.deepEqual(h.runner.argvs, []);
+});
+
+Deno.test("NodeService.NodeUnpublishVolume of a path that is not a mount is OK and runs no umount", async () => {
+  await using h = await setup();
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(target, { recursive: true });
+  assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }), {});
+  assert.deepEqual(h.runner.argvs, [["mount"]]);
+  assert.equal(await isDirectory(target), false, "the empty target directory is removed");
+  // A target that does not exist at all is fine too.
+  assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }), {});
+});
+
+Deno.test("NodeService.NodeUnpublishVolume leaves a foreign mount alone with FAILED_PRECONDITION", async () => {
+  await using h = await setup();
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(target, { recursive: true });
+  h.host.addMount("tank/nomad/other", target);
+  await rejectsWithCode(
+    h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
+    Code.FAILED_PRECONDITION,
+    `"${target}" holds a mount of "tank/nomad/other", not of volume "v1"; leaving it alone`,
+  );
+  assert.deepEqual(h.runner.argvs, [["mount"]]);
+  assert.equal(hasArgv(h.runner.argvs, ["umount"]), false);
+  assert.equal(await isDirectory(target), true);
+});
+
+Deno.test("NodeService.NodeUnpublishVolume unmounts every stacked mount of the volume, then removes the directory", async () => {
+  await using h = await setup();
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(target, { recursive: true });
+  h.host.addMount("tank/nomad/v1", target);
+  h.host.addMount("tank/nomad/v1", target);
+  assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }), {});
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"], ["umount", target], [
+    "mount",
+  ]]);
+  assert.equal(await isDirectory(target), false);
+});
+
+Deno.test("NodeService.NodeUnpublishVolume stops at a foreign mount below the volume's mount", async () => {
+  await using h = await setup();
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tmpfs", target, "tmpfs", ["rw"]);
+  h.host.addMount("tank/nomad/v1", target);
+  await rejectsWithCode(
+    h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
+    Code.FAILED_PRECONDITION,
+    /holds a mount of "tmpfs"/,
+  );
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"]]);
+});
+
+Deno.test("NodeService.NodeUnpublishVolume of a busy target answers FAILED_PRECONDITION", async () => {
+  await using h = await setup({
+    before: (runner) => {
+      runner.on(["umount"], { code: 32, stderr: "umount: /x: target is busy.\n" });
+    },
+  });
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", target);
+  await rejectsWithCode(
+    h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
+    Code.FAILED_PRECONDITION,
+    `Cannot unmount "${target}": umount: /x: target is busy.`,
+  );
+});
+
+Deno.test("NodeService.NodeExpandVolume raises refquota to the required bytes", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
+  const path = `${h.base}/per-alloc/a1/v1/rw`;
+  assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, "314572800")), {
+    capacity_bytes: 314572800,
+  });
+  assert.deepEqual(h.runner.argvs, [
+    [...GET, "tank/nomad/v1"],
+    ["zfs", "set", "refquota=314572800", "tank/nomad/v1"],
+  ]);
+  assert.equal(h.host.datasets.get("tank/nomad/v1")?.refquota, 314572800);
+});
+
+Deno.test("NodeService.NodeExpandVolume never shrinks a volume", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
+  const path = `${h.base}/per-alloc/a1/v1/rw`;
+  assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, "104857600")), {
+    capacity_bytes: 209715200,
+  });
+  await rejectsWithCode(
+    h.node.NodeExpandVolume(expandReq("v1", path, "0", "104857600")),
+    Code.OUT_OF_RANGE,
+    'Volume "v1" has 209715200 bytes; shrinking to 104857600 is not supported',
+  );
+  assert.equal(hasArgv(h.runner.argvs, ["zfs", "set"]), false);
+  assert.equal(h.host.datasets.get("tank/nomad/v1")?.refquota, 209715200);
+});
+
+Deno.test("NodeService.NodeExpandVolume leaves a volume without refquota unlimited", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 0 });
+  assert.deepEqual(
+    await h.node.NodeExpandVolume(expandReq("v1", `${h.base}/p`, "104857600")),
+    { capacity_bytes: 0 },
+  );
+  assert.equal(hasArgv(h.runner.argvs, ["zfs", "set"]), false);
+});
+
+Deno.test("NodeService.NodeExpandVolume refuses missing capacity, block volumes and unknown volumes", async () => {
+  await using h = await setup();
+  const path = `${h.base}/p`;
+  await rejectsWithCode(
+    h.node.NodeExpandVolume({ ...expandReq("v1", path, "1"), capacity_range: null }),
+    Code.INVALID_ARGUMENT,
+    "capacity_range is required",
+  );
+  await rejectsWithCode(
+    h.node.NodeExpandVolume({
+      ...expandReq("v1", path, "1"),
+      volume_capability: { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } },
+    }),
+    Code.INVALID_ARGUMENT,
+    /^Block volumes are not supported/,
+  );
+  await rejectsWithCode(
+    h.node.NodeExpandVolume(expandReq("v1", path, "9007199254740993")),
+    Code.OUT_OF_RANGE,
+  );
+  assert.deepEqual(h.runner.argvs, []);
+  await rejectsWithCode(
+    h.node.NodeExpandVolume(expandReq("v1", path, "1")),
+    Code.NOT_FOUND,
+    'Volume "v1" not found (no dataset "tank/nomad/v1")',
+  );
+});
+
+Deno.test("NodeService.NodeGetInfo reports the node id and topology", async () => {
+  await using h = await setup();
+  assert.deepEqual(await h.node.NodeGetInfo(), {
+    node_id: "n1",
+    max_volumes_per_node: 0,
+    accessible_topology: { segments: { zone: "eu1", "org.zfs-csi/node": "n1" } },
+  });
+  assert.deepEqual(await h.node.NodeGetCapabilities(), {
+    capabilities: [
+      { rpc: { type: "STAGE_UNSTAGE_VOLUME" } },
+      { rpc: { type: "GET_VOLUME_STATS" } },
+      { rpc: { type: "EXPAND_VOLUME" } },
+      { rpc: { type: "VOLUME_CONDITION" } },
+    ],
+  });
+});
+
+Deno.test("NodeService.NodeGetVolumeStats reports bytes and inodes of a published volume", async () => {
+  const seen: string[] = [];
+  await using h = await setup({
+    statfs: (path) => {
+      seen.push(path);
+      return Promise.resolve({
+        bsize: 4096,
+        blocks: 1000,
+        bfree: 600,
+        bavail: 500,
+        files: 200,
+        ffree: 150,
+      });
+    },
+  });
+  h.host.addDataset("tank/nomad/v1");
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", target);
+  assert.deepEqual(
+    await h.node.NodeGetVolumeStats({
+      volume_id: "v1",
+      volume_path: target,
+      staging_target_path: "",
+    }),
+    {
+      usage: [
+        { unit: "BYTES", total: 4096000, available: 2048000, used: 1638400 },
+        { unit: "INODES", total: 200, available: 150, used: 50 },
+      ],
+      volume_condition: { abnormal: false, message: "Volume is healthy" },
+    },
+  );
+  assert.deepEqual(seen, [target]);
+});
+
+Deno.test("NodeService.NodeGetVolumeStats answers NOT_FOUND for a path not holding the volume", async () => {
+  await using h = await setup({
+    statfs: () => Promise.reject(new Error("statfs must not be called")),
+  });
+  h.host.addDataset("tank/nomad/v1");
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await rejectsWithCode(
+    h.node.NodeGetVolumeStats({ volume_id: "v1", volume_path: target, staging_target_path: "" }),
+    Code.NOT_FOUND,
+    `volume_path "${target}" does not hold volume "v1"`,
+  );
+});

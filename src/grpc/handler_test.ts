@@ -1,0 +1,123 @@
+import assert from "node:assert/strict";
+import { Code, CsiError, ZfsError } from "../errors.ts";
+import { Logger } from "../log.ts";
+import { unary } from "./handler.ts";
+
+type Handler = ReturnType<typeof unary>;
+type Call = Parameters<Handler>[0];
+type Callback = Parameters<Handler>[1];
+
+interface Outcome {
+  readonly error: { code?: number; details?: string } | null;
+  readonly response: unknown;
+}
+
+function invoke(handler: Handler, request: Record<string, unknown>): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const call = { request } as unknown as Call;
+    const callback = ((error: Outcome["error"], response: unknown) =>
+      resolve({ error, response })) as unknown as Callback;
+    handler(call, callback);
+  });
+}
+
+function logger(): { log: Logger; records: () => Record<string, unknown>[]; text: () => string } {
+  const lines: string[] = [];
+  return {
+    log: new Logger("debug", {}, (l) => lines.push(l)),
+    records: () => lines.map((l) => JSON.parse(l)),
+    text: () => lines.join("\n"),
+  };
+}
+
+Deno.test("unary answers with the handler's response and logs one info line", async () => {
+  const { log, records } = logger();
+  const handler = unary("NodeStageVolume", () => Promise.resolve({ ok: 1 }), log);
+  const outcome = await invoke(handler, {
+    volume_id: "v1",
+    staging_target_path: "/local/csi/staging/v1/rw",
+    secrets: { password: "hunter2" },
+  });
+  assert.deepEqual(outcome, { error: null, response: { ok: 1 } });
+  const [line, ...rest] = records();
+  assert.equal(rest.length, 0);
+  assert.equal(line!.level, "info");
+  assert.equal(line!.msg, "rpc");
+  assert.equal(line!.method, "NodeStageVolume");
+  assert.equal(line!.volumeId, "v1");
+  assert.equal(line!.stagingTargetPath, "/local/csi/staging/v1/rw");
+  assert.equal(line!.code, "OK");
+  assert.equal(typeof line!.durationMs, "number");
+  assert.equal("secrets" in line!, false);
+});
+
+Deno.test("unary logs chatty calls such as Probe at debug", async () => {
+  const { log, records } = logger();
+  await invoke(unary("Probe", () => Promise.resolve({}), log), {});
+  assert.deepEqual(records().map((r) => [r.level, r.method, r.code]), [["debug", "Probe", "OK"]]);
+});
+
+Deno.test("unary sends a CsiError's code and message and logs a warning", async () => {
+  const { log, records } = logger();
+  const handler = unary(
+    "NodePublishVolume",
+    () => Promise.reject(new CsiError(Code.FAILED_PRECONDITION, 'Volume "v1" is not staged')),
+    log,
+  );
+  const outcome = await invoke(handler, { volume_id: "v1" });
+  assert.deepEqual(outcome, {
+    error: { code: Code.FAILED_PRECONDITION, details: 'Volume "v1" is not staged' },
+    response: null,
+  });
+  const [line] = records();
+  assert.equal(line!.level, "warn");
+  assert.equal(line!.code, "FAILED_PRECONDITION");
+  assert.equal(line!.error, 'Volume "v1" is not staged');
+});
+
+Deno.test("unary maps a ZfsError by kind and logs its argv", async () => {
+  const { log, records } = logger();
+  const err = new ZfsError(
+    "busy",
+    ["zfs", "destroy", "t/v"],
+    "cannot destroy 't/v': dataset is busy\n",
+  );
+  const outcome = await invoke(unary("DeleteVolume", () => Promise.reject(err), log), {});
+  assert.equal(outcome.error?.code, Code.FAILED_PRECONDITION);
+  assert.equal(
+    outcome.error?.details,
+    `ZFS operation "zfs destroy" failed (busy): cannot destroy 't/v': dataset is busy`,
+  );
+  assert.deepEqual(records()[0]!.argv, ["zfs", "destroy", "t/v"]);
+});
+
+Deno.test("unary answers INTERNAL with a generic message and logs the cause for other errors", async () => {
+  const { log, records, text } = logger();
+  const outcome = await invoke(
+    unary(
+      "NodeStageVolume",
+      () => Promise.reject(new TypeError("x is undefined at /src/secret.ts")),
+      log,
+    ),
+    { volume_id: "v1" },
+  );
+  assert.deepEqual(outcome, {
+    error: { code: Code.INTERNAL, details: "Internal error, see the plugin logs" },
+    response: null,
+  });
+  const [line] = records();
+  assert.equal(line!.level, "error");
+  assert.equal(line!.code, "INTERNAL");
+  assert.match(text(), /x is undefined at \/src\/secret\.ts/);
+});
+
+Deno.test("unary turns a handler that throws synchronously into an error status", async () => {
+  const { log } = logger();
+  const outcome = await invoke(
+    unary("NodeGetInfo", () => {
+      throw new CsiError(Code.INVALID_ARGUMENT, "bad");
+    }, log),
+    {},
+  );
+  assert.deepEqual(outcome.error, { code: Code.INVALID_ARGUMENT, details: "bad" });
+});

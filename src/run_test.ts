@@ -1,0 +1,62 @@
+import assert from "node:assert/strict";
+import { DenoCommandRunner } from "./run.ts";
+import { FakeRunner, UnexpectedCommandError } from "../tests/support/fake_runner.ts";
+
+// The runner's time limit is covered by the integration tests, which may start programs;
+// unit tests run without --allow-run.
+
+Deno.test("DenoCommandRunner.run refuses an empty argument list before starting anything", async () => {
+  await assert.rejects(new DenoCommandRunner(1000).run([]), {
+    name: "TypeError",
+    message: "Cannot run an empty argument list",
+  });
+});
+
+// The scripted runner every unit test relies on must itself behave as documented.
+
+Deno.test("FakeRunner replays scripted results and records every argv with its options", async () => {
+  const runner = new FakeRunner()
+    .on(["zfs", "get"], { stdout: "t\ttype\tfilesystem\t-\n" })
+    .onExact(["mount"], { code: 0, stdout: "listing" })
+    .on(["mount"], { code: 32, stderr: "mount failed" });
+  assert.deepEqual(await runner.run(["zfs", "get", "-Hp", "type", "t"], { timeoutMs: 5 }), {
+    code: 0,
+    stdout: "t\ttype\tfilesystem\t-\n",
+    stderr: "",
+    timedOut: false,
+  });
+  assert.equal((await runner.run(["mount"])).stdout, "listing");
+  assert.equal((await runner.run(["mount", "--bind", "a", "b"])).code, 32);
+  assert.deepEqual(runner.argvs, [["zfs", "get", "-Hp", "type", "t"], ["mount"], [
+    "mount",
+    "--bind",
+    "a",
+    "b",
+  ]]);
+  assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 5 });
+});
+
+Deno.test("FakeRunner uses a rule limited by times only that often", async () => {
+  const runner = new FakeRunner()
+    .on(["zfs"], { code: 1, stderr: "first" }, { times: 1 })
+    .when((argv) => argv[0] === "zfs", (argv) => ({ stdout: argv.join(" ") }));
+  assert.equal((await runner.run(["zfs", "a"])).stderr, "first");
+  assert.equal((await runner.run(["zfs", "b"])).stdout, "zfs b");
+  assert.equal((await runner.run(["zfs", "c"])).stdout, "zfs c");
+});
+
+Deno.test("FakeRunner fails loudly on an unexpected command", async () => {
+  const runner = new FakeRunner().on(["zfs", "get"], {});
+  await assert.rejects(runner.run(["zfs", "destroy", "-r", "tank"]), (err: unknown) => {
+    assert.ok(err instanceof UnexpectedCommandError);
+    assert.deepEqual(err.argv, ["zfs", "destroy", "-r", "tank"]);
+    assert.match(
+      err.message,
+      /^Unexpected command \["zfs","destroy","-r","tank"\]; scripted: prefix/,
+    );
+    return true;
+  });
+  assert.throws(() => runner.assertNoUnexpected(), UnexpectedCommandError);
+  assert.equal(runner.calls.length, 1);
+  assert.doesNotThrow(() => new FakeRunner().assertNoUnexpected());
+});

@@ -1,0 +1,106 @@
+/**
+ * The command line as an operator meets it: the plugin run with its production permission
+ * flags; bad flags give one clear line and a non-zero exit; the socket is handled safely.
+ */
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { PluginProcess } from "../support/plugin_process.ts";
+
+const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
+
+async function runCli(dir: string, args: string[]) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "--quiet", "--frozen", ...PluginProcess.flags(dir), MAIN, ...args],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+Deno.test("cli: help, version and one-line errors", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-cli-" });
+  const ok = ["--parent-dataset", "tank/nomad", "--node-id", "n1"];
+  const sock = [
+    "--endpoint",
+    `unix://${dir}/s/csi.sock`,
+    "--stage-publish-base-dir",
+    `${dir}/base`,
+  ];
+  try {
+    await t.step("--help prints usage and exits 0", async () => {
+      const r = await runCli(dir, ["--help"]);
+      assert.equal(r.code, 0);
+      assert.match(r.stdout, /--parent-dataset/);
+      assert.match(r.stdout, /--topology KEY=VALUE/);
+    });
+    await t.step("--version prints name and version", async () => {
+      const r = await runCli(dir, ["--version"]);
+      assert.equal(r.code, 0);
+      assert.match(r.stdout, /^org\.zfs-csi \d+\.\d+\.\d+\n$/);
+    });
+    const bad: Array<[string, string[], RegExp]> = [
+      ["unknown flag", [...ok, "--nodeid", "x"], /nodeid/],
+      ["missing parent dataset", ["--node-id", "n1"], /--parent-dataset/],
+      ["missing node id", ["--parent-dataset", "tank/nomad"], /--node-id/],
+      ["malformed topology", [...ok, "--topology", "zone"], /key=value/],
+      ["parent dataset with @", ["--parent-dataset", "tank/x@s", "--node-id", "n1"], /not valid/],
+      ["tcp endpoint", [...ok, "--endpoint", "tcp://0.0.0.0:1"], /unix:/],
+      ["bad log level", [...ok, "--log-level", "loud"], /log-level/],
+      ["stray argument", [...ok, "extra"], /argument/i],
+    ];
+    for (const [name, args, re] of bad) {
+      await t.step(`${name}: exit 2 with one line`, async () => {
+        const r = await runCli(dir, args);
+        assert.equal(r.code, 2);
+        const lines = r.stderr.trimEnd().split("\n");
+        assert.equal(lines.length, 1, r.stderr);
+        assert.match(lines[0]!, /^zfs-csi: /);
+        assert.match(lines[0]!, re);
+      });
+    }
+    await t.step("a socket outside the build's directories: exit 1 naming the fix", async () => {
+      const r = await runCli(dir, [...ok, "--endpoint", "unix:///run/elsewhere/csi.sock"]);
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /ZFS_CSI_EXTRA_DIRS/);
+    });
+    await t.step("a non-socket file at the socket path is not deleted", async () => {
+      await Deno.mkdir(`${dir}/s`, { recursive: true });
+      await Deno.writeTextFile(`${dir}/s/csi.sock`, "not a socket");
+      const r = await runCli(dir, [...ok, ...sock]);
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /not a socket/);
+      assert.equal(await Deno.readTextFile(`${dir}/s/csi.sock`), "not a socket");
+      await Deno.remove(`${dir}/s/csi.sock`);
+    });
+    await t.step("a socket another plugin serves is not stolen", async () => {
+      await using first = await PluginProcess.start({
+        parentDataset: "tank/nomad",
+        dir,
+        waitReady: false,
+      });
+      for (let i = 0; i < 200; i++) {
+        try {
+          await first.client.identity("GetPluginInfo", {}, 1000);
+          break;
+        } catch {
+          await new Promise((r) => setTimeout(r, 25));
+        }
+      }
+      const r = await runCli(dir, [
+        ...ok,
+        "--endpoint",
+        `unix://${first.socketPath}`,
+        "--stage-publish-base-dir",
+        first.baseDir,
+      ]);
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /another process is serving/);
+      assert.equal((await first.client.identity("GetPluginInfo")).name, "org.zfs-csi");
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
