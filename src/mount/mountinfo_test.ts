@@ -99,3 +99,26 @@ Deno.test("mountsAt returns the mounts at exactly that path, oldest first", asyn
   assert.deepEqual(mountsAt(table, "/local/csi/per-alloc/a1/db[0]"), []);
   assert.deepEqual(mountsAt(table, "/local/csi/per-alloc/a1/db[0]/rw/"), []);
 });
+
+// zfs-fuse lists datasets as fuse.zfs; OpenZFS 2.x as zfs with its own options. The integration
+// tests run on zfs-fuse, so the OpenZFS form is pinned here with lines as OpenZFS 2.x prints them.
+Deno.test("parseMountList and isMountOf read OpenZFS lines, which zfs-fuse cannot produce", () => {
+  const table = parseMountList(
+    "tank/nomad on /tank/nomad type zfs (rw,relatime,xattr,noacl,casesensitive)\n" +
+      "tank/nomad/db:5b0:5d on /tank/nomad/db:5b0:5d type zfs (rw,relatime,xattr,noacl,casesensitive)\n" +
+      "tank/nomad/db:5b0:5d on /local/csi/staging/default/db[0]/rw-file-system-single-node-writer type zfs (rw,relatime,xattr,noacl,casesensitive)\n" +
+      "tank/nomad/db:5b0:5d on /local/csi/per-alloc/a1/db[0]/rw-file-system-single-node-writer type zfs (ro,relatime,xattr,noacl,casesensitive)\n",
+  );
+  const staged = mountsAt(
+    table,
+    "/local/csi/staging/default/db[0]/rw-file-system-single-node-writer",
+  );
+  assert.equal(staged.length, 1);
+  assert.equal(isMountOf(staged[0]!, "tank/nomad/db:5b0:5d"), true);
+  assert.equal(isMountOf(staged[0]!, "tank/nomad"), false);
+  const published = mountsAt(
+    table,
+    "/local/csi/per-alloc/a1/db[0]/rw-file-system-single-node-writer",
+  );
+  assert.equal(published[0]!.options[0], "ro");
+});

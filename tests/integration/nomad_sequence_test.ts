@@ -3,6 +3,11 @@
  * fingerprint, stage, publish, write, unpublish, unstage, restart, stage and publish again
  * (the data is still there), then a restart while published and a clean release by the new
  * process of mounts the old one made.
+ *
+ * The pool is zfs-fuse (see tools/zfs-env.sh). What it cannot show, and where that is covered
+ * instead: OpenZFS lists mounts with fsType "zfs" (unit tests in src/mount/mountinfo_test.ts),
+ * /dev/zfs and mount propagation into a container (the Nomad end-to-end tests), and OpenZFS's
+ * stderr wording (the patterns in src/zfs/zfs.ts match both; fixtures are from zfs-fuse).
  */
 
 import assert from "node:assert/strict";
