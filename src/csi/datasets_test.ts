@@ -1,10 +1,7 @@
 import assert from "node:assert/strict";
 import { Code, CsiError, ZfsError } from "../errors.ts";
-import { Logger } from "../log.ts";
-import { Mounter } from "../mount/mounter.ts";
 import type { PropertyValue } from "../zfs/parse.ts";
-import { Zfs } from "../zfs/zfs.ts";
-import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { checkOwned, Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
 
 function props(entries: Record<string, string>): Map<string, PropertyValue> {
@@ -12,14 +9,7 @@ function props(entries: Record<string, string>): Map<string, PropertyValue> {
 }
 
 function datasets(runner: FakeRunner): Datasets {
-  const log = new Logger("error", {}, () => {});
-  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs: 1000, log });
-  const mounter = new Mounter(runner, {
-    mountPath: "mount",
-    umountPath: "umount",
-    timeoutMs: 1000,
-    log,
-  });
+  const { zfs, mounter } = fakeTools(runner);
   return new Datasets(zfs, mounter);
 }
 

@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { Logger } from "../log.ts";
-import { Mounter } from "../mount/mounter.ts";
-import { Zfs } from "../zfs/zfs.ts";
 import {
   type FakeResponse,
   FakeRunner,
+  fakeTools,
   gate,
   mountLine,
   type Responder,
@@ -42,13 +41,7 @@ function setup(
     .onExact(["mount"], script.mounts ?? VISIBLE);
   const lines: string[] = [];
   const log = new Logger("debug", {}, (l) => lines.push(l));
-  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs: 60_000, log });
-  const mounter = new Mounter(runner, {
-    mountPath: "mount",
-    umountPath: "umount",
-    timeoutMs: 60_000,
-    log,
-  });
+  const { zfs, mounter } = fakeTools(runner, log, 60_000);
   const health = new HealthChecker({ zfs, mounter, parentDataset: "tank/nomad", log }, opts);
   return {
     runner,

@@ -1,21 +1,11 @@
 import assert from "node:assert/strict";
-import { Logger } from "../log.ts";
-import { Mounter } from "../mount/mounter.ts";
-import { Zfs } from "../zfs/zfs.ts";
-import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { CSI_SPEC_VERSION, PLUGIN_VERSION } from "../version.ts";
 import { HealthChecker } from "./health.ts";
 import { IdentityService } from "./identity.ts";
 
 function identity(runner: FakeRunner, controller: boolean): IdentityService {
-  const log = new Logger("error", {}, () => {});
-  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs: 1000, log });
-  const mounter = new Mounter(runner, {
-    mountPath: "mount",
-    umountPath: "umount",
-    timeoutMs: 1000,
-    log,
-  });
+  const { zfs, mounter, log } = fakeTools(runner);
   const health = new HealthChecker({ zfs, mounter, parentDataset: "tank/nomad", log });
   return new IdentityService(health, { controller });
 }

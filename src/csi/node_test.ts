@@ -3,12 +3,11 @@ import { parseConfig } from "../config.ts";
 import { Code, CsiError, type GrpcCode } from "../errors.ts";
 import { KeyedLock } from "../lock.ts";
 import { Logger } from "../log.ts";
-import { Mounter } from "../mount/mounter.ts";
 import { MANAGED_PROPERTY } from "../zfs/names.ts";
-import { Zfs } from "../zfs/zfs.ts";
 import {
   type FakeResponse,
   FakeRunner,
+  fakeTools,
   gate,
   hasPrefix,
   mountLine,
@@ -210,18 +209,7 @@ async function setup(
   // The closure reads `host` only when a command runs, after it is set below.
   opts.before?.(runner, () => host);
   const host = new FakeHost(runner);
-  const zfs = new Zfs(runner, {
-    zfsPath: config.zfsPath,
-    zpoolPath: config.zpoolPath,
-    timeoutMs: 1000,
-    log,
-  });
-  const mounter = new Mounter(runner, {
-    mountPath: config.mountPath,
-    umountPath: config.umountPath,
-    timeoutMs: 1000,
-    log,
-  });
+  const { zfs, mounter } = fakeTools(runner, log);
   const locks = new KeyedLock();
   const node = new NodeService({
     config,

@@ -4,7 +4,10 @@
  * ever started, so tests using it pass without --allow-run.
  */
 
+import { Logger } from "../../src/log.ts";
+import { Mounter } from "../../src/mount/mounter.ts";
 import type { CommandResult, CommandRunner, RunOptions } from "../../src/run.ts";
+import { Zfs } from "../../src/zfs/zfs.ts";
 
 /** A scripted answer; omitted fields mean success with empty output. */
 export interface FakeResponse {
@@ -169,4 +172,15 @@ export function mountLine(
   options = "rw,relatime,user_id=0,group_id=0,default_permissions,allow_other",
 ): string {
   return `${source} on ${mountPoint} type ${fsType} (${options})`;
+}
+
+/** Zfs and Mounter on a fake runner, with the default program names, as the unit tests use them. */
+export function fakeTools(
+  runner: CommandRunner,
+  log: Logger = new Logger("error", {}, () => {}),
+  timeoutMs = 1000,
+): { zfs: Zfs; mounter: Mounter; log: Logger } {
+  const zfs = new Zfs(runner, { zfsPath: "zfs", zpoolPath: "zpool", timeoutMs, log });
+  const mounter = new Mounter(runner, { mountPath: "mount", umountPath: "umount", timeoutMs, log });
+  return { zfs, mounter, log };
 }
