@@ -18,10 +18,18 @@ function fail(text: string, code: number): never {
   Deno.exit(code);
 }
 
+/** An environment variable, or undefined where this build may not read it. */
+function readEnv(name: string): string | undefined {
+  if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+    return undefined;
+  }
+  return Deno.env.get(name);
+}
+
 async function main(): Promise<void> {
   let parsed;
   try {
-    parsed = parseConfig(Deno.args, { CSI_ENDPOINT: Deno.env.get("CSI_ENDPOINT") });
+    parsed = parseConfig(Deno.args, { CSI_ENDPOINT: readEnv("CSI_ENDPOINT") });
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
     throw err;
@@ -47,6 +55,8 @@ async function main(): Promise<void> {
     parentDataset: config.parentDataset,
     topology: config.topology,
     stagePublishDirs: config.stagePublishDirs,
+    // Since the runtime started: how long an operator waits for the socket.
+    startupMs: Math.round(performance.now()),
   });
   let stopping = false;
   const stop = (signal: string) => {

@@ -29,13 +29,15 @@ ensure() {
     echo "zfs-env: /dev/fuse is missing; zfs-fuse cannot run here" >&2
     exit 1
   fi
-  if ! pgrep -x zfs-fuse >/dev/null 2>&1; then
-    echo "zfs-env: starting the zfs-fuse daemon" >&2
-    mkdir -p /run /var/lock/zfs
-    zfs-fuse --pidfile /run/zfs-fuse.pid
-  fi
-  for _ in $(seq 1 50); do
+  # Start the daemon if none runs; a daemon that is still shutting down is waited for first.
+  for _ in $(seq 1 150); do
     if zfs_works; then return 0; fi
+    if ! pgrep -x zfs-fuse >/dev/null 2>&1; then
+      echo "zfs-env: starting the zfs-fuse daemon" >&2
+      mkdir -p /run /var/lock/zfs
+      rm -f /run/zfs-fuse.pid
+      zfs-fuse --pidfile /run/zfs-fuse.pid
+    fi
     sleep 0.2
   done
   echo "zfs-env: zfs-fuse started but zpool does not answer" >&2

@@ -27,7 +27,7 @@ export interface PluginOptions {
 export class PluginProcess implements AsyncDisposable {
   readonly socketPath: string;
   readonly baseDir: string;
-  readonly client: CsiClient;
+  #client: CsiClient;
   /** Milliseconds from spawn to the first Probe that answered ready. */
   startupMs = NaN;
   readonly #child: Deno.ChildProcess;
@@ -39,7 +39,7 @@ export class PluginProcess implements AsyncDisposable {
     this.#child = child;
     this.socketPath = socketPath;
     this.baseDir = baseDir;
-    this.client = new CsiClient(socketPath);
+    this.#client = new CsiClient(socketPath);
     this.status = child.status;
     this.#stderrDone = (async () => {
       let buf = "";
@@ -100,20 +100,30 @@ export class PluginProcess implements AsyncDisposable {
     return p;
   }
 
-  /** Polls Probe until it answers ready. */
+  /** A client connected to the plugin's socket. */
+  get client(): CsiClient {
+    return this.#client;
+  }
+
+  /**
+   * Polls Probe until it answers ready. A failed attempt gets a fresh client, so grpc-js's
+   * reconnect back-off (1 s and more) does not count against the plugin's start-up time.
+   */
   async waitReady(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     let last: unknown;
     while (Date.now() < deadline) {
       try {
         await Deno.lstat(this.socketPath);
-        const res = await this.client.identity("Probe", {}, 2_000);
+        const res = await this.#client.identity("Probe", {}, 2_000);
         if (res.ready?.value === true) return;
         last = res;
       } catch (err) {
         last = err;
+        this.#client.close();
+        this.#client = new CsiClient(this.socketPath);
       }
-      await new Promise((r) => setTimeout(r, 25));
+      await new Promise((r) => setTimeout(r, 10));
     }
     throw new Error(
       `Plugin not ready after ${timeoutMs}ms: ${String(last)}\n${this.logs().join("\n")}`,
@@ -143,7 +153,7 @@ export class PluginProcess implements AsyncDisposable {
 
   /** Sends a signal and waits for the process to end. */
   async stop(signal: Deno.Signal = "SIGTERM"): Promise<Deno.CommandStatus> {
-    this.client.close();
+    this.#client.close();
     try {
       this.#child.kill(signal);
     } catch {
