@@ -79,7 +79,7 @@ export async function startPlugin(
     locks: new KeyedLock(),
     log,
   });
-  void health.refresh();
+  health.startPeriodic();
   const server = await startServer(config.socketPath, {
     Identity: bindAll(identity, ["GetPluginInfo", "GetPluginCapabilities", "Probe"]),
     Node: bindAll(node, [

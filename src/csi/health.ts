@@ -60,18 +60,24 @@ export class HealthChecker {
     return this.#last;
   }
 
-  /** A fresh-enough status: cached, or from a check that finishes within `maxWaitMs`. */
+  /**
+   * The current status, never waiting on zfs once a first check has finished: a result older
+   * than `ttlMs` is answered as it is while a new check starts in the background. Before the
+   * first result, waits up to `maxWaitMs` for it.
+   */
   async status(): Promise<HealthStatus> {
     const last = this.#last;
-    if (last && Date.now() - last.checkedAt < this.#opts.ttlMs) return last;
+    if (last) {
+      if (Date.now() - last.checkedAt >= this.#opts.ttlMs) void this.refresh();
+      return last;
+    }
     const check = this.refresh();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const waited = new Promise<undefined>((resolve) => {
       timer = setTimeout(() => resolve(undefined), this.#opts.maxWaitMs);
     });
     try {
-      const result = await Promise.race([check, waited]);
-      return result ?? last ?? {
+      return await Promise.race([check, waited]) ?? {
         ready: false,
         reason: "The first health check is still running",
         checkedAt: Date.now(),
@@ -79,6 +85,16 @@ export class HealthChecker {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * Checks every `ttlMs` in the background, so Probe answers from a recent result and a change
+   * of health is logged when it happens, not when Nomad next asks. Returns a stop function.
+   */
+  startPeriodic(): () => void {
+    void this.refresh();
+    const timer = setInterval(() => void this.refresh(), this.#opts.ttlMs);
+    return () => clearInterval(timer);
   }
 
   /** Starts a check unless one is running; resolves with its result. */

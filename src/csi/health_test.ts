@@ -148,3 +148,23 @@ Deno.test("HealthChecker logs a change of state once, not on every check", async
     ["warn", "plugin not ready", 'Pool "tank" is FAULTED'],
   ]);
 });
+
+Deno.test("HealthChecker.status answers a stale result at once and refreshes it behind", async () => {
+  let pool: FakeResponse = { stdout: "tank\tONLINE\n" };
+  const { health } = setup({ pool: () => pool }, {
+    ttlMs: 0,
+    checkTimeoutMs: 400,
+    maxWaitMs: 1000,
+  });
+  const first = await health.status();
+  assert.equal(first.ready, true);
+  // The pool fails; the next status is the old result (ttl 0 makes it stale), not a wait.
+  pool = { stdout: "tank\tSUSPENDED\n" };
+  const second = await health.status();
+  assert.equal(second, first);
+  // ...and the check it started in the background brings the news.
+  await health.refresh();
+  const third = await health.status();
+  assert.equal(third.ready, false);
+  assert.equal(third.reason, 'Pool "tank" is SUSPENDED');
+});
