@@ -335,3 +335,26 @@ Deno.test("identity: Probe says not ready, with the reason logged, when the pare
   // Fingerprinting still works, so Nomad can show the plugin and its health.
   assert.equal((await plugin.client.node("NodeGetInfo")).node_id, "node-a");
 });
+
+Deno.test("node: publish without a staging path mounts the dataset directly", async () => {
+  await using pool = await TestPool.create();
+  await using plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
+  const p = await claimPaths(plugin.baseDir, { volumeId: "direct", allocId: "a1" });
+  const req = {
+    volume_id: "direct",
+    staging_target_path: "",
+    target_path: p.target,
+    volume_capability: mountCapability(),
+    readonly: false,
+    volume_context: { size: "16MiB" },
+  };
+  await plugin.client.node("NodePublishVolume", req);
+  await plugin.client.node("NodePublishVolume", req);
+  const m = await mountsAt(p.target);
+  assert.equal(m.length, 1);
+  assert.equal(m[0]!.source, `${pool.parent}/direct`);
+  await Deno.writeTextFile(`${p.target}/f`, "direct");
+  assert.equal(await Deno.readTextFile(`${pool.mountRoot}/nomad/direct/f`), "direct");
+  await plugin.client.node("NodeUnpublishVolume", { volume_id: "direct", target_path: p.target });
+  assert.deepEqual(await mountsAt(p.target), []);
+});
