@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { ALLOWED_ENV, ALLOWED_PROGRAMS, permissionFlags, PRODUCTION_DIRS } from "./permissions.ts";
+import {
+  ALLOWED_ENV,
+  ALLOWED_PROGRAMS,
+  permissionFlags,
+  PRODUCTION_DIRS,
+  runtimeFlags,
+  V8_FLAGS,
+} from "./permissions.ts";
 
 Deno.test("permissionFlags allows exactly zfs, zpool, mount and umount to run", () => {
   const flags = permissionFlags({ dirs: ["/csi"] });
@@ -43,4 +50,10 @@ Deno.test("permissionFlags refuses relative directories and directories with a c
     message: 'Permission directory "csi" must be an absolute path without ","',
   });
   assert.throws(() => permissionFlags({ dirs: ["/a,/etc"] }), TypeError);
+});
+
+Deno.test("runtimeFlags adds the V8 heap settings to the permission flags and nothing else", () => {
+  const scope = { dirs: ["/csi", "/local/csi"] };
+  assert.deepEqual(runtimeFlags(scope), [...permissionFlags(scope), V8_FLAGS]);
+  assert.match(V8_FLAGS, /^--v8-flags=--max-semi-space-size=\d+,--max-old-space-size=\d+$/);
 });

@@ -1,6 +1,6 @@
 /** The exact `deno compile` arguments of the release binary; kept pure so a test can read them. */
 
-import { permissionFlags, PRODUCTION_DIRS } from "../src/permissions.ts";
+import { PRODUCTION_DIRS, runtimeFlags } from "../src/permissions.ts";
 
 /** What varies between builds. */
 export interface CompileOptions {
@@ -14,7 +14,7 @@ export function compileArgs(opts: CompileOptions): string[] {
   return [
     "compile",
     "--frozen",
-    ...permissionFlags({ dirs: [...PRODUCTION_DIRS, ...opts.extraDirs] }),
+    ...runtimeFlags({ dirs: [...PRODUCTION_DIRS, ...opts.extraDirs] }),
     ...(opts.target ? ["--target", opts.target] : []),
     "--output",
     opts.output,

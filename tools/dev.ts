@@ -5,7 +5,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { permissionFlags } from "../src/permissions.ts";
+import { runtimeFlags } from "../src/permissions.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "");
 const DEV = `${ROOT}/.cache/dev`;
@@ -56,7 +56,7 @@ await Deno.mkdir(`${csiDir}/base`, { recursive: true });
 const args = [
   "run",
   "--frozen",
-  ...permissionFlags({ dirs: [csiDir] }),
+  ...runtimeFlags({ dirs: [csiDir] }),
   `${ROOT}/main.ts`,
   "--parent-dataset",
   PARENT,

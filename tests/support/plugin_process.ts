@@ -5,7 +5,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { permissionFlags } from "../../src/permissions.ts";
+import { runtimeFlags } from "../../src/permissions.ts";
 import { CsiClient } from "./csi_client.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -53,9 +53,9 @@ export class PluginProcess implements AsyncDisposable {
     })();
   }
 
-  /** The permission flags the plugin runs with in tests (production flags, test dirs). */
+  /** The flags the plugin runs with in tests: the production flags, scoped to test dirs. */
   static flags(dir: string): string[] {
-    return permissionFlags({ dirs: [dir] });
+    return runtimeFlags({ dirs: [dir] });
   }
 
   /** Starts the plugin and (by default) waits until it is ready. */
