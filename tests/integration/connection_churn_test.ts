@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
 import { CsiClient } from "../support/csi_client.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { TestPool } from "../support/zfs_pool.ts";
@@ -65,4 +66,66 @@ Deno.test("connection churn: the server stays up across closed busy connections"
     new Promise<boolean>((r) => setTimeout(() => r(false), 200)),
   ]);
   assert.equal(exited, false, "plugin process must not have exited");
+});
+
+/** The Go toolchain, if this machine has one (a fresh Debian with only Node/npm does not). */
+function goPath(): string | undefined {
+  for (const dir of (Deno.env.get("PATH") ?? "").split(":").concat("/usr/local/go/bin")) {
+    try {
+      if (Deno.statSync(`${dir}/go`).isFile) return `${dir}/go`;
+    } catch {
+      // Not there.
+    }
+  }
+  return undefined;
+}
+
+const GO = goPath();
+if (!GO) {
+  Deno.stderr.writeSync(
+    new TextEncoder().encode(
+      "connection churn with grpc-go: skipped, no Go toolchain on PATH (tests/go_client needs Go 1.24+)\n",
+    ),
+  );
+}
+
+Deno.test({
+  name: "connection churn: Nomad's own client library (grpc-go) opens, uses and closes connections",
+  ignore: GO === undefined,
+  async fn() {
+    const root = fileURLToPath(new URL("../../", import.meta.url));
+    const bin = `${root}.cache/go_client/go_client`;
+    const build = await new Deno.Command(GO!, {
+      args: ["build", "-o", bin, "."],
+      cwd: `${root}tests/go_client`,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(build.success, new TextDecoder().decode(build.stderr));
+    await using pool = await TestPool.create();
+    await using plugin = await PluginProcess.start({
+      parentDataset: pool.parent,
+      dir: pool.dir,
+      logLevel: "info",
+    });
+    const run = await new Deno.Command(bin, {
+      args: [
+        "-socket",
+        plugin.socketPath,
+        "-connections",
+        "20",
+        "-calls",
+        "1000",
+        "-parallel",
+        "16",
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const dec = new TextDecoder();
+    assert.ok(run.success, dec.decode(run.stderr));
+    assert.match(dec.decode(run.stdout), /^calls=20000 connections=20 /);
+    const probe = await plugin.client.identity("Probe");
+    assert.equal(probe.ready?.value, true);
+  },
 });
