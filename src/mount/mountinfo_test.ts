@@ -122,3 +122,16 @@ Deno.test("parseMountList and isMountOf read OpenZFS lines, which zfs-fuse canno
   );
   assert.equal(published[0]!.options[0], "ro");
 });
+
+Deno.test("parseMountList reads bind mounts captured on OpenZFS 2.1", async () => {
+  const table = parseMountList(await fixture("openzfs/mount_list_binds.txt"));
+  const staged = mountsAt(table, "/tmp/t/base/staging/v1/rw");
+  assert.equal(staged.length, 1);
+  assert.equal(isMountOf(staged[0]!, "tpool/nomad/v1"), true);
+  assert.equal(staged[0]!.fsType, "zfs");
+  const spaced = mountsAt(table, "/tmp/t/base/per-alloc/a 2/v1/rw");
+  assert.equal(isMountOf(spaced[0]!, "tpool/nomad/v1"), true);
+  const ro = mountsAt(table, "/tmp/t/base/per-alloc/a1/db[0]/rw");
+  assert.equal(isMountOf(ro[0]!, "tpool/nomad/db:5b0:5d"), true);
+  assert.deepEqual(ro[0]!.options, ["ro", "xattr", "noacl"]);
+});

@@ -103,3 +103,14 @@ Deno.test("parseBytes throws a SyntaxError for human or signed sizes", () => {
     });
   }
 });
+
+Deno.test("parseGet and parsePoolHealth read output captured on OpenZFS 2.1", async () => {
+  const got = parseGet(await fixture("openzfs/zfs_get_volumes.txt"));
+  const v1 = got.get("tpool/nomad/v1");
+  assert.ok(v1, "tpool/nomad/v1 is listed");
+  assert.equal(v1.get("type")?.value, "filesystem");
+  assert.match(v1.get("refquota")?.value ?? "", /^\d+$/);
+  assert.deepEqual(parsePoolHealth(await fixture("openzfs/zpool_list_health.txt")), [
+    { name: "tpool", health: "ONLINE" },
+  ]);
+});

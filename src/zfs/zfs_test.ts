@@ -46,6 +46,8 @@ Deno.test("classifyZfsError classifies captured zfs-fuse stderr", async () => {
   ];
   for (const [file, kind] of table) {
     assert.equal(classifyZfsError(await fixture(file)), kind, file);
+    // The same commands on OpenZFS 2.1 say the same things.
+    assert.equal(classifyZfsError(await fixture(`openzfs/${file}`)), kind, `openzfs/${file}`);
   }
 });
 
