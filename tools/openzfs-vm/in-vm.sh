@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Runs at boot inside the OpenZFS VM (zfs-csi-vm-test.service): the project's test suite, then
+# OpenZFS's output of the commands behind tests/fixtures. The unit powers the VM off afterwards.
+# Everything lands in /opt/zfs-csi-vm/results on the VM disk; openzfs-vm.sh copies it out.
+# The VM has no network: openzfs-vm.sh puts the project, Deno, its caches and Go in beforehand.
+set -euo pipefail
+
+vm=/opt/zfs-csi-vm
+out=$vm/results
+rm -rf "$out"
+mkdir -p "$out"
+# Console (the host's console.log) and run.log both get everything.
+exec > >(tee -a "$out/run.log") 2>&1
+tee_pid=$!
+export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# Go and the go_client modules, when the host had them (the grpc-go churn test); offline.
+# -trimpath on both sides keeps the build cache made on the host valid at this path.
+if [ -x /usr/local/go/bin/go ] && [ -d "$vm/go/mod" ]; then
+  export PATH=$PATH:/usr/local/go/bin GOMODCACHE=$vm/go/mod GOCACHE=$vm/go/build \
+    GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -trimpath"
+fi
+
+step() { printf '=== %s\n' "$*"; }
+
+# Exits (and the unit powers off) when the module is missing: nothing below would mean anything.
+modprobe zfs
+
+step "zfs-csi on OpenZFS, $(date -u)"
+cat "$vm/source.txt" 2>/dev/null || true
+cd "$vm/project"
+{
+  echo "debian: $(cat /etc/debian_version)"
+  echo "kernel: $(uname -r)"
+  zfs version | sed 's/^/openzfs: /'
+  echo "deno: $(./tools/deno --version | head -n 1)"
+  if command -v go >/dev/null; then echo "go: $(go env GOVERSION)"; else echo "go: none (grpc-go test skipped)"; fi
+} >"$out/versions.txt" 2>&1 || true
+cat "$out/versions.txt"
+step "zpool list"
+zpool list || true
+
+step "./tools/deno task test"
+rc=0
+./tools/deno task test 2>&1 | tee "$out/test.log" || rc=$?
+echo "$rc" >"$out/test.rc"
+step "deno task test exit code: $rc"
+
+# A command expected to fail: its stderr to stderr_NAME.txt, its exit code to exit_codes.txt.
+failing() {
+  local name=$1 code=0
+  shift
+  "$@" 2>"$f/stderr_$name.txt" || code=$?
+  echo "$name exit $code" >>"$f/exit_codes.txt"
+}
+
+# The same commands as tests/fixtures (see its README), under /tmp/t so that paths match the
+# committed tests/fixtures/openzfs/. Called with ||, so one failing command does not stop the rest.
+capture_fixtures() {
+  export LC_ALL=C
+  f=$out/fixtures-openzfs
+  local d=/tmp/t
+  mkdir -p "$f"
+  rm -rf "$d"
+  mkdir -p "$d"
+  truncate -s 512M "$d/pool.img"
+  zpool create -m "$d/zfs" tpool "$d/pool.img"
+  zfs create tpool/nomad
+  zfs create -o refquota=104857600 -o org.zfs-csi:managed=yes tpool/nomad/v1
+  zfs create -o refquota=209715200 -o org.zfs-csi:managed=yes 'tpool/nomad/db:5b0:5d'
+  zfs get -Hp -o name,property,value,source \
+    type,mountpoint,mounted,refquota,used,available,org.zfs-csi:managed \
+    tpool/nomad tpool/nomad/v1 'tpool/nomad/db:5b0:5d' >"$f/zfs_get_volumes.txt"
+  zfs get -Hp -o name,property,value,source type,mounted,mountpoint tpool/nomad \
+    >"$f/zfs_get_parent.txt"
+  zpool list -H -o name,health tpool >"$f/zpool_list_health.txt"
+  failing get_not_found zfs get -Hp -o name,property,value,source type tpool/nomad/does-not-exist
+  failing create_exists zfs create tpool/nomad
+  failing create_no_parent zfs create tpool/nomad/does-not-exist/child
+  failing zpool_no_such_pool zpool list -H -o name,health nosuchpool
+  failing mount_already_mounted zfs mount tpool/nomad
+  failing get_bad_property zfs get -Hp -o name,property,value,source bogusprop tpool/nomad
+
+  # Bind mounts as the plugin makes them: staging, targets with a space and brackets, one read-only.
+  local stage="$d/base/staging/v1/rw" t1="$d/base/per-alloc/a1/db[0]/rw" t2="$d/base/per-alloc/a 2/v1/rw"
+  mkdir -p "$stage" "$t1" "$t2"
+  mount --bind "$d/zfs/nomad/v1" "$stage"
+  mount --bind "$stage" "$t2"
+  mount --bind "$d/zfs/nomad/db:5b0:5d" "$t1"
+  mount -o remount,bind,ro "$t1"
+  mount | grep -F -e tpool -e "$d" >"$f/mount_list_binds.txt"
+  grep -F -e tpool -e "$d" /proc/self/mountinfo >"$f/mountinfo_binds.txt"
+  # A process inside the target makes umount refuse it. Waited for by pid: a bare `wait` would
+  # also wait for the tee behind stdout, forever.
+  local busy
+  (cd "$t2" && sleep 3) &
+  busy=$!
+  sleep 1
+  failing umount_busy umount "$t2"
+  wait "$busy" || true
+  umount "$t2" "$t1" "$stage"
+  zpool destroy tpool
+  rm -rf "$d"
+  for x in "$f"/*; do
+    echo "--- $(basename "$x")"
+    cat "$x"
+  done
+}
+step "OpenZFS counterparts of tests/fixtures (LC_ALL=C), in results/fixtures-openzfs"
+capture_fixtures || echo "fixture capture failed (exit $?)"
+
+step "left over: pools and zfs mounts"
+zpool list || true
+mount | grep -w zfs || true
+dmesg >"$out/dmesg.txt" || true
+step "done $(date -u)"
+
+# Let tee write its last lines before the unit ends (systemd then stops what is left).
+exec >&- 2>&-
+wait "$tee_pid" || true
+sync
