@@ -5,7 +5,7 @@
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Mounter } from "../mount/mounter.ts";
-import { isMountOf, mountsAt } from "../mount/mountinfo.ts";
+import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
 import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -20,6 +20,12 @@ export const VOLUME_PROPERTIES = [
   "available",
   MANAGED_PROPERTY,
 ] as const;
+
+/** A dataset known to be mounted, with the mount table that showed it. */
+export interface MountedDataset extends VolumeDataset {
+  /** The mount table as read to verify the mount; callers reuse it rather than read it again. */
+  readonly table: readonly MountEntry[];
+}
 
 /** What the node needs to know about a volume's dataset. */
 export interface VolumeDataset {
@@ -97,7 +103,7 @@ export class Datasets {
     volumeId: string,
     dataset: string,
     sizeBytes?: number,
-  ): Promise<VolumeDataset> {
+  ): Promise<MountedDataset> {
     let props = await this.inspect(dataset);
     if (!props) {
       if (sizeBytes === undefined) {
@@ -140,6 +146,6 @@ export class Datasets {
           `bind-mount the parent dataset's mountpoint into the plugin task with shared propagation`,
       );
     }
-    return ds;
+    return { ...ds, table };
   }
 }

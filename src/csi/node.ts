@@ -104,7 +104,7 @@ export class NodeService {
     const ctx = parseVolumeContext(req.volume_context);
     return await withLock(this.#d.locks, [dataset], async () => {
       const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
-      const top = await this.#topMount(staging);
+      const top = mountsAt(ds.table, staging).at(-1);
       if (top) {
         if (isMountOf(top, dataset)) return {};
         throw new CsiError(
@@ -145,8 +145,10 @@ export class NodeService {
     const flags = [...(readOnly ? ["ro"] : []), ...cap.flags.filter((f) => f !== "ro")];
     return await withLock(this.#d.locks, [dataset], async () => {
       let source: string;
+      let table: readonly MountEntry[];
       if (staging !== undefined) {
-        const staged = await this.#topMount(staging);
+        table = await this.#d.mounter.table();
+        const staged = mountsAt(table, staging).at(-1);
         if (!staged || !isMountOf(staged, dataset)) {
           throw new CsiError(
             Code.FAILED_PRECONDITION,
@@ -155,9 +157,13 @@ export class NodeService {
         }
         source = staging;
       } else {
-        source = (await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes)).mountpoint;
+        ({ mountpoint: source, table } = await this.#d.datasets.ensureMounted(
+          id,
+          dataset,
+          ctx.sizeBytes,
+        ));
       }
-      const top = await this.#topMount(target);
+      const top = mountsAt(table, target).at(-1);
       if (top) {
         if (isMountOf(top, dataset) && top.options.includes("ro") === readOnly) return {};
         throw new CsiError(

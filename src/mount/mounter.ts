@@ -43,22 +43,15 @@ export class Mounter {
 
   /** The current mount table of this process's mount namespace. */
   async table(): Promise<MountEntry[]> {
-    this.#opts.log.debug("exec", { argv: [this.#opts.mountPath] });
-    const res = await this.#runner.run([this.#opts.mountPath], { timeoutMs: this.#opts.timeoutMs });
-    if (res.code !== 0 || res.timedOut) {
-      throw new CsiError(
-        Code.INTERNAL,
-        `Cannot list mounts: ${res.stderr.trim() || `exit code ${res.code}`}`,
-      );
-    }
-    return parseMountList(res.stdout);
+    return parseMountList(await this.#exec(this.#opts.mountPath, [], "list mounts"));
   }
 
-  async #exec(program: string, args: readonly string[], what: string): Promise<void> {
+  /** Runs mount or umount; returns stdout, or throws a CsiError naming what failed. */
+  async #exec(program: string, args: readonly string[], what: string): Promise<string> {
     const argv = [program, ...args];
     this.#opts.log.debug("exec", { argv });
     const res = await this.#runner.run(argv, { timeoutMs: this.#opts.timeoutMs });
-    if (res.code === 0 && !res.timedOut) return;
+    if (res.code === 0 && !res.timedOut) return res.stdout;
     const detail = res.timedOut
       ? `timed out after ${this.#opts.timeoutMs}ms`
       : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300);
