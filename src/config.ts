@@ -8,8 +8,20 @@ import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
 import { checkDatasetName } from "./zfs/names.ts";
 
+/** Which CSI services the plugin serves. */
+export type PluginMode = "node" | "controller" | "monolith";
+/** The modes, for flags and help. */
+export const PLUGIN_MODES: readonly PluginMode[] = ["node", "controller", "monolith"];
+/** Default mode: see USAGE and the README for why. */
+export const DEFAULT_MODE: PluginMode = "monolith";
+/** Default time a deleted volume or snapshot is kept before it is destroyed. */
+export const DEFAULT_DELETED_RETENTION = "7d";
+
 /** Everything the plugin needs to run, with every field set. */
 export interface Config {
+  readonly mode: PluginMode;
+  /** How long deleted volumes and snapshots are kept, set aside; 0 destroys at once. */
+  readonly deletedRetentionSeconds: number;
   /** The endpoint as given, e.g. "unix:///csi/csi.sock". */
   readonly endpoint: string;
   /** Filesystem path of the unix socket. */
@@ -57,6 +69,9 @@ Required:
   --node-id ID                this node's id; keep it stable across restarts
 
 Options:
+  --mode MODE                 monolith (default), node or controller; see below
+  --deleted-retention TIME    keep deleted volumes and snapshots, set aside, this long before
+                              destroying them: 0, or e.g. 90s, 30m, 24h, 7d (default: ${DEFAULT_DELETED_RETENTION})
   --endpoint URL              unix socket to serve on (default: $CSI_ENDPOINT, else ${DEFAULT_ENDPOINT})
   --topology KEY=VALUE        topology segment of this node; repeat for more (e.g. zone=eu1)
   --stage-publish-base-dir D  staging and target paths must lie below D; repeatable
@@ -69,6 +84,12 @@ Options:
   --command-timeout SECONDS   time limit of one zfs or mount command (default: 60)
   -h, --help                  show this help
   --version                   show the version
+
+Modes: monolith serves the node and controller services together. Volumes live on the node
+that holds their dataset, so the controller that creates, snapshots or deletes them must run
+there too: run one monolith per node, each with its own Nomad plugin id. node serves only the
+node service (volumes are registered, and created at first use); controller only the
+controller service.
 
 The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
 Logs are JSON lines on stderr.`;
@@ -130,6 +151,19 @@ function absoluteDir(flag: string, value: string): string {
   return trimmed.replace(/\/{2,}/g, "/");
 }
 
+const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
+
+/** Seconds from "0" or a whole number with a unit: 90s, 30m, 24h, 7d (at most 10 years). */
+function parseDuration(flag: string, value: string): number {
+  if (value === "0") return 0;
+  const m = /^(\d{1,6})([smhd])$/.exec(value);
+  const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2]!]! : NaN;
+  if (!Number.isSafeInteger(seconds) || seconds > 10 * 365 * 86400) {
+    throw new ConfigError(`${flag} "${value}" must be 0 or a duration such as 90s, 30m, 24h or 7d`);
+  }
+  return seconds;
+}
+
 function program(flag: string, value: string): string {
   // deno-lint-ignore no-control-regex
   if (value === "" || /[\u0000-\u001f]/.test(value)) {
@@ -153,6 +187,8 @@ export function parseConfig(
       strict: true,
       allowPositionals: false,
       options: {
+        "mode": { type: "string" },
+        "deleted-retention": { type: "string" },
         "endpoint": { type: "string" },
         "node-id": { type: "string" },
         "topology": { type: "string", multiple: true },
@@ -211,11 +247,22 @@ export function parseConfig(
     throw new ConfigError(`--command-timeout "${timeoutText}" must be seconds between 0 and 3600`);
   }
 
+  const mode = values.mode ?? DEFAULT_MODE;
+  if (!(PLUGIN_MODES as readonly string[]).includes(mode)) {
+    throw new ConfigError(`--mode "${mode}" is not one of ${PLUGIN_MODES.join(", ")}`);
+  }
+  const deletedRetentionSeconds = parseDuration(
+    "--deleted-retention",
+    values["deleted-retention"] ?? DEFAULT_DELETED_RETENTION,
+  );
+
   const dirs = (values["stage-publish-base-dir"] ?? [DEFAULT_STAGE_PUBLISH_DIR]).map((d) =>
     absoluteDir("--stage-publish-base-dir", d)
   );
 
   const config: Config = {
+    mode: mode as PluginMode,
+    deletedRetentionSeconds,
     endpoint,
     socketPath,
     nodeId,

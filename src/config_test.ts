@@ -45,6 +45,8 @@ Deno.test("parseConfig returns the name and version for --version", () => {
 Deno.test("parseConfig fills every field with its default", () => {
   const config = run(REQUIRED);
   assert.deepEqual(config, {
+    mode: "monolith",
+    deletedRetentionSeconds: 7 * 86400,
     endpoint: DEFAULT_ENDPOINT,
     socketPath: "/csi/csi.sock",
     nodeId: "n1",
@@ -87,8 +89,14 @@ Deno.test("parseConfig takes every option", () => {
     "/usr/bin/umount",
     "--command-timeout",
     "2.5",
+    "--mode",
+    "node",
+    "--deleted-retention",
+    "36h",
   ]);
   assert.deepEqual(config, {
+    mode: "node",
+    deletedRetentionSeconds: 36 * 3600,
     endpoint: "unix:///run/csi/zfs.sock",
     socketPath: "/run/csi/zfs.sock",
     nodeId: "n1",
@@ -102,6 +110,29 @@ Deno.test("parseConfig takes every option", () => {
     stagePublishDirs: ["/var/lib/nomad/client/csi", "/opt/nomad/csi"],
     commandTimeoutMs: 2500,
   });
+});
+
+Deno.test("parseConfig reads each mode and retention unit", () => {
+  for (const mode of ["node", "controller", "monolith"]) {
+    assert.equal(run([...REQUIRED, "--mode", mode]).mode, mode);
+  }
+  const cases: Array<[string, number]> = [["0", 0], ["90s", 90], ["30m", 1800], ["2h", 7200], [
+    "7d",
+    604800,
+  ]];
+  for (const [text, seconds] of cases) {
+    assert.equal(run([...REQUIRED, "--deleted-retention", text]).deletedRetentionSeconds, seconds);
+  }
+});
+
+Deno.test("parseConfig refuses an unknown mode and a malformed retention", () => {
+  fails([...REQUIRED, "--mode", "both"], '--mode "both" is not one of node, controller, monolith');
+  for (const bad of ["7", "1w", "-1d", "1.5h", "", "99999999d"]) {
+    fails(
+      [...REQUIRED, `--deleted-retention=${bad}`],
+      `--deleted-retention "${bad}" must be 0 or a duration such as 90s, 30m, 24h or 7d`,
+    );
+  }
 });
 
 Deno.test("parseConfig refuses a missing --parent-dataset", () => {

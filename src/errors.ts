@@ -49,6 +49,8 @@ export type ZfsErrorKind =
   | "not_found"
   | "exists"
   | "busy"
+  | "dependents"
+  | "key_unavailable"
   | "no_space"
   | "permission"
   | "invalid"
@@ -75,6 +77,8 @@ const zfsKindToCode: Record<ZfsErrorKind, GrpcCode> = {
   not_found: Code.NOT_FOUND,
   exists: Code.ALREADY_EXISTS,
   busy: Code.FAILED_PRECONDITION,
+  dependents: Code.FAILED_PRECONDITION,
+  key_unavailable: Code.FAILED_PRECONDITION,
   no_space: Code.RESOURCE_EXHAUSTED,
   permission: Code.PERMISSION_DENIED,
   invalid: Code.INVALID_ARGUMENT,

@@ -9,7 +9,9 @@ import { Datasets } from "./csi/datasets.ts";
 import { HealthChecker } from "./csi/health.ts";
 import { IdentityService } from "./csi/identity.ts";
 import { NodeService } from "./csi/node.ts";
-import { type RunningServer, startServer } from "./grpc/server.ts";
+import { ControllerService } from "./csi/controller.ts";
+import { Trash } from "./csi/trash.ts";
+import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/server.ts";
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
 import { Mounter } from "./mount/mounter.ts";
@@ -69,20 +71,25 @@ export async function startPlugin(
     log,
   });
   const health = new HealthChecker({ zfs, mounter, parentDataset: config.parentDataset, log });
-  const identity = new IdentityService(health, { controller: false });
-  const node = new NodeService({
-    config,
-    zfs,
-    mounter,
-    datasets: new Datasets(zfs, mounter),
-    health,
-    locks: new KeyedLock(),
-    log,
-  });
-  health.startPeriodic();
-  const server = await startServer(config.socketPath, {
+  const serveNode = config.mode !== "controller";
+  const serveController = config.mode !== "node";
+  const identity = new IdentityService(health, { controller: serveController });
+  // One set of locks: in a monolith a delete and a stage of one volume never overlap.
+  const locks = new KeyedLock();
+  const handlers: ServiceHandlers = {
     Identity: bindAll(identity, ["GetPluginInfo", "GetPluginCapabilities", "Probe"]),
-    Node: bindAll(node, [
+  };
+  if (serveNode) {
+    const node = new NodeService({
+      config,
+      zfs,
+      mounter,
+      datasets: new Datasets(zfs, mounter),
+      health,
+      locks,
+      log,
+    });
+    handlers.Node = bindAll(node, [
       "NodeGetInfo",
       "NodeGetCapabilities",
       "NodeStageVolume",
@@ -91,8 +98,35 @@ export async function startPlugin(
       "NodeUnpublishVolume",
       "NodeGetVolumeStats",
       "NodeExpandVolume",
-    ]),
-  }, log);
+    ]);
+  }
+  let trash: Trash | undefined;
+  if (serveController) {
+    trash = new Trash({
+      zfs,
+      parentDataset: config.parentDataset,
+      retentionSeconds: config.deletedRetentionSeconds,
+      locks,
+      log,
+    });
+    const controller = new ControllerService({ config, zfs, mounter, health, locks, trash, log });
+    handlers.Controller = bindAll(controller, [
+      "ControllerGetCapabilities",
+      "CreateVolume",
+      "DeleteVolume",
+      "ValidateVolumeCapabilities",
+      "ListVolumes",
+      "ControllerGetVolume",
+      "GetCapacity",
+      "ControllerExpandVolume",
+      "CreateSnapshot",
+      "DeleteSnapshot",
+      "ListSnapshots",
+    ]);
+  }
+  health.startPeriodic();
+  const server = await startServer(config.socketPath, handlers, log);
+  trash?.startPeriodic();
   return { server, health };
 }
 

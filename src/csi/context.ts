@@ -10,12 +10,19 @@ import { parseSize } from "../size.ts";
 export const CONTEXT_KEYS = {
   /** Size of a dataset created at first stage, e.g. "10GiB"; becomes its refquota. */
   size: "size",
+  /**
+   * The dataset that holds the volume, as CreateVolume reports it. Informative; a node checks
+   * that it names the dataset the volume id maps to, so a stale context cannot mislead it.
+   */
+  dataset: "dataset",
 } as const;
 
 /** A checked volume context. */
 export interface VolumeContext {
   /** Quota for a dataset created at stage, if given. */
   readonly sizeBytes?: number;
+  /** The dataset the context says holds the volume, if it says. */
+  readonly dataset?: string;
 }
 
 /**
@@ -35,10 +42,12 @@ export function parseVolumeContext(
       );
     }
   }
+  const dataset = ctx?.[CONTEXT_KEYS.dataset];
+  const base = dataset ? { dataset } : {};
   const size = ctx?.[CONTEXT_KEYS.size];
-  if (size === undefined || size === "") return {};
+  if (size === undefined || size === "") return base;
   try {
-    return { sizeBytes: parseSize(size) };
+    return { ...base, sizeBytes: parseSize(size) };
   } catch (err) {
     throw new CsiError(Code.INVALID_ARGUMENT, `volume_context size: ${(err as Error).message}`);
   }

@@ -23,14 +23,22 @@ Deno.test("parseVolumeContext returns nothing for an empty or missing context", 
   assert.deepEqual(parseVolumeContext({ size: "" }), {});
 });
 
+Deno.test("parseVolumeContext reads the dataset CreateVolume reports", () => {
+  assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/pg" }), { dataset: "tank/nomad/pg" });
+  assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/pg", size: "1K" }), {
+    dataset: "tank/nomad/pg",
+    sizeBytes: 1024,
+  });
+});
+
 Deno.test("parseVolumeContext refuses unknown keys, naming them", () => {
   assertInvalid(
     () => parseVolumeContext({ size: "1G", sise: "2G" }),
-    'volume_context key "sise" is not known; known keys: size',
+    'volume_context key "sise" is not known; known keys: size, dataset',
   );
   assertInvalid(
     () => parseVolumeContext({ Size: "1G" }),
-    'volume_context key "Size" is not known; known keys: size',
+    'volume_context key "Size" is not known; known keys: size, dataset',
   );
 });
 

@@ -173,3 +173,14 @@ export class HealthChecker {
     return { ...base, ready: true, reason, checkedAt: now };
   }
 }
+
+/**
+ * What is wrong with the plugin's storage as a volume condition message, or undefined when
+ * the last check found nothing (or none has finished).
+ */
+export function storageProblem(last: HealthStatus | undefined): string | undefined {
+  if (!last) return undefined;
+  if (!last.ready) return last.reason;
+  if (last.poolHealth && last.poolHealth !== "ONLINE") return `pool is ${last.poolHealth}`;
+  return undefined;
+}

@@ -12,11 +12,11 @@ import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
 import { checkPathInside } from "../mount/paths.ts";
-import { datasetForVolume } from "../zfs/names.ts";
+import { resolveVolume } from "../zfs/ids.ts";
 import type { Zfs } from "../zfs/zfs.ts";
-import { parseVolumeContext } from "./context.ts";
+import { parseVolumeContext, type VolumeContext } from "./context.ts";
 import { checkOwned, type Datasets } from "./datasets.ts";
-import type { HealthChecker } from "./health.ts";
+import { type HealthChecker, storageProblem } from "./health.ts";
 import type {
   NodeExpandVolumeRequest,
   NodeGetVolumeStatsRequest,
@@ -73,7 +73,22 @@ export class NodeService {
 
   #dataset(volumeId: unknown): { id: string; dataset: string } {
     const id = required("volume_id", volumeId);
-    return { id, dataset: datasetForVolume(this.#d.config.parentDataset, id) };
+    return resolveVolume(id, {
+      parentDataset: this.#d.config.parentDataset,
+      nodeId: this.#d.config.nodeId,
+    });
+  }
+
+  /** The checked context of a volume whose dataset is `dataset`. */
+  #context(ctx: Record<string, string> | null | undefined, dataset: string): VolumeContext {
+    const parsed = parseVolumeContext(ctx);
+    if (parsed.dataset !== undefined && parsed.dataset !== dataset) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `volume_context names dataset "${parsed.dataset}", but the volume id maps to "${dataset}"`,
+      );
+    }
+    return parsed;
   }
 
   #path(field: string, path: string): Promise<string> {
@@ -101,7 +116,7 @@ export class NodeService {
       required("staging_target_path", req.staging_target_path),
     );
     checkCapability(req.volume_capability);
-    const ctx = parseVolumeContext(req.volume_context);
+    const ctx = this.#context(req.volume_context, dataset);
     return await withLock(this.#d.locks, [dataset], async () => {
       const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
       const top = mountsAt(ds.table, staging).at(-1);
@@ -140,7 +155,7 @@ export class NodeService {
       throw new CsiError(Code.INVALID_ARGUMENT, "target_path must differ from staging_target_path");
     }
     const cap = checkCapability(req.volume_capability);
-    const ctx = parseVolumeContext(req.volume_context);
+    const ctx = this.#context(req.volume_context, dataset);
     const readOnly = req.readonly === true || cap.readOnlyMode || cap.flags.includes("ro");
     const flags = [...(readOnly ? ["ro"] : []), ...cap.flags.filter((f) => f !== "ro")];
     return await withLock(this.#d.locks, [dataset], async () => {
@@ -211,11 +226,8 @@ export class NodeService {
     const s = await this.#statfs(path);
     const problems: string[] = [];
     if (props.get("mounted")?.value !== "yes") problems.push(`dataset "${dataset}" is not mounted`);
-    const health = this.#d.health.last;
-    if (health && !health.ready) problems.push(health.reason);
-    else if (health?.poolHealth && health.poolHealth !== "ONLINE") {
-      problems.push(`pool is ${health.poolHealth}`);
-    }
+    const storage = storageProblem(this.#d.health.last);
+    if (storage) problems.push(storage);
     const total = s.blocks * s.bsize;
     return {
       usage: [

@@ -74,5 +74,88 @@ export interface NodeExpandVolumeRequest {
   secrets: StringMap;
 }
 
+export interface TopologyMessage {
+  segments: StringMap;
+}
+
+export interface TopologyRequirementMessage {
+  requisite: TopologyMessage[];
+  preferred: TopologyMessage[];
+}
+
+/** VolumeContentSource: one of a snapshot or a volume (a oneof, named by `type`). */
+export interface VolumeContentSource {
+  snapshot?: { snapshot_id: string } | null;
+  volume?: { volume_id: string } | null;
+  type?: "snapshot" | "volume";
+}
+
+export interface CreateVolumeRequest {
+  name: string;
+  capacity_range: CapacityRange | null;
+  volume_capabilities: VolumeCapability[];
+  parameters: StringMap;
+  secrets: StringMap;
+  volume_content_source: VolumeContentSource | null;
+  accessibility_requirements: TopologyRequirementMessage | null;
+  mutable_parameters: StringMap;
+}
+
+export interface DeleteVolumeRequest {
+  volume_id: string;
+  secrets: StringMap;
+}
+
+export interface ValidateVolumeCapabilitiesRequest {
+  volume_id: string;
+  volume_context: StringMap;
+  volume_capabilities: VolumeCapability[];
+  parameters: StringMap;
+  secrets: StringMap;
+  mutable_parameters: StringMap;
+}
+
+export interface ListVolumesRequest {
+  max_entries: number;
+  starting_token: string;
+}
+
+export interface ControllerGetVolumeRequest {
+  volume_id: string;
+}
+
+export interface GetCapacityRequest {
+  volume_capabilities: VolumeCapability[];
+  parameters: StringMap;
+  accessible_topology: TopologyMessage | null;
+}
+
+export interface ControllerExpandVolumeRequest {
+  volume_id: string;
+  capacity_range: CapacityRange | null;
+  secrets: StringMap;
+  volume_capability: VolumeCapability | null;
+}
+
+export interface CreateSnapshotRequest {
+  source_volume_id: string;
+  name: string;
+  secrets: StringMap;
+  parameters: StringMap;
+}
+
+export interface DeleteSnapshotRequest {
+  snapshot_id: string;
+  secrets: StringMap;
+}
+
+export interface ListSnapshotsRequest {
+  max_entries: number;
+  starting_token: string;
+  source_volume_id: string;
+  snapshot_id: string;
+  secrets: StringMap;
+}
+
 /** Any request: handlers read the fields they know. */
 export type AnyRequest = Record<string, unknown>;

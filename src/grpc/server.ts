@@ -11,9 +11,9 @@ import { loadCsiServices } from "./proto.ts";
 
 /** Handlers by method name, per service. Services left out answer UNIMPLEMENTED. */
 export interface ServiceHandlers {
-  readonly Identity: Readonly<Record<string, AsyncHandler>>;
-  readonly Node?: Readonly<Record<string, AsyncHandler>>;
-  readonly Controller?: Readonly<Record<string, AsyncHandler>>;
+  Identity: Readonly<Record<string, AsyncHandler>>;
+  Node?: Readonly<Record<string, AsyncHandler>>;
+  Controller?: Readonly<Record<string, AsyncHandler>>;
 }
 
 /** A running server. */

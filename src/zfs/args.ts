@@ -37,6 +37,26 @@ export function getArgs(datasets: readonly string[], props: readonly string[]): 
   return ["get", "-Hp", "-o", "name,property,value,source", props.join(","), ...datasets];
 }
 
+/**
+ * Machine-readable `zfs get` of some properties of `root` and its descendants down to `depth`
+ * (1: children; 2: children and their snapshots).
+ */
+export function getTreeArgs(root: string, depth: number, props: readonly string[]): string[] {
+  for (const p of props) checkProperty(p, "");
+  if (!Number.isInteger(depth) || depth < 1) throw new RangeError(`Invalid depth ${depth}`);
+  return [
+    "get",
+    "-Hp",
+    "-r",
+    "-d",
+    String(depth),
+    "-o",
+    "name,property,value,source",
+    props.join(","),
+    root,
+  ];
+}
+
 /** `zfs create` of one filesystem; its parent must exist (no `-p`). */
 export function createArgs(dataset: string, props: Properties = {}): string[] {
   return ["create", ...propertyArgs(props), dataset];
@@ -51,6 +71,57 @@ export function setArgs(dataset: string, name: string, value: string): string[] 
 /** `zfs mount` of one filesystem at its own mountpoint. */
 export function mountArgs(dataset: string): string[] {
   return ["mount", dataset];
+}
+
+/** `zfs snapshot` of one dataset (`snapshot` is `<dataset>@<name>`). */
+export function snapshotArgs(snapshot: string): string[] {
+  if (!snapshot.includes("@")) throw new TypeError(`"${snapshot}" is not a snapshot name`);
+  return ["snapshot", snapshot];
+}
+
+/** `zfs clone` of a snapshot into a new filesystem, with properties set at creation. */
+export function cloneArgs(snapshot: string, dataset: string, props: Properties = {}): string[] {
+  if (!snapshot.includes("@")) throw new TypeError(`"${snapshot}" is not a snapshot name`);
+  return ["clone", ...propertyArgs(props), snapshot, dataset];
+}
+
+/** How to destroy. */
+export interface DestroyOptions {
+  /** Also destroy the dataset's snapshots (`-r`); never its clones (`-R` is not offered). */
+  readonly recursive?: boolean;
+  /** For a snapshot: if clones depend on it, destroy it when the last one goes (`-d`). */
+  readonly deferred?: boolean;
+}
+
+/** `zfs destroy` of one dataset or snapshot. No `-R`, no `-f`: clones and busy mounts stop it. */
+export function destroyArgs(name: string, opts: DestroyOptions = {}): string[] {
+  if (opts.deferred && !name.includes("@")) {
+    throw new TypeError(`Deferred destroy applies to snapshots, not "${name}"`);
+  }
+  return [
+    "destroy",
+    ...(opts.recursive ? ["-r"] : []),
+    ...(opts.deferred ? ["-d"] : []),
+    name,
+  ];
+}
+
+/** `zfs rename` of a dataset, or of a snapshot within its dataset. */
+export function renameArgs(from: string, to: string): string[] {
+  if (from.includes("@") !== to.includes("@")) {
+    throw new TypeError(`Cannot rename "${from}" to "${to}": both or neither must be snapshots`);
+  }
+  return ["rename", from, to];
+}
+
+/** `zfs unmount` of one filesystem (never `-f`). */
+export function unmountArgs(dataset: string): string[] {
+  return ["unmount", dataset];
+}
+
+/** `zfs load-key` of an encrypted filesystem from its own keylocation (OpenZFS). */
+export function loadKeyArgs(dataset: string): string[] {
+  return ["load-key", dataset];
 }
 
 /** `zpool list` of the name and health of one pool. */

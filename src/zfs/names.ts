@@ -62,18 +62,28 @@ function invalid(message: string): CsiError {
  * @throws {CsiError} INVALID_ARGUMENT for ids that are empty, too long or could escape
  */
 export function encodeVolumeId(id: string): string {
-  if (id.length === 0) throw invalid("Volume id is empty");
+  return encodeName("Volume id", id);
+}
+
+/**
+ * Encodes any name given by a client (a volume id, a volume name, a snapshot name) as one
+ * dataset or snapshot component, as {@linkcode encodeVolumeId} describes. `what` starts the
+ * error messages.
+ * @throws {CsiError} INVALID_ARGUMENT for names that are empty, too long or could escape
+ */
+export function encodeName(what: string, id: string): string {
+  if (id.length === 0) throw invalid(`${what} is empty`);
   if (encoder.encode(id).length > MAX_VOLUME_ID_BYTES) {
-    throw invalid(`Volume id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
+    throw invalid(`${what} is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
   }
   // deno-lint-ignore no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(id)) {
-    throw invalid(`Volume id ${JSON.stringify(id)} contains control characters`);
+    throw invalid(`${what} ${JSON.stringify(id)} contains control characters`);
   }
   for (const bad of ["/", "@", "%"]) {
-    if (id.includes(bad)) throw invalid(`Volume id "${id}" must not contain "${bad}"`);
+    if (id.includes(bad)) throw invalid(`${what} "${id}" must not contain "${bad}"`);
   }
-  if (id.includes("..")) throw invalid(`Volume id "${id}" must not contain ".."`);
+  if (id.includes("..")) throw invalid(`${what} "${id}" must not contain ".."`);
   let out = "";
   let first = true;
   for (const ch of id) {
@@ -145,4 +155,39 @@ export function volumeForDataset(parent: string, dataset: string): string | unde
   const prefix = parent + "/";
   if (!dataset.startsWith(prefix)) return undefined;
   return decodeComponent(dataset.slice(prefix.length));
+}
+
+/** Prefix of datasets and snapshots set aside by a delete; they are kept for the retention. */
+export const DELETED_PREFIX = ".deleted-";
+/** Prefix of the hidden snapshot a volume is cloned from when its source is another volume. */
+export const CLONE_PREFIX = ".clone-";
+
+/**
+ * The component a deleted dataset or snapshot is renamed to: `.deleted-<unix seconds>-<old>`,
+ * cut to `maxBytes`. It starts with "." so no volume or snapshot id ever maps to it.
+ */
+export function deletedComponent(component: string, atSeconds: number, maxBytes: number): string {
+  const name = `${DELETED_PREFIX}${Math.floor(atSeconds)}-${component}`;
+  // Encoded components are ASCII, so characters are bytes.
+  return name.slice(0, Math.max(maxBytes, DELETED_PREFIX.length + 12));
+}
+
+/** When a component made by {@linkcode deletedComponent} was deleted (unix seconds). */
+export function deletedAt(component: string): number | undefined {
+  const m = /^\.deleted-(\d{1,12})-/.exec(component);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * The hidden snapshot of a source volume that `target` is cloned from. Derived from the target
+ * dataset, so a retried clone finds the snapshot its first attempt made.
+ */
+export function cloneSnapshotComponent(target: string): string {
+  // FNV-1a, 64 bit: short, stable, and no async crypto needed for a name.
+  let h = 0xcbf29ce484222325n;
+  for (const byte of encoder.encode(target)) {
+    h ^= BigInt(byte);
+    h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return CLONE_PREFIX + h.toString(16).padStart(16, "0");
 }

@@ -7,12 +7,20 @@ import { ZfsError, type ZfsErrorKind } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { CommandResult, CommandRunner } from "../run.ts";
 import {
+  cloneArgs,
   createArgs,
+  destroyArgs,
+  type DestroyOptions,
   getArgs,
+  getTreeArgs,
+  loadKeyArgs,
   mountArgs,
   poolHealthArgs,
   type Properties,
+  renameArgs,
   setArgs,
+  snapshotArgs,
+  unmountArgs,
 } from "./args.ts";
 import { parseGet, parsePoolHealth, type PropertyMap } from "./parse.ts";
 
@@ -25,6 +33,8 @@ export interface ZfsOptions {
 }
 
 const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
+  ["dependents", /has dependent clones/i],
+  ["key_unavailable", /key not loaded|keys? (?:is|are) not loaded|key is unavailable/i],
   ["not_found", /does not exist|no such pool|no such file or directory|could not find/i],
   ["exists", /already exists/i],
   ["busy", /\bbusy\b/i],
@@ -98,6 +108,49 @@ export class Zfs {
     }
   }
 
+  /**
+   * Properties of `root` and every descendant down to `depth`, by name; undefined if `root`
+   * does not exist. One zfs process, however many datasets there are.
+   * @throws {ZfsError} for any other failure
+   */
+  async getTree(
+    root: string,
+    depth: number,
+    props: readonly string[],
+  ): Promise<Map<string, PropertyMap> | undefined> {
+    try {
+      const res = await this.#zfs(getTreeArgs(root, depth, props));
+      return parseGet(res.stdout);
+    } catch (err) {
+      if (err instanceof ZfsError && err.kind === "not_found") return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * The names among `props` that this ZFS does not know, found by asking for them on `dataset`
+   * (zfs names the first unknown one; each is then asked again without it).
+   * @throws {ZfsError} for failures other than an unknown property
+   */
+  async unknownProperties(dataset: string, props: readonly string[]): Promise<string[]> {
+    const unknown: string[] = [];
+    let rest = [...props];
+    while (rest.length > 0) {
+      try {
+        await this.#zfs(getArgs([dataset], rest));
+        return unknown;
+      } catch (err) {
+        const bad = err instanceof ZfsError
+          ? /invalid property '([^']+)'/.exec(err.stderr)?.[1]
+          : undefined;
+        if (bad === undefined || !rest.includes(bad)) throw err;
+        unknown.push(bad);
+        rest = rest.filter((p) => p !== bad);
+      }
+    }
+    return unknown;
+  }
+
   /** Creates a filesystem with properties set at creation. */
   async create(dataset: string, props: Properties): Promise<void> {
     await this.#zfs(createArgs(dataset, props));
@@ -108,12 +161,51 @@ export class Zfs {
     await this.#zfs(setArgs(dataset, name, value));
   }
 
-  /** Mounts a filesystem at its mountpoint; already mounted counts as success. */
+  /** Takes a snapshot (`<dataset>@<name>`). */
+  async snapshot(snapshot: string): Promise<void> {
+    await this.#zfs(snapshotArgs(snapshot));
+  }
+
+  /** Clones a snapshot into a new filesystem with properties set at creation. */
+  async clone(snapshot: string, dataset: string, props: Properties): Promise<void> {
+    await this.#zfs(cloneArgs(snapshot, dataset, props));
+  }
+
+  /** Destroys a dataset or snapshot (never its clones, never forced). */
+  async destroy(name: string, opts: DestroyOptions = {}): Promise<void> {
+    await this.#zfs(destroyArgs(name, opts));
+  }
+
+  /** Renames a dataset, or a snapshot within its dataset. */
+  async rename(from: string, to: string): Promise<void> {
+    await this.#zfs(renameArgs(from, to));
+  }
+
+  /** Unmounts a filesystem; not mounted counts as success. */
+  async unmount(dataset: string): Promise<void> {
+    try {
+      await this.#zfs(unmountArgs(dataset));
+    } catch (err) {
+      if (err instanceof ZfsError && /not currently mounted|not mounted/i.test(err.stderr)) return;
+      throw err;
+    }
+  }
+
+  /**
+   * Mounts a filesystem at its mountpoint; already mounted counts as success. An encrypted
+   * filesystem whose key is not loaded (after a reboot) gets its key loaded from its own
+   * keylocation first (OpenZFS).
+   */
   async mount(dataset: string): Promise<void> {
     try {
       await this.#zfs(mountArgs(dataset));
     } catch (err) {
       if (err instanceof ZfsError && /already mounted/i.test(err.stderr)) return;
+      if (err instanceof ZfsError && err.kind === "key_unavailable") {
+        await this.#zfs(loadKeyArgs(dataset));
+        await this.#zfs(mountArgs(dataset));
+        return;
+      }
       throw err;
     }
   }

@@ -26,6 +26,8 @@ Deno.test("Nomad lifecycle: data survives unstage, restart and restage", async (
     dir: pool.dir,
     nodeId: "node-a",
     topology: ["zone=eu1", "rack=r7"],
+    // The register-only layout: no controller, datasets created at first stage.
+    extraArgs: ["--mode", "node"],
   });
   const dataset = `${pool.parent}/${DATASET_SUFFIX}`;
   const cap = mountCapability();
@@ -127,7 +129,11 @@ Deno.test("Nomad lifecycle: data survives unstage, restart and restage", async (
     await t.step("restart, stage and publish again: the file is still there", async () => {
       const status = await plugin.stop("SIGTERM");
       assert.equal(status.code, 0);
-      plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
+      plugin = await PluginProcess.start({
+        parentDataset: pool.parent,
+        dir: pool.dir,
+        extraArgs: ["--mode", "node"],
+      });
       const again = await claimPaths(plugin.baseDir, { volumeId: VOLUME, allocId: "alloc-2" });
       await plugin.client.node("NodeStageVolume", {
         volume_id: VOLUME,
@@ -151,7 +157,11 @@ Deno.test("Nomad lifecycle: data survives unstage, restart and restage", async (
       await plugin.stop("SIGKILL");
       assert.equal((await mountsAt(again.target)).length, 1, "mount outlives the plugin");
       assert.equal(await Deno.readTextFile(`${again.target}/hello.txt`), "written by alloc-1\n");
-      plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
+      plugin = await PluginProcess.start({
+        parentDataset: pool.parent,
+        dir: pool.dir,
+        extraArgs: ["--mode", "node"],
+      });
       await plugin.client.node("NodeUnpublishVolume", {
         volume_id: VOLUME,
         target_path: again.target,

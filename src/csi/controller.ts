@@ -1,0 +1,709 @@
+/**
+ * The CSI Controller service: create, delete, clone, snapshot and grow volumes, all on this
+ * node's parent dataset. Every handler reads the current state from zfs first and then acts,
+ * so a repeated call answers as the first did and nothing is kept in memory.
+ */
+
+import type { Config } from "../config.ts";
+import { Code, CsiError, ZfsError } from "../errors.ts";
+import { type KeyedLock, withLock } from "../lock.ts";
+import type { Logger } from "../log.ts";
+import type { Mounter } from "../mount/mounter.ts";
+import { isMountOf } from "../mount/mountinfo.ts";
+import {
+  type IdScope,
+  resolveSnapshot,
+  resolveVolume,
+  snapshotIdOf,
+  volumeIdFor,
+  volumeIdOfDataset,
+} from "../zfs/ids.ts";
+import {
+  cloneSnapshotComponent,
+  encodeName,
+  MANAGED_PROPERTY,
+  MANAGED_VALUE,
+} from "../zfs/names.ts";
+import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import {
+  CATALOG_PROPERTIES,
+  PARAMETERS_PROPERTY,
+  readCatalog,
+  type SnapshotRecord,
+  SOURCE_PROPERTY,
+  type VolumeRecord,
+  volumeRecord,
+} from "./catalog.ts";
+import { CONTEXT_KEYS, parseVolumeContext } from "./context.ts";
+import { checkOwned } from "./datasets.ts";
+import { type HealthChecker, storageProblem } from "./health.ts";
+import { paginate } from "./paging.ts";
+import {
+  checkSizes,
+  isKnownParameter,
+  parseParameters,
+  sizeOf,
+  type VolumeParameters,
+} from "./parameters.ts";
+import { checkRequisite, nodeIsIn } from "./topology.ts";
+import type { Trash } from "./trash.ts";
+import type {
+  ControllerExpandVolumeRequest,
+  ControllerGetVolumeRequest,
+  CreateSnapshotRequest,
+  CreateVolumeRequest,
+  DeleteSnapshotRequest,
+  DeleteVolumeRequest,
+  GetCapacityRequest,
+  ListSnapshotsRequest,
+  ListVolumesRequest,
+  ValidateVolumeCapabilitiesRequest,
+  VolumeCapability,
+  VolumeContentSource,
+} from "./types.ts";
+import { checkCapability, checkCapacity, required } from "./validate.ts";
+
+/**
+ * Controller capabilities; fixed for the life of the process. No PUBLISH_UNPUBLISH_VOLUME:
+ * attaching a node-local dataset is a no-op, and the capability would cost a serialized
+ * server round trip per claim in Nomad.
+ */
+export const CONTROLLER_CAPABILITIES = [
+  "CREATE_DELETE_VOLUME",
+  "CREATE_DELETE_SNAPSHOT",
+  "LIST_SNAPSHOTS",
+  "CLONE_VOLUME",
+  "EXPAND_VOLUME",
+  "LIST_VOLUMES",
+  "GET_CAPACITY",
+  "GET_VOLUME",
+  "VOLUME_CONDITION",
+] as const;
+
+/**
+ * Smallest volume: ZFS refuses a refquota below what an empty filesystem already uses, so
+ * smaller requests get this much (CSI lets a volume be larger than required_bytes).
+ */
+export const MIN_VOLUME_BYTES = 1024 * 1024;
+
+/** ZFS refuses names of 256 bytes or more. */
+const MAX_NAME = 255;
+
+/** What the controller service works with. */
+export interface ControllerDeps {
+  readonly config: Config;
+  readonly zfs: Zfs;
+  readonly mounter: Mounter;
+  readonly health: HealthChecker;
+  readonly locks: KeyedLock;
+  readonly trash: Trash;
+  readonly log: Logger;
+}
+
+/** A checked content source. */
+type Source =
+  | {
+    readonly kind: "snapshot";
+    readonly id: string;
+    readonly snapshot: string;
+    readonly dataset: string;
+  }
+  | { readonly kind: "volume"; readonly id: string; readonly dataset: string };
+
+/** Properties read of a volume before acting on it. */
+const VOLUME_STATE = [
+  ...CATALOG_PROPERTIES,
+  "quota",
+  "refreservation",
+  "mountpoint",
+] as const;
+
+/** The CSI Controller service handlers. */
+export class ControllerService {
+  readonly #d: ControllerDeps;
+  readonly #scope: IdScope;
+  /** Properties this node's zfs is known to support (asked once, then remembered). */
+  readonly #supported = new Set<string>();
+
+  constructor(deps: ControllerDeps) {
+    this.#d = deps;
+    this.#scope = { parentDataset: deps.config.parentDataset, nodeId: deps.config.nodeId };
+  }
+
+  ControllerGetCapabilities(): Promise<unknown> {
+    return Promise.resolve({
+      capabilities: CONTROLLER_CAPABILITIES.map((type) => ({ rpc: { type } })),
+    });
+  }
+
+  async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
+    const name = required("name", req.name);
+    const id = volumeIdFor(name, this.#scope);
+    const dataset = `${this.#d.config.parentDataset}/${encodeName("Volume name", name)}`;
+    if (new TextEncoder().encode(dataset).length > MAX_NAME) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Volume name "${name}" is too long: dataset "${dataset}" would exceed ${MAX_NAME} bytes`,
+      );
+    }
+    checkCapabilities(req.volume_capabilities);
+    const capacity = checkCapacity(req.capacity_range);
+    const params = parseParameters(req.parameters);
+    checkRequisite(req.accessibility_requirements, this.#d.config.topology, this.#d.config.nodeId);
+    let size = 0;
+    if (capacity.requiredBytes > 0) size = Math.max(capacity.requiredBytes, MIN_VOLUME_BYTES);
+    else if (capacity.limitBytes > 0) size = capacity.limitBytes;
+    if (capacity.limitBytes > 0 && size > capacity.limitBytes) {
+      throw new CsiError(
+        Code.OUT_OF_RANGE,
+        `capacity_range.limit_bytes ${capacity.limitBytes} is below the smallest volume, ` +
+          `${MIN_VOLUME_BYTES} bytes`,
+      );
+    }
+    const source = this.#source(req.volume_content_source);
+    checkSizes(params, size);
+    const keys = source ? [dataset, source.dataset] : [dataset];
+    return await withLock(this.#d.locks, keys, async () => {
+      const existing = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+      if (existing) {
+        return this.#answerRepeat(id, dataset, existing, { size, capacity, params, source });
+      }
+      await this.#checkSupported(params);
+      const props: Record<string, string> = {
+        ...params.properties,
+        [MANAGED_PROPERTY]: MANAGED_VALUE,
+        [PARAMETERS_PROPERTY]: params.canonical,
+        ...(source ? { [SOURCE_PROPERTY]: `${source.kind}:${source.id}` } : {}),
+      };
+      let refquota = size;
+      try {
+        if (!source) {
+          if (size > 0) props.refquota = String(size);
+          this.#sizeProps(props, params, size);
+          await this.#d.zfs.create(dataset, props);
+        } else {
+          refquota = await this.#cloneFrom(source, dataset, props, params, size);
+        }
+      } catch (err) {
+        if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
+        // Made meanwhile outside this plugin: judge it like any repeat.
+      }
+      const created = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+      if (!created) {
+        throw new CsiError(Code.INTERNAL, `Dataset "${dataset}" vanished after creation`);
+      }
+      this.#d.log.info("volume created", { volumeId: id, dataset, refquota });
+      return this.#answerRepeat(id, dataset, created, { size: refquota, capacity, params, source });
+    });
+  }
+
+  async DeleteVolume(req: DeleteVolumeRequest): Promise<unknown> {
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    return await withLock(this.#d.locks, [dataset], async () => {
+      const tree = await this.#d.zfs.getTree(dataset, 1, ["type", "mountpoint", MANAGED_PROPERTY]);
+      const props = tree?.get(dataset);
+      if (!tree || !props) return {};
+      checkOwned(dataset, props);
+      const mountpoint = props.get("mountpoint")?.value ?? "";
+      const users = (await this.#d.mounter.table())
+        .filter((e) => isMountOf(e, dataset) && e.mountPoint !== mountpoint)
+        .map((e) => e.mountPoint);
+      if (users.length > 0) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `Volume "${id}" is in use: mounted at ${users.map((u) => `"${u}"`).join(", ")}; ` +
+            `stop the jobs using it first`,
+        );
+      }
+      const snapshots = [...tree.keys()]
+        .map((n) => snapshotIdOf(n, this.#scope))
+        .filter((s): s is string => s !== undefined);
+      if (snapshots.length > 0) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `Volume "${id}" has snapshots (${snapshots.map((s) => `"${s}"`).join(", ")}); ` +
+            `delete them first (nomad volume snapshot delete)`,
+        );
+      }
+      await this.#d.trash.removeVolume(dataset);
+      return {};
+    });
+  }
+
+  async ValidateVolumeCapabilities(req: ValidateVolumeCapabilitiesRequest): Promise<unknown> {
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    if (!req.volume_capabilities || req.volume_capabilities.length === 0) {
+      throw new CsiError(Code.INVALID_ARGUMENT, "volume_capabilities is required");
+    }
+    parseVolumeContext(req.volume_context);
+    const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+    if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+    checkOwned(dataset, props);
+    for (const cap of req.volume_capabilities) {
+      try {
+        checkCapability(cap);
+      } catch (err) {
+        if (err instanceof CsiError) return { message: err.message };
+        throw err;
+      }
+    }
+    for (const key of Object.keys(req.parameters ?? {})) {
+      if (!isKnownParameter(key)) return { message: `Parameter "${key}" is not supported` };
+    }
+    return {
+      confirmed: {
+        volume_context: req.volume_context ?? {},
+        // Rebuilt rather than echoed: decoded messages carry oneof names that do not encode.
+        volume_capabilities: req.volume_capabilities.map((cap) => ({
+          access_mode: { mode: cap.access_mode?.mode },
+          mount: {
+            fs_type: cap.mount?.fs_type ?? "",
+            mount_flags: cap.mount?.mount_flags ?? [],
+            volume_mount_group: cap.mount?.volume_mount_group ?? "",
+          },
+        })),
+        parameters: req.parameters ?? {},
+      },
+    };
+  }
+
+  async ListVolumes(req: ListVolumesRequest): Promise<unknown> {
+    const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
+      snapshots: false,
+    });
+    const page = paginate(
+      catalog.volumes.map((v) => ({ id: this.#volumeId(v), v })),
+      (e) => e.id,
+      { maxEntries: req.max_entries, startingToken: req.starting_token },
+    );
+    return {
+      entries: page.entries.map((e) => ({
+        volume: this.#volumeMessage(e.id, e.v),
+        status: this.#status(),
+      })),
+      next_token: page.nextToken,
+    };
+  }
+
+  async ControllerGetVolume(req: ControllerGetVolumeRequest): Promise<unknown> {
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+    const record = props && volumeRecord(this.#d.config.parentDataset, dataset, props);
+    if (!record) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+    return { volume: this.#volumeMessage(this.#volumeId(record), record), status: this.#status() };
+  }
+
+  async GetCapacity(req: GetCapacityRequest): Promise<unknown> {
+    // The size limits are Int64Value wrappers.
+    const none = {
+      available_capacity: "0",
+      minimum_volume_size: { value: String(MIN_VOLUME_BYTES) },
+    };
+    for (const cap of req.volume_capabilities ?? []) {
+      try {
+        checkCapability(cap);
+      } catch {
+        return none;
+      }
+    }
+    parseParameters(req.parameters);
+    if (req.accessible_topology && !nodeIsIn(req.accessible_topology, this.#d.config.topology)) {
+      return none;
+    }
+    const props = await this.#d.zfs.getProperties(this.#d.config.parentDataset, ["available"]);
+    if (!props) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Parent dataset "${this.#d.config.parentDataset}" does not exist`,
+      );
+    }
+    const available = parseBytes(props.get("available")?.value ?? "0");
+    return {
+      available_capacity: String(available),
+      maximum_volume_size: { value: String(available) },
+      minimum_volume_size: { value: String(MIN_VOLUME_BYTES) },
+    };
+  }
+
+  async ControllerExpandVolume(req: ControllerExpandVolumeRequest): Promise<unknown> {
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    if (!req.capacity_range) {
+      throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
+    }
+    const capacity = checkCapacity(req.capacity_range);
+    if (req.volume_capability) checkCapability(req.volume_capability);
+    return await withLock(this.#d.locks, [dataset], async () => {
+      const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+      if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+      checkOwned(dataset, props);
+      const current = parseBytes(props.get("refquota")?.value ?? "0");
+      const answer = (bytes: number) => ({
+        capacity_bytes: String(bytes),
+        // A refquota applies at once on every node: there is nothing for a node to do.
+        node_expansion_required: false,
+      });
+      if (current === 0) {
+        // Unlimited already holds any size (as far as the pool has room).
+        return answer(Math.max(capacity.requiredBytes, capacity.limitBytes));
+      }
+      if (capacity.limitBytes > 0 && current > capacity.limitBytes) {
+        throw new CsiError(
+          Code.OUT_OF_RANGE,
+          `Volume "${id}" has ${current} bytes; shrinking to ${capacity.limitBytes} is not supported`,
+        );
+      }
+      const target = capacity.requiredBytes;
+      if (target <= current) return answer(current);
+      const params = storedParameters(props, this.#d.log);
+      const quota = parseBytes(props.get("quota")?.value ?? "0");
+      // The quota keeps the snapshot headroom it had above the capacity.
+      if (quota > 0) await this.#d.zfs.set(dataset, "quota", String(quota + target - current));
+      await this.#d.zfs.set(dataset, "refquota", String(target));
+      if (params?.refreservation?.kind === "capacity") {
+        await this.#d.zfs.set(dataset, "refreservation", String(target));
+      }
+      this.#d.log.info("volume expanded", { volumeId: id, from: current, to: target });
+      return answer(target);
+    });
+  }
+
+  async CreateSnapshot(req: CreateSnapshotRequest): Promise<unknown> {
+    const sourceId = required("source_volume_id", req.source_volume_id);
+    const name = required("name", req.name);
+    const component = encodeName("Snapshot name", name);
+    if (Object.keys(req.parameters ?? {}).length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Snapshot parameters are not supported (got ${Object.keys(req.parameters).join(", ")})`,
+      );
+    }
+    const { dataset } = resolveVolume(sourceId, this.#scope);
+    const snapshot = `${dataset}@${component}`;
+    if (new TextEncoder().encode(snapshot).length > MAX_NAME) {
+      throw new CsiError(Code.INVALID_ARGUMENT, `Snapshot name "${name}" is too long`);
+    }
+    return await withLock(this.#d.locks, [dataset, `snapshot:${component}`], async () => {
+      const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
+        snapshots: true,
+      });
+      if (!catalog.volumes.some((v) => v.dataset === dataset)) {
+        const props = await this.#d.zfs.getProperties(dataset, ["type", MANAGED_PROPERTY]);
+        if (props) checkOwned(dataset, props);
+        throw new CsiError(Code.NOT_FOUND, `Source volume "${sourceId}" not found`);
+      }
+      const same = catalog.snapshots.find((s) => s.component === component);
+      if (same && same.dataset !== dataset) {
+        throw new CsiError(
+          Code.ALREADY_EXISTS,
+          `A snapshot named "${name}" already exists, of another volume ` +
+            `("${this.#volumeIdOfName(same.volumeName)}")`,
+        );
+      }
+      if (same) return { snapshot: this.#snapshotMessage(same) };
+      try {
+        await this.#d.zfs.snapshot(snapshot);
+      } catch (err) {
+        if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
+      }
+      const props = await this.#d.zfs.getProperties(snapshot, ["creation", "referenced"]);
+      if (!props) {
+        throw new CsiError(Code.INTERNAL, `Snapshot "${snapshot}" vanished after creation`);
+      }
+      const volumeName = this.#nameOf(dataset);
+      this.#d.log.info("snapshot created", { snapshot });
+      return {
+        snapshot: this.#snapshotMessage({
+          snapshot,
+          dataset,
+          volumeName,
+          component,
+          name,
+          creation: Number(props.get("creation")?.value ?? "0") || 0,
+          referenced: parseBytes(props.get("referenced")?.value ?? "0"),
+        }),
+      };
+    });
+  }
+
+  async DeleteSnapshot(req: DeleteSnapshotRequest): Promise<unknown> {
+    const id = required("snapshot_id", req.snapshot_id);
+    let ref;
+    try {
+      ref = resolveSnapshot(id, this.#scope);
+    } catch (err) {
+      // An id this plugin could never have made names nothing: deleting nothing succeeds.
+      if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) return {};
+      throw err;
+    }
+    const { dataset, component, snapshot } = ref;
+    return await withLock(this.#d.locks, [dataset, `snapshot:${component}`], async () => {
+      const tree = await this.#d.zfs.getTree(dataset, 1, ["type", MANAGED_PROPERTY]);
+      const props = tree?.get(dataset);
+      if (!tree || !props || !tree.has(snapshot)) return {};
+      checkOwned(dataset, props);
+      await this.#d.trash.removeSnapshot(snapshot);
+      return {};
+    });
+  }
+
+  async ListSnapshots(req: ListSnapshotsRequest): Promise<unknown> {
+    const empty = { entries: [], next_token: "" };
+    let wantSnapshot: string | undefined;
+    let wantDataset: string | undefined;
+    try {
+      if (req.snapshot_id) wantSnapshot = resolveSnapshot(req.snapshot_id, this.#scope).snapshot;
+      if (req.source_volume_id) {
+        wantDataset = resolveVolume(req.source_volume_id, this.#scope).dataset;
+      }
+    } catch (err) {
+      // Ids that cannot name a snapshot or volume here match nothing.
+      if (err instanceof CsiError) return empty;
+      throw err;
+    }
+    const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
+      snapshots: true,
+    });
+    const matching = catalog.snapshots.filter((s) =>
+      (wantSnapshot === undefined || s.snapshot === wantSnapshot) &&
+      (wantDataset === undefined || s.dataset === wantDataset)
+    ).map((s) => ({ s, id: this.#snapshotId(s) }));
+    const page = paginate(matching, (e) => e.id, {
+      maxEntries: req.max_entries,
+      startingToken: req.starting_token,
+    });
+    return {
+      entries: page.entries.map((e) => ({ snapshot: this.#snapshotMessage(e.s) })),
+      next_token: page.nextToken,
+    };
+  }
+
+  /** Answers a CreateVolume whose dataset exists: the same volume again, or ALREADY_EXISTS. */
+  #answerRepeat(
+    id: string,
+    dataset: string,
+    props: PropertyMap,
+    want: {
+      size: number;
+      capacity: { requiredBytes: number; limitBytes: number };
+      params: VolumeParameters;
+      source: Source | undefined;
+    },
+  ): unknown {
+    const conflict = (why: string) =>
+      new CsiError(Code.ALREADY_EXISTS, `Volume "${id}" already exists ${why}`);
+    if (props.get(MANAGED_PROPERTY)?.value !== MANAGED_VALUE) {
+      throw conflict(`as dataset "${dataset}", which zfs-csi does not manage`);
+    }
+    const record = volumeRecord(this.#d.config.parentDataset, dataset, props);
+    if (!record) throw conflict(`as dataset "${dataset}", which is not a filesystem`);
+    if (record.parameters !== want.params.canonical) {
+      throw conflict(`with other parameters (${record.parameters})`);
+    }
+    const source = want.source ? `${want.source.kind}:${want.source.id}` : "";
+    if (record.source !== source) {
+      throw conflict(`with another content source (${record.source || "none"})`);
+    }
+    const { requiredBytes, limitBytes } = want.capacity;
+    const r = record.refquota;
+    if (
+      (requiredBytes > 0 && (r === 0 || r < requiredBytes)) ||
+      (limitBytes > 0 && (r === 0 || r > limitBytes))
+    ) {
+      throw conflict(`with another capacity (${r === 0 ? "unlimited" : `${r} bytes`})`);
+    }
+    return { volume: this.#volumeMessage(id, record) };
+  }
+
+  /** Checks a content source and resolves it on this node. */
+  #source(src: VolumeContentSource | null | undefined): Source | undefined {
+    if (!src) return undefined;
+    if (src.snapshot) {
+      const id = required("volume_content_source.snapshot.snapshot_id", src.snapshot.snapshot_id);
+      let ref;
+      try {
+        ref = resolveSnapshot(id, this.#scope);
+      } catch (err) {
+        if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
+          throw new CsiError(Code.NOT_FOUND, `Snapshot "${id}" not found: ${err.message}`);
+        }
+        throw err;
+      }
+      return { kind: "snapshot", id, snapshot: ref.snapshot, dataset: ref.dataset };
+    }
+    if (src.volume) {
+      const id = required("volume_content_source.volume.volume_id", src.volume.volume_id);
+      let dataset;
+      try {
+        dataset = resolveVolume(id, this.#scope).dataset;
+      } catch (err) {
+        if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
+          throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found: ${err.message}`);
+        }
+        throw err;
+      }
+      return { kind: "volume", id, dataset };
+    }
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      "volume_content_source names neither a snapshot nor a volume",
+    );
+  }
+
+  /**
+   * Clones the source into `dataset`; returns the refquota set (the source's when no size was
+   * asked for). A volume source is cloned through a hidden snapshot that goes away with the
+   * clone.
+   */
+  async #cloneFrom(
+    source: Source,
+    dataset: string,
+    props: Record<string, string>,
+    params: VolumeParameters,
+    size: number,
+  ): Promise<number> {
+    const src = await this.#d.zfs.getProperties(source.dataset, VOLUME_STATE);
+    const what = source.kind === "snapshot" ? "Snapshot" : "Volume";
+    if (!src) throw new CsiError(Code.NOT_FOUND, `${what} "${source.id}" not found`);
+    checkOwned(source.dataset, src);
+    let snapshot: string;
+    let referenced: number;
+    if (source.kind === "snapshot") {
+      snapshot = source.snapshot;
+      const snap = await this.#d.zfs.getProperties(snapshot, ["referenced"]);
+      if (!snap) throw new CsiError(Code.NOT_FOUND, `Snapshot "${source.id}" not found`);
+      referenced = parseBytes(snap.get("referenced")?.value ?? "0");
+    } else {
+      snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset)}`;
+      referenced = parseBytes(src.get("referenced")?.value ?? "0");
+    }
+    const refquota = size > 0 ? size : parseBytes(src.get("refquota")?.value ?? "0");
+    if (refquota > 0 && refquota < referenced) {
+      throw new CsiError(
+        Code.OUT_OF_RANGE,
+        `The source holds ${referenced} bytes, more than the requested capacity of ${refquota} bytes`,
+      );
+    }
+    checkSizes(params, refquota);
+    if (refquota > 0) props.refquota = String(refquota);
+    this.#sizeProps(props, params, refquota);
+    if (source.kind === "volume") {
+      try {
+        await this.#d.zfs.snapshot(snapshot);
+      } catch (err) {
+        // A retried clone finds the snapshot its first attempt made.
+        if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
+      }
+    }
+    await this.#d.zfs.clone(snapshot, dataset, props);
+    if (source.kind === "volume") {
+      try {
+        // Marked now, gone with the clone: ZFS destroys it when no clone needs it any more.
+        await this.#d.zfs.destroy(snapshot, { deferred: true });
+      } catch (err) {
+        this.#d.log.warn("could not mark a clone's snapshot for deferred destroy", {
+          snapshot,
+          error: err,
+        });
+      }
+    }
+    return refquota;
+  }
+
+  /** Adds quota and refreservation from the parameters for a volume of `size` bytes. */
+  #sizeProps(props: Record<string, string>, params: VolumeParameters, size: number): void {
+    if (params.quota) props.quota = String(sizeOf(params.quota, size));
+    if (params.refreservation) props.refreservation = String(sizeOf(params.refreservation, size));
+  }
+
+  /** Refuses properties this node's zfs does not know, with a message saying so. */
+  async #checkSupported(params: VolumeParameters): Promise<void> {
+    const ask = params.openzfsOnly.filter((p) => !this.#supported.has(p));
+    if (ask.length === 0) return;
+    const unknown = await this.#d.zfs.unknownProperties(this.#d.config.parentDataset, ask);
+    for (const p of ask) if (!unknown.includes(p)) this.#supported.add(p);
+    if (unknown.length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Parameter ${unknown.map((p) => `"${p}"`).join(", ")} is not supported by the ZFS on ` +
+          `node "${this.#d.config.nodeId}" (it needs OpenZFS)`,
+      );
+    }
+  }
+
+  #nameOf(dataset: string): string {
+    const id = volumeIdOfDataset(dataset, this.#scope);
+    return id === undefined ? dataset : id.slice(0, id.lastIndexOf("@"));
+  }
+
+  #volumeIdOfName(name: string): string {
+    return `${name}@${this.#d.config.nodeId}`;
+  }
+
+  #volumeId(v: VolumeRecord): string {
+    return this.#volumeIdOfName(v.name);
+  }
+
+  #snapshotId(s: SnapshotRecord): string {
+    return `${s.volumeName}@${s.name}@${this.#d.config.nodeId}`;
+  }
+
+  #volumeMessage(id: string, v: VolumeRecord): Record<string, unknown> {
+    const source = contentSourceOf(v.source);
+    return {
+      volume_id: id,
+      capacity_bytes: String(v.refquota),
+      volume_context: { [CONTEXT_KEYS.dataset]: v.dataset },
+      ...(source ? { content_source: source } : {}),
+      accessible_topology: [{ segments: this.#d.config.topology }],
+    };
+  }
+
+  #snapshotMessage(s: SnapshotRecord): Record<string, unknown> {
+    return {
+      size_bytes: String(s.referenced),
+      snapshot_id: this.#snapshotId(s),
+      source_volume_id: this.#volumeIdOfName(s.volumeName),
+      creation_time: { seconds: String(s.creation), nanos: 0 },
+      ready_to_use: true,
+    };
+  }
+
+  #status(): Record<string, unknown> {
+    const problem = storageProblem(this.#d.health.last);
+    return {
+      published_node_ids: [],
+      volume_condition: {
+        abnormal: problem !== undefined,
+        message: problem ?? "Volume is healthy",
+      },
+    };
+  }
+}
+
+/** Checks the capabilities a volume is created with: at least one, each one we serve. */
+function checkCapabilities(caps: readonly VolumeCapability[] | null | undefined): void {
+  if (!caps || caps.length === 0) {
+    throw new CsiError(Code.INVALID_ARGUMENT, "volume_capabilities is required");
+  }
+  for (const cap of caps) checkCapability(cap);
+}
+
+/** The content source recorded on a dataset, as a CSI message. */
+function contentSourceOf(source: string): Record<string, unknown> | undefined {
+  if (source.startsWith("snapshot:")) return { snapshot: { snapshot_id: source.slice(9) } };
+  if (source.startsWith("volume:")) return { volume: { volume_id: source.slice(7) } };
+  return undefined;
+}
+
+/** The parameters recorded on a volume, or undefined when they cannot be read back. */
+function storedParameters(props: PropertyMap, log: Logger): VolumeParameters | undefined {
+  const text = props.get(PARAMETERS_PROPERTY)?.value;
+  if (!text || text === "-") return undefined;
+  try {
+    return parseParameters(JSON.parse(text) as Record<string, string>);
+  } catch (err) {
+    log.warn("recorded volume parameters are unreadable", { parameters: text, error: err });
+    return undefined;
+  }
+}
