@@ -553,7 +553,7 @@ export class ControllerService {
   /**
    * Clones the source into `dataset`; returns the refquota set (the source's when no size was
    * asked for). A volume source is cloned through a hidden snapshot that goes away with the
-   * clone.
+   * clone; one left by an attempt that failed before cloning is purged after an hour.
    */
   async #cloneFrom(
     source: Source,
@@ -574,7 +574,8 @@ export class ControllerService {
       if (!snap) throw new CsiError(Code.NOT_FOUND, `Snapshot "${source.id}" not found`);
       referenced = parseBytes(snap.get("referenced")?.value ?? "0");
     } else {
-      snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset)}`;
+      const now = Math.floor(Date.now() / 1000);
+      snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset, now)}`;
       referenced = parseBytes(src.get("referenced")?.value ?? "0");
     }
     const refquota = size > 0 ? size : parseBytes(src.get("refquota")?.value ?? "0");
@@ -591,7 +592,7 @@ export class ControllerService {
       try {
         await this.#d.zfs.snapshot(snapshot);
       } catch (err) {
-        // A retried clone finds the snapshot its first attempt made.
+        // Made within this second by an attempt that failed after it: as fresh, so use it.
         if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
       }
     }

@@ -179,15 +179,16 @@ export function deletedAt(component: string): number | undefined {
 }
 
 /**
- * The hidden snapshot of a source volume that `target` is cloned from. Derived from the target
- * dataset, so a retried clone finds the snapshot its first attempt made.
+ * The hidden snapshot of a source volume that `target` is cloned from at `atSeconds`:
+ * `.clone-<hash of target>-<unix seconds>`. The time keeps a later clone to the same name from
+ * reusing an older snapshot; the hash says which clone it was made for.
  */
-export function cloneSnapshotComponent(target: string): string {
+export function cloneSnapshotComponent(target: string, atSeconds: number): string {
   // FNV-1a, 64 bit: short, stable, and no async crypto needed for a name.
   let h = 0xcbf29ce484222325n;
   for (const byte of encoder.encode(target)) {
     h ^= BigInt(byte);
     h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
   }
-  return CLONE_PREFIX + h.toString(16).padStart(16, "0");
+  return `${CLONE_PREFIX}${h.toString(16).padStart(16, "0")}-${Math.floor(atSeconds)}`;
 }
