@@ -1,6 +1,11 @@
-# zfs-csi node plugin, one per client node (system job), run with the raw_exec driver: the
-# binary runs directly on the host, as the Nomad agent's user (root), in the host's mount
-# namespace. No image, no propagation settings; the host's zfs, zpool, mount and umount are used.
+# zfs-csi node plugin (--mode node), one per client node (system job), run with the raw_exec
+# driver: the binary runs directly on the host, as the Nomad agent's user (root), in the host's
+# mount namespace. No image, no propagation settings; the host's zfs, zpool, mount and umount
+# are used. All nodes share one plugin id. This is the node-only layout: there is no controller,
+# so volumes are added with "nomad volume register" (volume-register.hcl) and each dataset is
+# created on its node when a job first uses it; no "nomad volume create", snapshots or
+# "nomad volume delete". For those, run zfs-csi-monolith-raw-exec.nomad.hcl once per node
+# instead (see README.md, "Which layout").
 #
 #   nomad job run -var parent_dataset=tank/nomad -var nomad_data_dir=/opt/nomad/data \
 #     zfs-csi-node-raw-exec.nomad.hcl
@@ -69,6 +74,8 @@ locals {
 
   args = concat(
     [
+      # Node service only: no controller, so no volume create, delete or snapshots.
+      "--mode", "node",
       "--parent-dataset", var.parent_dataset,
       # Also the value of the org.zfs-csi/node topology segment; volumes pin themselves to it.
       "--node-id", "${node.unique.name}",

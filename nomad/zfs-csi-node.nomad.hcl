@@ -1,4 +1,9 @@
-# zfs-csi node plugin, one per client node (system job), run with the docker driver.
+# zfs-csi node plugin (--mode node), one per client node (system job), run with the docker
+# driver. All nodes share one plugin id. This is the node-only layout: there is no controller,
+# so volumes are added with "nomad volume register" (volume-register.hcl) and each dataset is
+# created on its node when a job first uses it; no "nomad volume create", snapshots or
+# "nomad volume delete". For those, run zfs-csi-monolith.nomad.hcl once per node instead
+# (see README.md, "Which layout").
 #
 #   nomad job run -var parent_dataset=tank/nomad -var parent_mountpoint=/tank/nomad \
 #     zfs-csi-node.nomad.hcl
@@ -87,6 +92,8 @@ locals {
 
   args = concat(
     [
+      # Node service only: no controller, so no volume create, delete or snapshots.
+      "--mode", "node",
       "--parent-dataset", var.parent_dataset,
       # Also the value of the org.zfs-csi/node topology segment; volumes pin themselves to it.
       "--node-id", "${node.unique.name}",

@@ -5,7 +5,7 @@
  * delete, or made for a clone) are neither.
  */
 
-import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
+import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import { decodeComponent, MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
@@ -77,7 +77,9 @@ export function volumeRecord(
   const component = dataset.slice(prefix.length);
   if (component.includes("/")) return undefined;
   const name = decodeComponent(component);
-  if (name === undefined || userValue(props, MANAGED_PROPERTY) !== MANAGED_VALUE) return undefined;
+  if (name === undefined || !hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
+    return undefined;
+  }
   return {
     dataset,
     name,

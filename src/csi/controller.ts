@@ -14,6 +14,7 @@ import {
   type IdScope,
   resolveSnapshot,
   resolveVolume,
+  snapshotIdFor,
   snapshotIdOf,
   volumeIdFor,
   volumeIdOfDataset,
@@ -24,7 +25,7 @@ import {
   MANAGED_PROPERTY,
   MANAGED_VALUE,
 } from "../zfs/names.ts";
-import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
+import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import {
   CATALOG_PROPERTIES,
@@ -151,9 +152,8 @@ export class ControllerService {
     const capacity = checkCapacity(req.capacity_range);
     const params = parseParameters(req.parameters);
     checkRequisite(req.accessibility_requirements, this.#d.config.topology, this.#d.config.nodeId);
-    let size = 0;
-    if (capacity.requiredBytes > 0) size = Math.max(capacity.requiredBytes, MIN_VOLUME_BYTES);
-    else if (capacity.limitBytes > 0) size = capacity.limitBytes;
+    let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
+    if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
     if (capacity.limitBytes > 0 && size > capacity.limitBytes) {
       throw new CsiError(
         Code.OUT_OF_RANGE,
@@ -383,6 +383,8 @@ export class ControllerService {
     if (new TextEncoder().encode(snapshot).length > MAX_NAME) {
       throw new CsiError(Code.INVALID_ARGUMENT, `Snapshot name "${name}" is too long`);
     }
+    // Its id must fit CSI's 128 bytes too (the volume's name, the snapshot's and the node).
+    snapshotIdFor(this.#nameOf(dataset), name, this.#scope);
     return await withLock(this.#d.locks, [dataset, `snapshot:${component}`], async () => {
       const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
         snapshots: true,
@@ -492,7 +494,7 @@ export class ControllerService {
   ): unknown {
     const conflict = (why: string) =>
       new CsiError(Code.ALREADY_EXISTS, `Volume "${id}" already exists ${why}`);
-    if (props.get(MANAGED_PROPERTY)?.value !== MANAGED_VALUE) {
+    if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
       throw conflict(`as dataset "${dataset}", which zfs-csi does not manage`);
     }
     const record = volumeRecord(this.#d.config.parentDataset, dataset, props);
@@ -576,6 +578,13 @@ export class ControllerService {
     } else {
       const now = Math.floor(Date.now() / 1000);
       snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset, now)}`;
+      if (new TextEncoder().encode(snapshot).length > MAX_NAME) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Volume "${source.id}" has too long a name to clone from: its snapshot "${snapshot}" ` +
+            `would exceed ${MAX_NAME} bytes; snapshot it with a short name and create from that`,
+        );
+      }
       referenced = parseBytes(src.get("referenced")?.value ?? "0");
     }
     const refquota = size > 0 ? size : parseBytes(src.get("refquota")?.value ?? "0");

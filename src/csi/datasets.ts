@@ -7,7 +7,7 @@ import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
 import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
-import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
+import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** Properties read for every volume dataset. */
@@ -50,7 +50,7 @@ function toVolumeDataset(dataset: string, props: PropertyMap): VolumeDataset {
  * @throws {CsiError} FAILED_PRECONDITION saying how to adopt a foreign dataset
  */
 export function checkOwned(dataset: string, props: PropertyMap): void {
-  if (props.get(MANAGED_PROPERTY)?.value !== MANAGED_VALUE) {
+  if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
     throw new CsiError(
       Code.FAILED_PRECONDITION,
       `Dataset "${dataset}" exists but is not managed by zfs-csi; to hand it over, run ` +

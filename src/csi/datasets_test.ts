@@ -26,7 +26,10 @@ function getOutput(dataset: string, over: Record<string, string> = {}): string {
     "org.zfs-csi:managed": "yes",
     ...over,
   };
-  return Object.entries(values).map(([k, v]) => `${dataset}\t${k}\t${v}\t-`).join("\n") + "\n";
+  // A marker set on the dataset itself reads "local", as zfs reports it.
+  return Object.entries(values).map(([k, v]) =>
+    `${dataset}\t${k}\t${v}\t${k.includes(":") ? "local" : "-"}`
+  ).join("\n") + "\n";
 }
 
 Deno.test("checkOwned accepts a marked filesystem", () => {
@@ -51,6 +54,29 @@ Deno.test("checkOwned refuses unmarked datasets and volumes with FAILED_PRECONDI
       assert.ok(err.message.startsWith(message), err.message);
       return true;
     });
+  }
+});
+
+Deno.test("checkOwned refuses a marker inherited from the parent dataset", () => {
+  for (const source of ["inherited from t", "default", "-"]) {
+    const p = new Map([
+      ["type", { value: "filesystem", source: "-" }],
+      ["org.zfs-csi:managed", { value: "yes", source }],
+    ]);
+    assert.throws(() => checkOwned("t/v", p), (err: unknown) => {
+      assert.ok(err instanceof CsiError);
+      assert.equal(err.code, Code.FAILED_PRECONDITION);
+      return true;
+    }, source);
+  }
+  for (const source of ["local", "received"]) {
+    checkOwned(
+      "t/v",
+      new Map([
+        ["type", { value: "filesystem", source: "-" }],
+        ["org.zfs-csi:managed", { value: "yes", source }],
+      ]),
+    );
   }
 });
 

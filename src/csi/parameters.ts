@@ -112,7 +112,8 @@ function sizeSetting(key: string, value: string): SizeSetting {
 
 /** Whether `key` is a parameter this plugin accepts (for ValidateVolumeCapabilities too). */
 export function isKnownParameter(key: string): boolean {
-  return key in ZFS_PARAMETERS || key in SIZE_PARAMETERS ||
+  // Own keys only: `in` would also find "constructor" and the other Object.prototype names.
+  return Object.hasOwn(ZFS_PARAMETERS, key) || Object.hasOwn(SIZE_PARAMETERS, key) ||
     (USER_PROPERTY.test(key) && !key.startsWith(MANAGED_PROPERTY.split(":")[0]! + ":"));
 }
 
@@ -151,7 +152,7 @@ export function parseParameters(
       refreservation = sizeSetting(key, value);
       continue;
     }
-    const rule = ZFS_PARAMETERS[key];
+    const rule = Object.hasOwn(ZFS_PARAMETERS, key) ? ZFS_PARAMETERS[key] : undefined;
     if (rule?.values && !rule.values.test(value)) {
       throw invalid(`Parameter ${key}="${value}" is not a value zfs accepts for ${key}`);
     }

@@ -140,7 +140,7 @@ export class Trash {
     const parent = this.#d.parentDataset;
     let tree;
     try {
-      tree = await this.#d.zfs.getTree(parent, 2, ["type", "creation"]);
+      tree = await this.#d.zfs.getTree(parent, 2, ["type", "creation", "defer_destroy"]);
     } catch (err) {
       this.#d.log.warn("purge could not list the parent dataset", { error: err });
       return;
@@ -158,6 +158,8 @@ export class Trash {
       const leftoverClone = type === "snapshot" && component.startsWith(CLONE_PREFIX) &&
         Number(props.get("creation")?.value ?? now) + CLONE_LEFTOVER_SECONDS <= now;
       if (!expired && !leftoverClone) continue;
+      // Already marked: ZFS destroys it with the last clone that needs it.
+      if (type === "snapshot" && props.get("defer_destroy")?.value === "on") continue;
       // A clone in progress holds its source's lock; never race it.
       const held = this.#d.locks.tryAcquire([at >= 0 ? container : name]);
       if (!held) continue;

@@ -1,12 +1,19 @@
 import assert from "node:assert/strict";
 import {
   checkProperty,
+  cloneArgs,
   createArgs,
+  destroyArgs,
   getArgs,
+  getTreeArgs,
+  loadKeyArgs,
   mountArgs,
   poolHealthArgs,
   propertyArgs,
+  renameArgs,
   setArgs,
+  snapshotArgs,
+  unmountArgs,
 } from "./args.ts";
 
 Deno.test("argv builders return the exact argument lists", () => {
@@ -129,4 +136,147 @@ Deno.test("checkProperty names the offending property", () => {
   });
   assert.doesNotThrow(() => checkProperty("org.zfs-csi:managed", "yes"));
   assert.doesNotThrow(() => checkProperty("refquota", ""));
+});
+
+Deno.test("argv builders of the controller return the exact argument lists", () => {
+  const table: ReadonlyArray<readonly [string, () => readonly string[], readonly string[]]> = [
+    [
+      "getTreeArgs of depth 2",
+      () => getTreeArgs("tank/nomad", 2, ["type", "creation", "org.zfs-csi:managed"]),
+      [
+        "get",
+        "-Hp",
+        "-r",
+        "-d",
+        "2",
+        "-o",
+        "name,property,value,source",
+        "type,creation,org.zfs-csi:managed",
+        "tank/nomad",
+      ],
+    ],
+    [
+      "getTreeArgs of depth 1",
+      () => getTreeArgs("tank/nomad/v", 1, ["type"]),
+      ["get", "-Hp", "-r", "-d", "1", "-o", "name,property,value,source", "type", "tank/nomad/v"],
+    ],
+    ["snapshotArgs", () => snapshotArgs("tank/nomad/v@s1"), ["snapshot", "tank/nomad/v@s1"]],
+    [
+      "cloneArgs without properties",
+      () => cloneArgs("tank/nomad/v@s1", "tank/nomad/w"),
+      ["clone", "tank/nomad/v@s1", "tank/nomad/w"],
+    ],
+    [
+      "cloneArgs with properties, sorted",
+      () =>
+        cloneArgs("tank/nomad/v@s1", "tank/nomad/w", {
+          refquota: "1048576",
+          "org.zfs-csi:source": "snapshot:v@s1@node-a",
+          compression: "lz4",
+        }),
+      [
+        "clone",
+        "-o",
+        "compression=lz4",
+        "-o",
+        "org.zfs-csi:source=snapshot:v@s1@node-a",
+        "-o",
+        "refquota=1048576",
+        "tank/nomad/v@s1",
+        "tank/nomad/w",
+      ],
+    ],
+    ["destroyArgs", () => destroyArgs("tank/nomad/v"), ["destroy", "tank/nomad/v"]],
+    [
+      "destroyArgs of a snapshot",
+      () => destroyArgs("tank/nomad/v@s1"),
+      ["destroy", "tank/nomad/v@s1"],
+    ],
+    [
+      "destroyArgs recursive",
+      () => destroyArgs("tank/nomad/v", { recursive: true }),
+      ["destroy", "-r", "tank/nomad/v"],
+    ],
+    [
+      "destroyArgs deferred",
+      () => destroyArgs("tank/nomad/v@s1", { deferred: true }),
+      ["destroy", "-d", "tank/nomad/v@s1"],
+    ],
+    [
+      "destroyArgs recursive and deferred",
+      () => destroyArgs("tank/nomad/v@s1", { recursive: true, deferred: true }),
+      ["destroy", "-r", "-d", "tank/nomad/v@s1"],
+    ],
+    [
+      "destroyArgs with both options off",
+      () => destroyArgs("tank/nomad/v", { recursive: false, deferred: false }),
+      ["destroy", "tank/nomad/v"],
+    ],
+    [
+      "renameArgs of a dataset",
+      () => renameArgs("tank/nomad/v", "tank/nomad/.deleted-1700000000-v"),
+      ["rename", "tank/nomad/v", "tank/nomad/.deleted-1700000000-v"],
+    ],
+    [
+      "renameArgs of a snapshot",
+      () => renameArgs("tank/nomad/v@s1", "tank/nomad/v@.deleted-1700000000-s1"),
+      ["rename", "tank/nomad/v@s1", "tank/nomad/v@.deleted-1700000000-s1"],
+    ],
+    ["unmountArgs", () => unmountArgs("tank/nomad/v"), ["unmount", "tank/nomad/v"]],
+    ["loadKeyArgs", () => loadKeyArgs("tank/nomad/v"), ["load-key", "tank/nomad/v"]],
+  ];
+  for (const [name, build, expected] of table) {
+    assert.deepEqual(build(), expected, name);
+  }
+});
+
+Deno.test("getTreeArgs refuses depths below 1 and non-integers with a RangeError", () => {
+  for (const depth of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+    assert.throws(() => getTreeArgs("tank/nomad", depth, ["type"]), {
+      name: "RangeError",
+      message: `Invalid depth ${depth}`,
+    });
+  }
+});
+
+Deno.test("getTreeArgs refuses injected property names with a TypeError", () => {
+  for (const prop of ["type,all", "mountpoint=/etc", "-r", "Type", ""]) {
+    assert.throws(() => getTreeArgs("tank/nomad", 1, [prop]), TypeError, prop);
+  }
+});
+
+Deno.test("snapshotArgs and cloneArgs refuse a name that is no snapshot", () => {
+  assert.throws(() => snapshotArgs("tank/nomad/v"), {
+    name: "TypeError",
+    message: '"tank/nomad/v" is not a snapshot name',
+  });
+  assert.throws(() => cloneArgs("tank/nomad/v", "tank/nomad/w"), {
+    name: "TypeError",
+    message: '"tank/nomad/v" is not a snapshot name',
+  });
+  assert.throws(
+    () => cloneArgs("tank/nomad/v@s", "tank/nomad/w", { "mountpoint=/etc": "x" }),
+    TypeError,
+  );
+  assert.throws(() => cloneArgs("tank/nomad/v@s", "tank/nomad/w", { refquota: "1\n" }), TypeError);
+});
+
+Deno.test("destroyArgs refuses a deferred destroy of a filesystem", () => {
+  for (const opts of [{ deferred: true }, { deferred: true, recursive: true }]) {
+    assert.throws(() => destroyArgs("tank/nomad/v", opts), {
+      name: "TypeError",
+      message: 'Deferred destroy applies to snapshots, not "tank/nomad/v"',
+    });
+  }
+});
+
+Deno.test("renameArgs refuses renaming between a snapshot and a dataset", () => {
+  assert.throws(() => renameArgs("tank/nomad/v@s1", "tank/nomad/w"), {
+    name: "TypeError",
+    message: 'Cannot rename "tank/nomad/v@s1" to "tank/nomad/w": both or neither must be snapshots',
+  });
+  assert.throws(() => renameArgs("tank/nomad/v", "tank/nomad/v@s1"), {
+    name: "TypeError",
+    message: 'Cannot rename "tank/nomad/v" to "tank/nomad/v@s1": both or neither must be snapshots',
+  });
 });

@@ -85,6 +85,9 @@ export function resolveVolume(id: string, scope: IdScope): VolumeRef {
  */
 export function resolveSnapshot(id: string, scope: IdScope): SnapshotRef {
   if (id.length === 0) throw invalid("Snapshot id is empty");
+  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+    throw invalid(`Snapshot id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
+  }
   const parts = id.split("@");
   if (parts.length !== 2 && parts.length !== 3) {
     throw invalid(`Snapshot id "${id}" is not of the form volume@snapshot@node`);
@@ -109,6 +112,21 @@ export function volumeIdFor(name: string, scope: IdScope): string {
   if (bytes(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(
       `Volume name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
+    );
+  }
+  return id;
+}
+
+/**
+ * The id CreateSnapshot returns for snapshot `name` of the volume named `volumeName`.
+ * @throws {CsiError} INVALID_ARGUMENT when the name is invalid or the id would be too long
+ */
+export function snapshotIdFor(volumeName: string, name: string, scope: IdScope): string {
+  encodeName("Snapshot name", name);
+  const id = `${volumeName}@${name}@${scope.nodeId}`;
+  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+    throw invalid(
+      `Snapshot name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
     );
   }
   return id;

@@ -2,8 +2,14 @@ import assert from "node:assert/strict";
 import { Code, CsiError } from "../errors.ts";
 import {
   checkDatasetName,
+  CLONE_PREFIX,
+  cloneSnapshotComponent,
   datasetForVolume,
   decodeComponent,
+  DELETED_PREFIX,
+  deletedAt,
+  deletedComponent,
+  encodeName,
   encodeVolumeId,
   MAX_VOLUME_ID_BYTES,
   poolOf,
@@ -194,4 +200,121 @@ Deno.test("checkDatasetName rejects malformed names with a TypeError", () => {
 Deno.test("poolOf returns the first component", () => {
   assert.equal(poolOf("tank/nomad/v1"), "tank");
   assert.equal(poolOf("tank"), "tank");
+});
+
+Deno.test("encodeName encodes like encodeVolumeId", () => {
+  assert.equal(encodeName("Snapshot name", "db[0]"), "db:5b0:5d");
+  assert.equal(encodeName("Snapshot name", "before upgrade"), "before:20upgrade");
+  assert.equal(encodeName("Snapshot name", ".clone-x"), ":2eclone-x");
+});
+
+Deno.test("encodeName starts its messages with what it encodes", () => {
+  const table: ReadonlyArray<readonly [string, string]> = [
+    ["", "Snapshot name is empty"],
+    ["s".repeat(129), "Snapshot name is longer than 128 bytes"],
+    ["a\nb", 'Snapshot name "a\\nb" contains control characters'],
+    ["a/b", 'Snapshot name "a/b" must not contain "/"'],
+    ["a@b", 'Snapshot name "a@b" must not contain "@"'],
+    ["a%b", 'Snapshot name "a%b" must not contain "%"'],
+    ["a..b", 'Snapshot name "a..b" must not contain ".."'],
+  ];
+  for (const [name, message] of table) {
+    assert.throws(() => encodeName("Snapshot name", name), (err: unknown) => {
+      assert.ok(err instanceof CsiError, String(err));
+      assert.equal(err.code, Code.INVALID_ARGUMENT);
+      assert.equal(err.message, message);
+      return true;
+    }, JSON.stringify(name));
+  }
+  assertInvalid(() => encodeName("Volume name", ""), "Volume name is empty");
+});
+
+Deno.test("DELETED_PREFIX and CLONE_PREFIX start with a dot, which no id encodes to", () => {
+  assert.equal(DELETED_PREFIX, ".deleted-");
+  assert.equal(CLONE_PREFIX, ".clone-");
+  assert.equal(decodeComponent(DELETED_PREFIX + "1700000000-pg"), undefined);
+  assert.equal(decodeComponent(CLONE_PREFIX + "0123456789abcdef-1700000000"), undefined);
+});
+
+Deno.test("deletedComponent writes .deleted-<seconds>-<component>", () => {
+  assert.equal(deletedComponent("pg", 1700000000, 255), ".deleted-1700000000-pg");
+  assert.equal(deletedComponent("db:5b0:5d", 1700000000, 255), ".deleted-1700000000-db:5b0:5d");
+  // Fractions of a second are dropped.
+  assert.equal(deletedComponent("pg", 1700000000.9, 255), ".deleted-1700000000-pg");
+  assert.equal(deletedComponent("pg", 0, 255), ".deleted-0-pg");
+  assert.equal(decodeComponent(deletedComponent("pg", 1700000000, 255)), undefined);
+});
+
+Deno.test("deletedComponent cuts the name to maxBytes, keeping prefix and time", () => {
+  const long = "x".repeat(300);
+  const cut = deletedComponent(long, 1700000000, 100);
+  assert.equal(cut, ".deleted-1700000000-" + "x".repeat(80));
+  assert.equal(cut.length, 100);
+  // Exactly fitting names are not cut.
+  assert.equal(deletedComponent("pg", 1700000000, 22), ".deleted-1700000000-pg");
+  assert.equal(deletedComponent("pg", 1700000000, 21), ".deleted-1700000000-p");
+  // However little room is given, prefix and 12 more characters are kept.
+  assert.equal(deletedComponent("pg", 1700000000, 5), ".deleted-1700000000-p");
+  assert.equal(deletedAt(deletedComponent(long, 1700000000, 5)), 1700000000);
+});
+
+Deno.test("deletedAt reads the time from a deleted component", () => {
+  assert.equal(deletedAt(".deleted-1700000000-pg"), 1700000000);
+  assert.equal(deletedAt(".deleted-0-pg"), 0);
+  assert.equal(deletedAt(".deleted-999999999999-x"), 999999999999);
+  assert.equal(deletedAt(".deleted-1700000000-"), 1700000000);
+  for (const c of ["pg", "db:5b0:5d", "x".repeat(300)]) {
+    for (const t of [0, 1, 1700000000, 4102444800]) {
+      assert.equal(deletedAt(deletedComponent(c, t, 255)), t, `${c} at ${t}`);
+    }
+  }
+});
+
+Deno.test("deletedAt returns undefined for other names", () => {
+  const table = [
+    "pg",
+    ".deleted-1700000000",
+    ".deleted--pg",
+    ".deleted-abc-pg",
+    ".deleted-1234567890123-pg",
+    "deleted-1700000000-pg",
+    ":2edeleted-1700000000-pg",
+    "x.deleted-1700000000-pg",
+    ".clone-0123456789abcdef-1700000000",
+    "",
+  ];
+  for (const c of table) assert.equal(deletedAt(c), undefined, c);
+});
+
+Deno.test("cloneSnapshotComponent is .clone-<FNV-1a 64 of the target>-<seconds>", () => {
+  // The published FNV-1a 64-bit test vectors.
+  assert.equal(cloneSnapshotComponent("", 1700000000), ".clone-cbf29ce484222325-1700000000");
+  assert.equal(cloneSnapshotComponent("a", 1700000000), ".clone-af63dc4c8601ec8c-1700000000");
+  assert.equal(cloneSnapshotComponent("foobar", 1), ".clone-85944171f73967e8-1");
+  // A hash below 2^60 is padded to 16 digits.
+  assert.equal(
+    cloneSnapshotComponent("tank/nomad/x00", 1700000000),
+    ".clone-04aefac26b33d546-1700000000",
+  );
+  assert.equal(
+    cloneSnapshotComponent("tank/nomad/copy", 1700000000.7),
+    ".clone-ad5c7e1013b430f7-1700000000",
+  );
+});
+
+Deno.test("cloneSnapshotComponent is deterministic and differs between targets", () => {
+  const targets = ["tank/nomad/a", "tank/nomad/b", "tank/nomad/copy", "tank/nomad/db:5b0:5d"];
+  const names = targets.map((t) => cloneSnapshotComponent(t, 1700000000));
+  assert.equal(new Set(names).size, targets.length);
+  for (const [i, t] of targets.entries()) {
+    const name = names[i]!;
+    assert.equal(cloneSnapshotComponent(t, 1700000000), name);
+    assert.ok(name.startsWith(CLONE_PREFIX), name);
+    assert.match(name, /^\.clone-[0-9a-f]{16}-1700000000$/);
+    assert.equal(decodeComponent(name), undefined, name);
+    assert.equal(deletedAt(name), undefined, name);
+    // Another second, the same hash.
+    const later = cloneSnapshotComponent(t, 1700000001);
+    assert.equal(later, name.replace(/-1700000000$/, "-1700000001"));
+  }
 });

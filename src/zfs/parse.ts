@@ -32,6 +32,17 @@ export function parseGet(stdout: string): Map<string, Map<string, PropertyValue>
   return out;
 }
 
+/**
+ * Whether a dataset carries our marker itself. A marker inherited from a parent does not count:
+ * an operator who sets it on the parent dataset must not hand every foreign child to the plugin.
+ * "received" counts, so a volume moved with `zfs send -p | zfs receive` stays ours.
+ */
+export function hasOwnMarker(props: PropertyMap, property: string, value: string): boolean {
+  const v = props.get(property);
+  return v !== undefined && v.value === value &&
+    (v.source === "local" || v.source.startsWith("received"));
+}
+
 /** Pool name and health as `zpool list -H -o name,health` reports them. */
 export interface PoolHealth {
   readonly name: string;

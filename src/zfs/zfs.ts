@@ -43,7 +43,7 @@ const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["unsupported", /not supported|unsupported|must be upgraded|pool version/i],
   [
     "invalid",
-    /invalid|bad property|bad numeric value|cannot be set|too long|illegal|must be a number|less than current used/i,
+    /invalid|bad property|bad numeric value|cannot be set|too long|illegal|must be a number|must be one of|must be (?:a )?power of|less than current used/i,
   ],
 ];
 

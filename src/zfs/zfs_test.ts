@@ -220,3 +220,355 @@ Deno.test("Zfs logs each argv at debug", async () => {
   assert.equal(records[0].msg, "exec");
   assert.deepEqual(records[0].argv, ["/sbin/zfs", "set", "refquota=1", "t/x"]);
 });
+
+const TREE_PREFIX = ["/sbin/zfs", "get", "-Hp", "-r", "-d"];
+
+Deno.test("classifyZfsError classifies destroys refused for dependent clones as dependents", async () => {
+  for (
+    const file of [
+      "stderr_destroy_snapshot_dependent_clones.txt",
+      "stderr_destroy_filesystem_dependent_clones.txt",
+    ]
+  ) {
+    const stderr = await fixture(file);
+    assert.match(stderr, /has dependent clones/, file);
+    assert.equal(classifyZfsError(stderr), "dependents", file);
+  }
+  // OpenZFS words it the same way.
+  assert.equal(
+    classifyZfsError(
+      "cannot destroy 'tank/nomad/pg@s1': snapshot has dependent clones\n" +
+        "use '-R' to destroy the following datasets:\ntank/nomad/restored\n",
+    ),
+    "dependents",
+  );
+});
+
+Deno.test("classifyZfsError classifies a key that is not loaded as key_unavailable", () => {
+  const table = [
+    // libzfs names the mountpoint here, not the dataset.
+    "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
+    // Other wordings the pattern covers.
+    "cannot mount 'tank/nomad/enc': encryption key not loaded",
+    "Keys are not loaded for 'tank/nomad/enc'",
+    "cannot open 'tank/nomad/enc': encryption key is unavailable",
+  ];
+  for (const stderr of table) assert.equal(classifyZfsError(stderr), "key_unavailable", stderr);
+});
+
+Deno.test("classifyZfsError leaves not currently mounted to Zfs.unmount", async () => {
+  const stderr = await fixture("stderr_unmount_not_mounted.txt");
+  assert.equal(stderr, "cannot unmount 'tpool/nomad/foreign': not currently mounted\n");
+  assert.equal(classifyZfsError(stderr), "unknown");
+});
+
+Deno.test("ZfsError dependents and key_unavailable reach the client as FAILED_PRECONDITION", async () => {
+  const stderr = await fixture("stderr_destroy_snapshot_dependent_clones.txt");
+  const dependents = new ZfsError(
+    classifyZfsError(stderr),
+    ["/sbin/zfs", "destroy", "tpool/nomad/pg@snap1"],
+    stderr,
+  );
+  assert.deepEqual(toGrpcStatus(dependents), {
+    code: Code.FAILED_PRECONDITION,
+    details: `ZFS operation "/sbin/zfs destroy" failed (dependents): ` +
+      `cannot destroy 'tpool/nomad/pg@snap1': snapshot has dependent clones`,
+  });
+  const key = new ZfsError(
+    "key_unavailable",
+    ["/sbin/zfs", "mount", "tank/nomad/enc"],
+    "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
+  );
+  assert.deepEqual(toGrpcStatus(key), {
+    code: Code.FAILED_PRECONDITION,
+    details: `ZFS operation "/sbin/zfs mount" failed (key unavailable): ` +
+      `cannot mount '/tank/nomad/enc': encryption key not loaded`,
+  });
+});
+
+Deno.test("Zfs.getTree runs one zfs get -r -d with the exact argv and parses every dataset", async () => {
+  const { runner, zfs } = setup();
+  runner.on(TREE_PREFIX, { stdout: await fixture("zfs_get_tree.txt") });
+  const props = ["type", "creation", "referenced", "refquota", "org.zfs-csi:managed"];
+  const tree = await zfs.getTree("tpool/nomad", 2, props);
+  assert.deepEqual(runner.argvs, [[
+    "/sbin/zfs",
+    "get",
+    "-Hp",
+    "-r",
+    "-d",
+    "2",
+    "-o",
+    "name,property,value,source",
+    "type,creation,referenced,refquota,org.zfs-csi:managed",
+    "tpool/nomad",
+  ]]);
+  assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 5000 });
+  assert.ok(tree);
+  assert.deepEqual([...tree.keys()], [
+    "tpool/nomad",
+    "tpool/nomad/.deleted-1700000000-old",
+    "tpool/nomad/.deleted-1700000000-old@snap1",
+    "tpool/nomad/copy",
+    "tpool/nomad/db:5b0:5d",
+    "tpool/nomad/db:5b0:5d@before:20upgrade",
+    "tpool/nomad/foreign",
+    "tpool/nomad/foreign@manual",
+    "tpool/nomad/foreign/sub",
+    "tpool/nomad/pg",
+    "tpool/nomad/pg@snap1",
+    "tpool/nomad/pg@.clone-0123456789abcdef",
+    "tpool/nomad/pg@.deleted-1700000000-old",
+    "tpool/nomad/restored",
+  ]);
+  assert.deepEqual(tree.get("tpool/nomad/pg")?.get("org.zfs-csi:parameters"), {
+    value: '{"compression":"on"}',
+    source: "local",
+  });
+  assert.deepEqual(tree.get("tpool/nomad/pg@snap1")?.get("type"), {
+    value: "snapshot",
+    source: "-",
+  });
+  assert.deepEqual(tree.get("tpool/nomad/restored")?.get("org.zfs-csi:source"), {
+    value: "snapshot:pg@snap1@node-a",
+    source: "local",
+  });
+});
+
+Deno.test("Zfs.getTree returns undefined when the root does not exist", async () => {
+  const { runner, zfs } = setup();
+  runner.on(TREE_PREFIX, { code: 1, stderr: await fixture("stderr_get_not_found.txt") });
+  assert.equal(await zfs.getTree("tpool/nomad/does-not-exist", 1, ["type"]), undefined);
+  assert.deepEqual(runner.argvs, [[
+    "/sbin/zfs",
+    "get",
+    "-Hp",
+    "-r",
+    "-d",
+    "1",
+    "-o",
+    "name,property,value,source",
+    "type",
+    "tpool/nomad/does-not-exist",
+  ]]);
+});
+
+Deno.test("Zfs.getTree throws a classified ZfsError for other failures", async () => {
+  const { runner, zfs } = setup();
+  runner.on(TREE_PREFIX, { code: 2, stderr: await fixture("stderr_get_bad_property.txt") });
+  await rejectsWithKind(zfs.getTree("tpool/nomad", 2, ["bogusprop"]), "invalid");
+});
+
+Deno.test("Zfs.getTree refuses a depth below 1 before running anything", async () => {
+  const { runner, zfs } = setup();
+  await assert.rejects(zfs.getTree("tpool/nomad", 0, ["type"]), RangeError);
+  assert.equal(runner.calls.length, 0);
+});
+
+Deno.test("Zfs.unknownProperties asks again without each property zfs names", async () => {
+  for (const file of ["stderr_get_bad_property.txt", "openzfs/stderr_get_bad_property.txt"]) {
+    const { runner, zfs } = setup();
+    const bad = await fixture(file);
+    const refuse = (prop: string) => ({ code: 2, stderr: bad.replace("bogusprop", prop) });
+    runner.onExact(
+      [...GET_PREFIX, "acltype,compression,dnodesize,relatime", "tpool/nomad"],
+      refuse("acltype"),
+    );
+    runner.onExact(
+      [...GET_PREFIX, "compression,dnodesize,relatime", "tpool/nomad"],
+      refuse("dnodesize"),
+    );
+    runner.onExact([...GET_PREFIX, "compression,relatime", "tpool/nomad"], {
+      stdout: "tpool/nomad\tcompression\toff\tdefault\ntpool/nomad\trelatime\toff\tdefault\n",
+    });
+    const unknown = await zfs.unknownProperties("tpool/nomad", [
+      "acltype",
+      "compression",
+      "dnodesize",
+      "relatime",
+    ]);
+    assert.deepEqual(unknown, ["acltype", "dnodesize"], file);
+    assert.equal(runner.calls.length, 3, file);
+    runner.assertNoUnexpected();
+  }
+});
+
+Deno.test("Zfs.unknownProperties returns nothing when zfs knows every property", async () => {
+  const { runner, zfs } = setup();
+  runner.onExact([...GET_PREFIX, "relatime", "tpool/nomad"], {
+    stdout: "tpool/nomad\trelatime\toff\tdefault\n",
+  });
+  assert.deepEqual(await zfs.unknownProperties("tpool/nomad", ["relatime"]), []);
+  assert.equal(runner.calls.length, 1);
+  // Nothing to ask: nothing runs.
+  assert.deepEqual(await zfs.unknownProperties("tpool/nomad", []), []);
+  assert.equal(runner.calls.length, 1);
+});
+
+Deno.test("Zfs.unknownProperties returns every property when zfs knows none", async () => {
+  const { runner, zfs } = setup();
+  const bad = await fixture("stderr_get_bad_property.txt");
+  runner.on(GET_PREFIX, (argv) => ({
+    code: 2,
+    stderr: bad.replace("bogusprop", argv.at(-2)!.split(",")[0]!),
+  }));
+  assert.deepEqual(
+    await zfs.unknownProperties("tpool/nomad", ["acltype", "dnodesize", "relatime"]),
+    ["acltype", "dnodesize", "relatime"],
+  );
+  assert.deepEqual(runner.argvs.map((a) => a.at(-2)), [
+    "acltype,dnodesize,relatime",
+    "dnodesize,relatime",
+    "relatime",
+  ]);
+});
+
+Deno.test("Zfs.unknownProperties throws for other failures", async () => {
+  const { runner, zfs } = setup();
+  runner.on(GET_PREFIX, { code: 1, stderr: await fixture("stderr_get_not_found.txt") });
+  await rejectsWithKind(zfs.unknownProperties("tpool/nomad/x", ["relatime"]), "not_found");
+  // An invalid property it did not ask about is no answer either.
+  const other = setup();
+  const bad = await fixture("stderr_get_bad_property.txt");
+  other.runner.on(GET_PREFIX, { code: 2, stderr: bad });
+  await rejectsWithKind(other.zfs.unknownProperties("tpool/nomad", ["relatime"]), "invalid");
+  assert.equal(other.runner.calls.length, 1);
+});
+
+Deno.test("Zfs.unmount runs zfs unmount and succeeds", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "unmount"], {});
+  await zfs.unmount("tpool/nomad/v");
+  assert.deepEqual(runner.argvs, [["/sbin/zfs", "unmount", "tpool/nomad/v"]]);
+});
+
+Deno.test("Zfs.unmount treats not currently mounted as success", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "unmount"], {
+    code: 1,
+    stderr: await fixture("stderr_unmount_not_mounted.txt"),
+  });
+  await zfs.unmount("tpool/nomad/foreign");
+  assert.deepEqual(runner.argvs, [["/sbin/zfs", "unmount", "tpool/nomad/foreign"]]);
+});
+
+Deno.test("Zfs.unmount throws for other failures", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "unmount"], {
+    code: 1,
+    stderr: "cannot unmount '/tank/nomad/v': pool or dataset is busy\n",
+  });
+  await rejectsWithKind(zfs.unmount("tank/nomad/v"), "busy");
+});
+
+Deno.test("Zfs.mount loads the key and mounts again when the encryption key is not loaded", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "mount"], {
+    code: 1,
+    stderr: "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
+  }, { times: 1 });
+  runner.on(["/sbin/zfs", "load-key"], {});
+  runner.on(["/sbin/zfs", "mount"], {});
+  await zfs.mount("tank/nomad/enc");
+  assert.deepEqual(runner.argvs, [
+    ["/sbin/zfs", "mount", "tank/nomad/enc"],
+    ["/sbin/zfs", "load-key", "tank/nomad/enc"],
+    ["/sbin/zfs", "mount", "tank/nomad/enc"],
+  ]);
+});
+
+Deno.test("Zfs.mount throws when loading the key fails, without mounting again", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "mount"], {
+    code: 1,
+    stderr: "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
+  });
+  runner.on(["/sbin/zfs", "load-key"], {
+    code: 255,
+    stderr: "Key load error: Permission denied.\n",
+  });
+  const err = await rejectsWithKind(zfs.mount("tank/nomad/enc"), "permission");
+  assert.deepEqual(err.argv, ["/sbin/zfs", "load-key", "tank/nomad/enc"]);
+  assert.equal(runner.calls.length, 2);
+});
+
+Deno.test("Zfs.snapshot, clone, destroy and rename run the exact argv", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs"], {});
+  await zfs.snapshot("tpool/nomad/pg@snap1");
+  await zfs.clone("tpool/nomad/pg@snap1", "tpool/nomad/restored", {
+    refquota: "67108864",
+    "org.zfs-csi:managed": "yes",
+    "org.zfs-csi:source": "snapshot:pg@snap1@node-a",
+  });
+  await zfs.destroy("tpool/nomad/pg@.clone-0123456789abcdef-1700000000", { deferred: true });
+  await zfs.destroy("tpool/nomad/.deleted-1700000000-old", { recursive: true });
+  await zfs.destroy("tpool/nomad/v");
+  await zfs.rename("tpool/nomad/v", "tpool/nomad/.deleted-1700000000-v");
+  await zfs.rename("tpool/nomad/pg@snap1", "tpool/nomad/pg@.deleted-1700000000-snap1");
+  assert.deepEqual(runner.argvs, [
+    ["/sbin/zfs", "snapshot", "tpool/nomad/pg@snap1"],
+    [
+      "/sbin/zfs",
+      "clone",
+      "-o",
+      "org.zfs-csi:managed=yes",
+      "-o",
+      "org.zfs-csi:source=snapshot:pg@snap1@node-a",
+      "-o",
+      "refquota=67108864",
+      "tpool/nomad/pg@snap1",
+      "tpool/nomad/restored",
+    ],
+    ["/sbin/zfs", "destroy", "-d", "tpool/nomad/pg@.clone-0123456789abcdef-1700000000"],
+    ["/sbin/zfs", "destroy", "-r", "tpool/nomad/.deleted-1700000000-old"],
+    ["/sbin/zfs", "destroy", "tpool/nomad/v"],
+    ["/sbin/zfs", "rename", "tpool/nomad/v", "tpool/nomad/.deleted-1700000000-v"],
+    ["/sbin/zfs", "rename", "tpool/nomad/pg@snap1", "tpool/nomad/pg@.deleted-1700000000-snap1"],
+  ]);
+});
+
+Deno.test("Zfs.destroy throws ZfsError dependents when clones depend on the target", async () => {
+  const table: ReadonlyArray<readonly [string, string, boolean]> = [
+    ["stderr_destroy_snapshot_dependent_clones.txt", "tpool/nomad/pg@snap1", false],
+    ["stderr_destroy_filesystem_dependent_clones.txt", "tpool/nomad/pg", true],
+  ];
+  for (const [file, name, recursive] of table) {
+    const { runner, zfs } = setup();
+    runner.on(["/sbin/zfs", "destroy"], { code: 1, stderr: await fixture(file) });
+    const err = await rejectsWithKind(zfs.destroy(name, { recursive }), "dependents");
+    assert.deepEqual(err.argv, ["/sbin/zfs", "destroy", ...(recursive ? ["-r"] : []), name]);
+    assert.equal(toGrpcStatus(err).code, Code.FAILED_PRECONDITION);
+  }
+});
+
+Deno.test("Zfs.snapshot, clone and rename throw classified ZfsErrors", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "snapshot"], {
+    code: 1,
+    stderr: "cannot create snapshot 'tpool/nomad/pg@snap1': dataset already exists\n",
+  });
+  runner.on(["/sbin/zfs", "clone"], {
+    code: 1,
+    stderr: "cannot open 'tpool/nomad/pg@nope': dataset does not exist\n",
+  });
+  runner.on(["/sbin/zfs", "rename"], {
+    code: 1,
+    stderr: "cannot rename to 'tpool/nomad/w': dataset already exists\n",
+  });
+  await rejectsWithKind(zfs.snapshot("tpool/nomad/pg@snap1"), "exists");
+  await rejectsWithKind(zfs.clone("tpool/nomad/pg@nope", "tpool/nomad/w", {}), "not_found");
+  await rejectsWithKind(zfs.rename("tpool/nomad/v", "tpool/nomad/w"), "exists");
+});
+
+Deno.test("classifyZfsError reads zfs-fuse's refusals of a property value as invalid", () => {
+  for (
+    const stderr of [
+      "cannot create 'p/n/x': 'compression' must be one of 'on | off | lzjb | gzip | gzip-[1-9] | zle'\n",
+      "cannot create 'p/n/x': 'recordsize' must be power of 2 from 512 to 128k\n",
+      "cannot create 'p/n/x': 'checksum' must be one of 'on | off | fletcher2 | fletcher4 | sha256'\n",
+    ]
+  ) {
+    assert.equal(classifyZfsError(stderr), "invalid", stderr);
+  }
+});

@@ -1,0 +1,252 @@
+# zfs-csi as a monolith plugin (node and controller on one socket) on ONE node, with the docker
+# driver. Run it once per ZFS node; each run gets its own job and its own plugin id:
+#
+#   nomad job run -var node=node-a zfs-csi-monolith.nomad.hcl     # plugin id zfs-node-a
+#   nomad job run -var node=node-b zfs-csi-monolith.nomad.hcl     # plugin id zfs-node-b
+#
+# Why one plugin id per node: Nomad sends every controller call (volume create and delete,
+# snapshots, expansion) for a plugin id to one controller, the healthy one with the lowest Nomad
+# node id, whichever node holds the data. A ZFS dataset lives on one node, so each node needs a
+# plugin id of its own. Volumes then name it (plugin_id = "zfs-node-a") and Nomad schedules their
+# jobs only on that node. csi_plugin.id cannot use node attributes (Nomad GH-11116), hence the
+# variable.
+#
+# Client requirements (see README.md): as for zfs-csi-node.nomad.hcl
+#   - docker plugin config: allow_privileged = true, volumes { enabled = true }
+#   - the parent dataset exists and is mounted on the host at parent_mountpoint
+#     (zfs get -H -o value mountpoint tank/nomad), on a shared mount
+#     (findmnt -o TARGET,PROPAGATION /tank/nomad shows "shared")
+#   - the image has zfs/zpool matching the host's ZFS kernel module (see ../Containerfile)
+#
+# Pick one layout per node and parent dataset: do not also run the node-only job there with the
+# same parent dataset (two plugin processes on one parent dataset do not share their locks).
+
+variable "node" {
+  type        = string
+  description = <<-EOT
+    Name of the Nomad node to run on, exactly as "nomad node status" shows it (column Name).
+    Also the plugin's node id, so it appears in every volume id (<name>@<node>). At most 63
+    letters, digits and "-_.".
+  EOT
+
+  validation {
+    condition     = var.node != "" && regex_replace(var.node, "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "") == ""
+    error_message = "The node must be a Nomad node name of 1 to 63 letters, digits and \"-_.\", starting and ending with a letter or digit."
+  }
+}
+
+variable "plugin_id" {
+  type        = string
+  default     = ""
+  description = "Nomad plugin id; empty: zfs-<node>. Volumes name it in plugin_id."
+}
+
+variable "deleted_retention" {
+  type        = string
+  default     = "7d"
+  description = <<-EOT
+    How long deleted volumes and snapshots are kept, set aside, before they are destroyed:
+    0 (destroy at once), or a whole number with s, m, h or d, e.g. 90s, 24h, 7d.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.deleted_retention, "^(0|[0-9]{1,6}[smhd])$", "") == ""
+    error_message = "The deleted_retention must be 0 or a whole number with s, m, h or d, e.g. 24h or 7d."
+  }
+}
+
+variable "image" {
+  type        = string
+  default     = "zfs-csi:0.1.0"
+  description = <<-EOT
+    Image with zfs, zpool, mount and umount on PATH and glibc. The default is built from
+    ../Containerfile and also holds the plugin at /usr/local/bin/zfs-csi. A plain image such as
+    debian:bookworm-slim works too: bind-mount the plugin with binary_path and the host's ZFS
+    userland (programs and libraries) with host_paths.
+  EOT
+}
+
+variable "binary_path" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Host path of the zfs-csi binary to bind-mount over /usr/local/bin/zfs-csi in the container,
+    e.g. "/usr/local/bin/zfs-csi". Empty: use the binary inside the image.
+  EOT
+}
+
+variable "host_paths" {
+  type        = list(string)
+  default     = []
+  description = <<-EOT
+    Host files or directories bind-mounted read-only at the same path, to use the host's ZFS
+    userland in a plain image instead of the image's: the programs and the libraries they link,
+    e.g. ["/usr/sbin/zfs", "/usr/sbin/zpool", "/usr/lib/x86_64-linux-gnu/libzfs.so.4", ...]
+    (see "ldd /usr/sbin/zfs" on the host). They must end up on PATH in the container.
+  EOT
+}
+
+variable "parent_dataset" {
+  type        = string
+  default     = "tank/nomad"
+  description = "Dataset under which every volume is a child dataset (POOL/DATASET, not a whole pool)."
+}
+
+variable "parent_mountpoint" {
+  type        = string
+  default     = "/tank/nomad"
+  description = "Where parent_dataset is mounted on the host (its zfs mountpoint property)."
+}
+
+variable "topology" {
+  type        = map(string)
+  default     = {}
+  description = <<-EOT
+    Extra topology segments of the node, e.g. -var 'topology={zone="eu1"}'. The segment
+    org.zfs-csi/node=<node name> is always added by the plugin.
+  EOT
+}
+
+variable "log_level" {
+  type        = string
+  default     = "info"
+  description = "debug, info, warn or error."
+}
+
+variable "datacenters" {
+  type        = list(string)
+  default     = ["*"]
+  description = "Datacenters to run the plugin in (the node must be in one of them)."
+}
+
+locals {
+  # A literal by the time the job is submitted: variables are resolved by "nomad job run".
+  plugin_id = var.plugin_id != "" ? var.plugin_id : "zfs-${var.node}"
+  # One job per plugin id, so running the job for node-b does not replace node-a's.
+  job_id = var.plugin_id != "" ? "zfs-csi-${var.plugin_id}" : "zfs-csi-${var.node}"
+
+  # In-task directory of the staging and target paths Nomad sends. The plugin may only write
+  # below /csi and /local/csi inside a container (src/permissions.ts), so keep Nomad's default.
+  # On the host it is <data_dir>/client/csi/monolith/<plugin id>.
+  stage_publish_base_dir = "/local/csi"
+
+  args = concat(
+    [
+      "--mode", "monolith",
+      "--parent-dataset", var.parent_dataset,
+      # The node name (the constraint below makes it equal var.node). It is the value of the
+      # org.zfs-csi/node topology segment and the suffix of every volume and snapshot id.
+      "--node-id", "${node.unique.name}",
+      "--deleted-retention", var.deleted_retention,
+      "--stage-publish-base-dir", local.stage_publish_base_dir,
+      "--log-level", var.log_level,
+    ],
+    flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
+  )
+}
+
+job "zfs-csi-monolith" {
+  id   = local.job_id
+  name = local.job_id
+
+  # system rather than service with count = 1: the job belongs to one node and never moves.
+  # A system job places nothing while that node is down and comes back with it, with no
+  # blocked evaluation or rescheduling in between; the system scheduler may preempt other
+  # work to make room for it; and node and monolith CSI plugins are meant to run as system
+  # jobs (Nomad stops them last when the node drains).
+  type        = "system"
+  datacenters = var.datacenters
+
+  constraint {
+    attribute = "${node.unique.name}"
+    value     = var.node
+  }
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+
+  # Place only where the docker driver allows what the task needs, rather than failing at start.
+  constraint {
+    attribute = "${attr.driver.docker.privileged.enabled}"
+    value     = "true"
+  }
+
+  constraint {
+    attribute = "${attr.driver.docker.volumes.enabled}"
+    value     = "true"
+  }
+
+  group "plugin" {
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+
+    task "plugin" {
+      driver = "docker"
+
+      config {
+        image = var.image
+        # Explicit, so a plain image without our ENTRYPOINT works too.
+        entrypoint = ["/usr/local/bin/zfs-csi"]
+        args       = local.args
+
+        # mount(2) and /dev/zfs need CAP_SYS_ADMIN and the host's devices.
+        privileged = true
+
+        # Bind mounts, as a list because some are optional (dynamic blocks are not expanded
+        # inside a driver's config and would fail when the task starts).
+        mount = concat(
+          [
+            # The parent dataset's mountpoint at the same path as on the host. zfs mounts each
+            # volume dataset below it and the plugin bind-mounts it from there; rshared makes
+            # those mounts reach the host (and host mounts reach the plugin).
+            {
+              type         = "bind"
+              source       = var.parent_mountpoint
+              target       = var.parent_mountpoint
+              readonly     = false
+              bind_options = { propagation = "rshared" }
+            },
+          ],
+          # Optional: the plugin binary from the host.
+          [for p in compact([var.binary_path]) : {
+            type     = "bind"
+            source   = p
+            target   = "/usr/local/bin/zfs-csi"
+            readonly = true
+          }],
+          # Optional: the host's ZFS userland, for plain images.
+          [for p in var.host_paths : {
+            type     = "bind"
+            source   = p
+            target   = p
+            readonly = true
+          }],
+        )
+
+        # No mount for /dev: Nomad already bind-mounts the host's /dev into every CSI plugin
+        # task (with /dev/zfs in it), and a second mount at /dev fails with "Duplicate mount
+        # point". Nomad likewise adds mount_dir and stage_publish_base_dir (bidirectional).
+      }
+
+      csi_plugin {
+        id                     = local.plugin_id
+        type                   = "monolith"
+        mount_dir              = "/csi" # CSI_ENDPOINT = unix:///csi/csi.sock
+        stage_publish_base_dir = local.stage_publish_base_dir
+      }
+
+      resources {
+        cpu = 100
+        # The plugin's RSS is about 100 MiB (README, "Measured"); the rest is room for the
+        # controller's zfs listings.
+        memory = 192
+      }
+    }
+  }
+}
