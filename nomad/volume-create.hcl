@@ -3,7 +3,7 @@
 #   nomad volume create volume-create.hcl
 #
 # It needs the monolith plugin of the node that should hold the data, running and healthy:
-#   nomad job run -var node=node-a zfs-csi-monolith.nomad.hcl
+#   nomad job run -var node=node-a zfs-csi.nomad.hcl
 #   nomad plugin status zfs-node-a          # Controllers Healthy 1, Nodes Healthy 1
 #
 # The plugin creates the dataset <parent_dataset>/pg-data (e.g. tank/nomad/pg-data) on node-a at

@@ -3,15 +3,16 @@
 #   nomad volume register volume-register.hcl
 #
 # Registering tells Nomad about a volume; it makes nothing in Nomad's name. Use it
-#   - with the node-only layout (zfs-csi-node.nomad.hcl, plugin id "zfs", no controller): the
-#     dataset does not need to exist yet. At the first NodeStageVolume, i.e. when the first job
-#     using the volume starts, the plugin creates <parent_dataset>/pg-data (e.g.
-#     tank/nomad/pg-data) with refquota = context.size, on the node the volume is pinned to.
-#   - with a monolith plugin (zfs-csi-monolith.nomad.hcl, plugin id "zfs-<node>"): only for a
-#     dataset that already exists on that node, e.g. one handed over from outside or brought
-#     back after a delete (README.md, "Undo a delete"). Nomad asks the plugin to check the
-#     volume first and the register fails with "not found" if the dataset is missing. New
-#     volumes on a monolith plugin are made with "nomad volume create" (volume-create.hcl).
+#   - with the node-only layout (zfs-csi.nomad.hcl run without node, plugin id "zfs", no
+#     controller): the dataset does not need to exist yet. At the first NodeStageVolume, i.e.
+#     when the first job using the volume starts, the plugin creates <parent_dataset>/pg-data
+#     (e.g. tank/nomad/pg-data) with refquota = context.size, on the node the volume is pinned to.
+#   - with a monolith plugin (zfs-csi.nomad.hcl run with -var node=<node>, plugin id
+#     "zfs-<node>"): only for a dataset that already exists on that node, e.g. one handed over
+#     from outside or brought back after a delete (README.md, "Undo a delete"). Nomad asks the
+#     plugin to check the volume first and the register fails with "not found" if the dataset is
+#     missing. New volumes on a monolith plugin are made with "nomad volume create"
+#     (volume-create.hcl).
 #
 # The plugin (plugin_id below) must already be running and healthy:
 #   nomad plugin status zfs            # or zfs-node-1 for a monolith plugin

@@ -1,27 +1,33 @@
 import assert from "node:assert/strict";
-import { parseConfig } from "../config.ts";
-import { Code, CsiError, type GrpcCode, toGrpcStatus } from "../errors.ts";
-import { KeyedLock } from "../lock.ts";
-import { Logger } from "../log.ts";
+import { Code, type GrpcCode, toGrpcStatus } from "../errors.ts";
 import { cloneSnapshotComponent, MANAGED_PROPERTY } from "../zfs/names.ts";
+import { assertRejectsCsi, rejected } from "../../tests/support/assert_errors.ts";
 import {
+  fails,
   type FakeResponse,
   FakeRunner,
-  fakeTools,
   gate,
   mountLine,
+  type RuleOptions,
 } from "../../tests/support/fake_runner.ts";
+import {
+  blockCap,
+  type FakeServices,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
+import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { CONTROLLER_CAPABILITIES, ControllerService, MIN_VOLUME_BYTES } from "./controller.ts";
-import { HealthChecker } from "./health.ts";
 import { Trash } from "./trash.ts";
 import type {
   ControllerExpandVolumeRequest,
   CreateSnapshotRequest,
   CreateVolumeRequest,
+  GetCapacityRequest,
   ListSnapshotsRequest,
   ListVolumesRequest,
   ValidateVolumeCapabilitiesRequest,
-  VolumeCapability,
+  VolumeContentSource,
 } from "./types.ts";
 
 const PARENT = "tank/nomad";
@@ -38,24 +44,28 @@ const STATE_PROPS =
 /** What the catalog (ListVolumes, ListSnapshots, CreateSnapshot) reads. */
 const CATALOG_PROPS =
   "type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters,org.zfs-csi:source";
-const OUT = ["-o", "name,property,value,source"];
 
-const getProps = (props: string, name: string) => ["zfs", "get", "-Hp", ...OUT, props, name];
+const zfs = zfsArgv("zfs");
+const getProps = (props: string, name: string) => zfs.get(props, name);
 const getState = (dataset: string) => getProps(STATE_PROPS, dataset);
-const getTree = (root: string, depth: number, props: string) => [
-  "zfs",
-  "get",
-  "-Hp",
-  "-r",
-  "-d",
-  String(depth),
-  ...OUT,
-  props,
-  root,
+const catalog = (depth: 1 | 2, parent = PARENT) => zfs.tree(parent, depth, CATALOG_PROPS);
+const deleteTree = (dataset: string) => zfs.tree(dataset, 1, "type,mountpoint,org.zfs-csi:managed");
+const snapshotTree = (dataset: string) => zfs.tree(dataset, 1, "type,org.zfs-csi:managed");
+/** How a deleted volume is kept for the retention: renamed aside, and not mounted at boot. */
+const setAside = (dataset: string, hidden: string) => [
+  ["zfs", "rename", dataset, hidden],
+  ["zfs", "set", "canmount=noauto", hidden],
 ];
-const catalog = (depth: 1 | 2, parent = PARENT) => getTree(parent, depth, CATALOG_PROPS);
-const deleteTree = (dataset: string) => getTree(dataset, 1, "type,mountpoint,org.zfs-csi:managed");
-const snapshotTree = (dataset: string) => getTree(dataset, 1, "type,org.zfs-csi:managed");
+/** The `-o` option recording the canonical parameters of a volume. */
+const params = (json = "{}") => `${PARAMS}=${json}`;
+/** The `-o` options of a volume made with no parameters: ours, and recorded as none. */
+const OURS = [MANAGED_OPTION, params()] as const;
+/** What a CreateVolume that creates `dataset` runs: a look, the create, and a look again. */
+const created = (dataset: string, ...options: string[]) => [
+  getState(dataset),
+  zfs.create(dataset, ...options),
+  getState(dataset),
+];
 
 interface Prop {
   value: string;
@@ -92,7 +102,7 @@ function depthBelow(root: string, name: string): number {
 }
 
 function notFound(name: string): FakeResponse {
-  return { code: 1, stderr: `cannot open '${name}': dataset does not exist\n` };
+  return fails(`cannot open '${name}': dataset does not exist\n`);
 }
 
 /**
@@ -213,10 +223,10 @@ class FakeZfs {
     const name = argv.at(-1)!;
     const props = parseOptions(argv.slice(2, -1));
     if (this.objects.has(name)) {
-      return { code: 1, stderr: `cannot create '${name}': dataset already exists\n` };
+      return fails(`cannot create '${name}': dataset already exists\n`);
     }
     if (!this.objects.has(name.slice(0, name.lastIndexOf("/")))) {
-      return { code: 1, stderr: `cannot create '${name}': parent does not exist\n` };
+      return fails(`cannot create '${name}': parent does not exist\n`);
     }
     this.addFilesystem(name, { managed: false, props });
     return {};
@@ -229,7 +239,7 @@ class FakeZfs {
     const snap = this.objects.get(snapshot);
     if (!snap) return notFound(snapshot);
     if (this.objects.has(target)) {
-      return { code: 1, stderr: `cannot create '${target}': dataset already exists\n` };
+      return fails(`cannot create '${target}': dataset already exists\n`);
     }
     this.addFilesystem(target, { managed: false, props });
     const p = this.objects.get(target)!;
@@ -243,7 +253,7 @@ class FakeZfs {
     const dataset = name.slice(0, name.indexOf("@"));
     if (!this.objects.has(dataset)) return notFound(dataset);
     if (this.objects.has(name)) {
-      return { code: 1, stderr: `cannot create snapshot '${name}': dataset already exists\n` };
+      return fails(`cannot create snapshot '${name}': dataset already exists\n`);
     }
     this.addSnapshot(name);
     return {};
@@ -255,7 +265,7 @@ class FakeZfs {
     const deferred = argv.includes("-d");
     if (!this.objects.has(name)) {
       return name.includes("@")
-        ? { code: 1, stderr: "could not find any snapshots to destroy; check snapshot names.\n" }
+        ? fails("could not find any snapshots to destroy; check snapshot names.\n")
         : notFound(name);
     }
     if (name.includes("@")) {
@@ -310,7 +320,7 @@ class FakeZfs {
     const to = argv[3]!;
     if (!this.objects.has(from)) return notFound(from);
     if (this.objects.has(to)) {
-      return { code: 1, stderr: `cannot rename to '${to}': dataset already exists\n` };
+      return fails(`cannot rename to '${to}': dataset already exists\n`);
     }
     const moves = (n: string) => n === from || n.startsWith(from + "/") || n.startsWith(from + "@");
     for (const [n, p] of [...this.objects]) {
@@ -339,7 +349,7 @@ class FakeZfs {
     const p = this.objects.get(dataset);
     if (!p) return notFound(dataset);
     if (p.get("mounted")?.value !== "yes") {
-      return { code: 1, stderr: `cannot unmount '${dataset}': not currently mounted\n` };
+      return fails(`cannot unmount '${dataset}': not currently mounted\n`);
     }
     p.set("mounted", prop("mounted", "no"));
     const mountpoint = p.get("mountpoint")!.value;
@@ -348,13 +358,8 @@ class FakeZfs {
   }
 }
 
-interface Harness extends Disposable {
-  readonly runner: FakeRunner;
-  readonly host: FakeZfs;
+interface Harness extends Disposable, FakeServices<FakeZfs> {
   readonly controller: ControllerService;
-  readonly health: HealthChecker;
-  readonly locks: KeyedLock;
-  readonly logs: string[];
   /** The argv of every call made after the first `mark` calls. */
   since(mark: number): string[][];
   /** How many calls were made so far. */
@@ -369,31 +374,17 @@ function setup(
   } = {},
 ): Harness {
   const parent = opts.parent ?? PARENT;
-  const parsed = parseConfig(
-    [
-      "--parent-dataset",
-      parent,
-      "--node-id",
-      "n1",
-      "--topology",
-      "zone=eu1",
-      "--deleted-retention",
-      opts.retention ?? "7d",
-    ],
-    {},
-  );
-  if (parsed.kind !== "run") throw new Error("parseConfig did not return a run config");
-  const config = parsed.config;
-  const logs: string[] = [];
-  const log = new Logger("debug", {}, (line) => logs.push(line));
-  const runner = new FakeRunner();
-  // The closure reads `host` only when a command runs, after it is set below.
-  opts.before?.(runner, () => host);
-  const host = new FakeZfs(runner);
-  host.addFilesystem(parent, { managed: false });
-  const { zfs, mounter } = fakeTools(runner, log);
-  const locks = new KeyedLock();
-  const health = new HealthChecker({ zfs, mounter, parentDataset: parent, log });
+  const parts = fakeServices({
+    parent,
+    flags: ["--deleted-retention", opts.retention ?? "7d"],
+    host: (runner) => {
+      const host = new FakeZfs(runner);
+      host.addFilesystem(parent, { managed: false });
+      return host;
+    },
+    ...(opts.before ? { before: opts.before } : {}),
+  });
+  const { config, runner, zfs, mounter, health, locks, log } = parts;
   const trash = new Trash({
     zfs,
     parentDataset: parent,
@@ -404,12 +395,8 @@ function setup(
   });
   const controller = new ControllerService({ config, zfs, mounter, health, locks, trash, log });
   return {
-    runner,
-    host,
+    ...parts,
     controller,
-    health,
-    locks,
-    logs,
     since: (mark) => runner.argvs.slice(mark),
     mark: () => runner.calls.length,
     // Even a command whose failure the service swallowed must have been scripted.
@@ -417,16 +404,29 @@ function setup(
   };
 }
 
-function fsCap(mode = "SINGLE_NODE_WRITER", flags: string[] = []): VolumeCapability {
-  return {
-    mount: { fs_type: "", mount_flags: flags, volume_mount_group: "" },
-    access_mode: { mode },
-    access_type: "mount",
-  };
+/** A harness with the volumes, snapshots and other datasets of {@linkcode populate}. */
+function populated(): Harness {
+  const h = setup();
+  populate(h.host);
+  return h;
 }
 
-function blockCap(): VolumeCapability {
-  return { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" }, access_type: "block" };
+/** A harness with volume "v1" and its snapshot "s1", keeping what is deleted for `retention`. */
+function withSnapshot(retention: string): Harness {
+  const h = setup({ retention });
+  addVolume(h.host, "v1");
+  h.host.addSnapshot("tank/nomad/v1@s1");
+  return h;
+}
+
+/** Answers `zfs destroy -r tank/nomad/v1` with "dataset is busy" (`times` times, or always). */
+function destroyBusy(options: RuleOptions = {}) {
+  return (runner: FakeRunner) =>
+    runner.onExact(
+      ["zfs", "destroy", "-r", "tank/nomad/v1"],
+      fails("cannot destroy 'tank/nomad/v1': dataset is busy\n"),
+      options,
+    );
 }
 
 function createReq(name: string, over: Partial<CreateVolumeRequest> = {}): CreateVolumeRequest {
@@ -443,9 +443,25 @@ function createReq(name: string, over: Partial<CreateVolumeRequest> = {}): Creat
   };
 }
 
+/** A CreateVolume request for a copy of `source`. */
+function cloneReq(
+  name: string,
+  source: VolumeContentSource,
+  over: Partial<CreateVolumeRequest> = {},
+): CreateVolumeRequest {
+  return createReq(name, { volume_content_source: source, ...over });
+}
+
+const fromSnapshot = (snapshot_id: string): VolumeContentSource => ({ snapshot: { snapshot_id } });
+const fromVolume = (volume_id: string): VolumeContentSource => ({ volume: { volume_id } });
+
 function range(required: number, limit = 0) {
   return { required_bytes: String(required), limit_bytes: String(limit) };
 }
+
+/** The request DeleteVolume takes, and DeleteSnapshot's. */
+const volumeRef = (volume_id: string) => ({ volume_id, secrets: {} });
+const snapshotRef = (snapshot_id: string) => ({ snapshot_id, secrets: {} });
 
 function snapshotReq(source: string, name: string, over: Partial<CreateSnapshotRequest> = {}) {
   return { source_volume_id: source, name, secrets: {}, parameters: {}, ...over };
@@ -464,6 +480,11 @@ function expandReq(
     volume_capability: null,
     ...over,
   };
+}
+
+/** What ControllerExpandVolume answers for a volume of `bytes`. */
+function expanded(bytes: number) {
+  return { capacity_bytes: String(bytes), node_expansion_required: false };
 }
 
 function listVolumesReq(over: Partial<ListVolumesRequest> = {}): ListVolumesRequest {
@@ -496,12 +517,16 @@ function validateReq(
   };
 }
 
+function capacityReq(over: Partial<GetCapacityRequest> = {}): GetCapacityRequest {
+  return { volume_capabilities: [], parameters: {}, accessible_topology: null, ...over };
+}
+
 /** The volume message CreateVolume, ListVolumes and ControllerGetVolume answer with. */
 function volumeMessage(
   id: string,
   dataset: string,
   capacity: number,
-  contentSource?: Record<string, unknown>,
+  contentSource?: VolumeContentSource,
 ) {
   return {
     volume_id: id,
@@ -527,28 +552,17 @@ function snapshotMessage(
   };
 }
 
+/** A ListVolumes or ListSnapshots answer with nothing in it. */
+const EMPTY_PAGE = { entries: [], next_token: "" };
+
 const HEALTHY = {
   published_node_ids: [],
   volume_condition: { abnormal: false, message: "Volume is healthy" },
 };
 
-async function rejectsWithCode(
-  p: Promise<unknown>,
-  code: GrpcCode,
-  message?: string | RegExp,
-): Promise<CsiError> {
-  let caught: unknown;
-  try {
-    await p;
-  } catch (err) {
-    caught = err;
-  }
-  assert.ok(caught instanceof CsiError, `expected a CsiError, got ${String(caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  if (typeof message === "string") assert.equal(caught.message, message);
-  else if (message) assert.match(caught.message, message);
-  return caught;
-}
+/** The hidden snapshot of "src" that a clone "v2" made at `seconds` comes from. */
+const cloneSnapshotOfSrc = (seconds: number) =>
+  `tank/nomad/src@${cloneSnapshotComponent("tank/nomad/v2", seconds)}`;
 
 /**
  * Runs `fn` with Date.now() at `seconds`: the controller names the hidden snapshot of a clone
@@ -604,23 +618,14 @@ Deno.test("ControllerService.CreateVolume creates a new dataset with refquota, p
     },
   }));
   assert.deepEqual(h.runner.argvs, [
-    getState("tank/nomad/v1"),
-    [
-      "zfs",
-      "create",
-      "-o",
-      "com.example:team=db",
-      "-o",
-      "compression=lz4",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      'org.zfs-csi:parameters={"com.example:team":"db","compression":"lz4"}',
-      "-o",
-      "refquota=67108864",
+    ...created(
       "tank/nomad/v1",
-    ],
-    getState("tank/nomad/v1"),
+      "com.example:team=db",
+      "compression=lz4",
+      MANAGED_OPTION,
+      params('{"com.example:team":"db","compression":"lz4"}'),
+      "refquota=67108864",
+    ),
   ]);
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", 64 * MiB) });
   assert.ok(h.logs.some((l) => l.includes('"volume created"') && l.includes('"v1@n1"')));
@@ -629,19 +634,7 @@ Deno.test("ControllerService.CreateVolume creates a new dataset with refquota, p
 Deno.test("ControllerService.CreateVolume encodes the name into one dataset component and reports the name in the id", async () => {
   using h = setup();
   const res = await h.controller.CreateVolume(createReq("db[0]", { capacity_range: null }));
-  assert.deepEqual(h.runner.argvs, [
-    getState("tank/nomad/db:5b0:5d"),
-    [
-      "zfs",
-      "create",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "org.zfs-csi:parameters={}",
-      "tank/nomad/db:5b0:5d",
-    ],
-    getState("tank/nomad/db:5b0:5d"),
-  ]);
+  assert.deepEqual(h.runner.argvs, created("tank/nomad/db:5b0:5d", ...OURS));
   assert.deepEqual(res, { volume: volumeMessage("db[0]@n1", "tank/nomad/db:5b0:5d", 0) });
 });
 
@@ -690,16 +683,13 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for other param
     ],
     [
       "a content source",
-      createReq("v1", {
-        parameters: { compression: "lz4" },
-        volume_content_source: { snapshot: { snapshot_id: "src@s1@n1" } },
-      }),
+      cloneReq("v1", fromSnapshot("src@s1@n1"), { parameters: { compression: "lz4" } }),
       /^Volume "v1@n1" already exists with another content source \(none\)$/,
     ],
   ];
   for (const [what, req, message] of cases) {
     const mark = h.mark();
-    await rejectsWithCode(h.controller.CreateVolume(req), Code.ALREADY_EXISTS, message);
+    await assertRejectsCsi(h.controller.CreateVolume(req), Code.ALREADY_EXISTS, message);
     assert.deepEqual(h.since(mark), [getState("tank/nomad/v1")], what);
   }
 });
@@ -708,7 +698,7 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for an unlimite
   using h = setup();
   await h.controller.CreateVolume(createReq("v1", { capacity_range: null }));
   const mark = h.mark();
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1")),
     Code.ALREADY_EXISTS,
     'Volume "v1@n1" already exists with another capacity (unlimited)',
@@ -719,7 +709,7 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for an unlimite
 Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for a foreign dataset of the same name", async () => {
   using h = setup();
   h.host.addFilesystem("tank/nomad/v1", { managed: false, props: { refquota: String(64 * MiB) } });
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1")),
     Code.ALREADY_EXISTS,
     'Volume "v1@n1" already exists as dataset "tank/nomad/v1", which zfs-csi does not manage',
@@ -732,17 +722,7 @@ Deno.test("ControllerService.CreateVolume rounds required_bytes below 1 MiB up t
   using h = setup();
   assert.equal(MIN_VOLUME_BYTES, 1048576);
   const res = await h.controller.CreateVolume(createReq("v1", { capacity_range: range(1000) }));
-  assert.deepEqual(h.runner.argvs[1], [
-    "zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    "org.zfs-csi:parameters={}",
-    "-o",
-    "refquota=1048576",
-    "tank/nomad/v1",
-  ]);
+  assert.deepEqual(h.runner.argvs[1], zfs.create("tank/nomad/v1", ...OURS, "refquota=1048576"));
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", MIN_VOLUME_BYTES) });
   // The repeat of that request is the same volume.
   assert.deepEqual(
@@ -751,140 +731,85 @@ Deno.test("ControllerService.CreateVolume rounds required_bytes below 1 MiB up t
   );
 });
 
-Deno.test("ControllerService.CreateVolume answers OUT_OF_RANGE when the limit is below the smallest volume", async () => {
-  using h = setup();
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v1", { capacity_range: range(1000, 2000) })),
-    Code.OUT_OF_RANGE,
-    /limit_bytes 2000 is below the smallest volume, 1048576 bytes/,
-  );
-  assert.equal(h.runner.calls.length, 0);
-});
-
-Deno.test("ControllerService.CreateVolume answers OUT_OF_RANGE for only a limit below the smallest volume", async () => {
-  using h = setup();
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v1", { capacity_range: range(0, 1000) })),
-    Code.OUT_OF_RANGE,
-    /limit_bytes 1000 is below the smallest volume, 1048576 bytes/,
-  );
-  assert.equal(h.runner.calls.length, 0);
-});
+for (
+  const [when, required, limit] of [
+    ["when the limit is below the smallest volume", 1000, 2000],
+    ["for only a limit below the smallest volume", 0, 1000],
+  ] as const
+) {
+  Deno.test(`ControllerService.CreateVolume answers OUT_OF_RANGE ${when}`, async () => {
+    using h = setup();
+    await assertRejectsCsi(
+      h.controller.CreateVolume(createReq("v1", { capacity_range: range(required, limit) })),
+      Code.OUT_OF_RANGE,
+      new RegExp(`limit_bytes ${limit} is below the smallest volume, 1048576 bytes`),
+    );
+    assert.equal(h.runner.calls.length, 0);
+  });
+}
 
 Deno.test("ControllerService.CreateVolume with only a limit creates a volume of the limit", async () => {
   using h = setup();
   const res = await h.controller.CreateVolume(
     createReq("v1", { capacity_range: range(0, 32 * MiB) }),
   );
-  assert.deepEqual(h.runner.argvs[1], [
-    "zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    "org.zfs-csi:parameters={}",
-    "-o",
-    "refquota=33554432",
-    "tank/nomad/v1",
-  ]);
+  assert.deepEqual(h.runner.argvs[1], zfs.create("tank/nomad/v1", ...OURS, "refquota=33554432"));
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", 32 * MiB) });
 });
 
 Deno.test("ControllerService.CreateVolume without a capacity range sets no refquota", async () => {
   using h = setup();
   const res = await h.controller.CreateVolume(createReq("v1", { capacity_range: null }));
-  assert.deepEqual(h.runner.argvs, [
-    getState("tank/nomad/v1"),
-    [
-      "zfs",
-      "create",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "org.zfs-csi:parameters={}",
-      "tank/nomad/v1",
-    ],
-    getState("tank/nomad/v1"),
-  ]);
+  assert.deepEqual(h.runner.argvs, created("tank/nomad/v1", ...OURS));
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", 0) });
 });
 
-Deno.test("ControllerService.CreateVolume sets quota and refreservation to the capacity when asked for capacity", async () => {
-  using h = setup();
-  await h.controller.CreateVolume(createReq("v1", {
-    parameters: { quota: "capacity", refreservation: "capacity" },
-  }));
-  assert.deepEqual(h.runner.argvs[1], [
-    "zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    'org.zfs-csi:parameters={"quota":"capacity","refreservation":"capacity"}',
-    "-o",
-    "quota=67108864",
-    "-o",
-    "refquota=67108864",
-    "-o",
-    "refreservation=67108864",
-    "tank/nomad/v1",
-  ]);
-});
-
-Deno.test("ControllerService.CreateVolume sets a fixed quota in bytes above the capacity", async () => {
-  using h = setup();
-  await h.controller.CreateVolume(createReq("v1", { parameters: { quota: "1GiB" } }));
-  assert.deepEqual(h.runner.argvs[1], [
-    "zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    'org.zfs-csi:parameters={"quota":"1GiB"}',
-    "-o",
-    "quota=1073741824",
-    "-o",
-    "refquota=67108864",
-    "tank/nomad/v1",
-  ]);
-});
+for (
+  const [what, parameters, json, sizes] of [
+    [
+      "sets quota and refreservation to the capacity when asked for capacity",
+      { quota: "capacity", refreservation: "capacity" },
+      '{"quota":"capacity","refreservation":"capacity"}',
+      ["quota=67108864", "refquota=67108864", "refreservation=67108864"],
+    ],
+    [
+      "sets a fixed quota in bytes above the capacity",
+      { quota: "1GiB" },
+      '{"quota":"1GiB"}',
+      ["quota=1073741824", "refquota=67108864"],
+    ],
+  ] as const
+) {
+  Deno.test(`ControllerService.CreateVolume ${what}`, async () => {
+    using h = setup();
+    await h.controller.CreateVolume(createReq("v1", { parameters }));
+    assert.deepEqual(
+      h.runner.argvs[1],
+      zfs.create("tank/nomad/v1", MANAGED_OPTION, params(json), ...sizes),
+    );
+  });
+}
 
 Deno.test("ControllerService.CreateVolume refuses bad parameters before any zfs call", async () => {
   using h = setup();
-  const cases: [Record<string, string>, RegExp][] = [
-    [{ mountpoint: "/etc" }, /Parameter "mountpoint" is not supported/],
-    [{ "org.zfs-csi:managed": "yes" }, /Parameter "org.zfs-csi:managed" is not supported/],
-    [{ compression: "bogus" }, /compression="bogus" is not a value zfs accepts/],
-    [{ quota: "1MiB" }, /quota is below the volume's capacity of 67108864 bytes/],
-    [{ refreservation: "1GiB" }, /refreservation is above the volume's capacity/],
+  const withParameters = (parameters: Record<string, string>) => createReq("v1", { parameters });
+  const cases: [CreateVolumeRequest, string | RegExp][] = [
+    [withParameters({ mountpoint: "/etc" }), /Parameter "mountpoint" is not supported/],
+    [
+      withParameters({ "org.zfs-csi:managed": "yes" }),
+      /Parameter "org.zfs-csi:managed" is not supported/,
+    ],
+    [withParameters({ compression: "bogus" }), /compression="bogus" is not a value zfs accepts/],
+    [withParameters({ quota: "1MiB" }), /quota is below the volume's capacity of 67108864 bytes/],
+    [withParameters({ refreservation: "1GiB" }), /refreservation is above the volume's capacity/],
+    [createReq("v1", { volume_capabilities: [blockCap()] }), /Block volumes are not supported/],
+    [createReq("v1", { volume_capabilities: [] }), "volume_capabilities is required"],
+    [createReq(""), "name is required"],
+    [createReq("a/b"), /must not contain "\/"/],
   ];
-  for (const [parameters, message] of cases) {
-    await rejectsWithCode(
-      h.controller.CreateVolume(createReq("v1", { parameters })),
-      Code.INVALID_ARGUMENT,
-      message,
-    );
+  for (const [req, message] of cases) {
+    await assertRejectsCsi(h.controller.CreateVolume(req), Code.INVALID_ARGUMENT, message);
   }
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v1", { volume_capabilities: [blockCap()] })),
-    Code.INVALID_ARGUMENT,
-    /Block volumes are not supported/,
-  );
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v1", { volume_capabilities: [] })),
-    Code.INVALID_ARGUMENT,
-    "volume_capabilities is required",
-  );
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("")),
-    Code.INVALID_ARGUMENT,
-    "name is required",
-  );
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("a/b")),
-    Code.INVALID_ARGUMENT,
-    /must not contain "\/"/,
-  );
   assert.equal(h.runner.calls.length, 0);
 });
 
@@ -899,24 +824,17 @@ Deno.test("ControllerService.CreateVolume asks once whether zfs knows an OpenZFS
   assert.deepEqual(h.runner.argvs, [
     getState("tank/nomad/v1"),
     getProps("encryption,keyformat,keylocation", "tank/nomad"),
-    [
-      "zfs",
-      "create",
-      "-o",
-      "encryption=aes-256-gcm",
-      "-o",
-      "keyformat=passphrase",
-      "-o",
-      "keylocation=file:///etc/zfs/keys/v1",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "org.zfs-csi:parameters=" +
-      '{"encryption":"aes-256-gcm","keyformat":"passphrase","keylocation":"file:///etc/zfs/keys/v1"}',
-      "-o",
-      "refquota=67108864",
+    zfs.create(
       "tank/nomad/v1",
-    ],
+      "encryption=aes-256-gcm",
+      "keyformat=passphrase",
+      "keylocation=file:///etc/zfs/keys/v1",
+      MANAGED_OPTION,
+      params(
+        '{"encryption":"aes-256-gcm","keyformat":"passphrase","keylocation":"file:///etc/zfs/keys/v1"}',
+      ),
+      "refquota=67108864",
+    ),
     getState("tank/nomad/v1"),
   ]);
   const mark = h.mark();
@@ -942,7 +860,7 @@ Deno.test("ControllerService.CreateVolume refuses an OpenZFS-only parameter that
   });
   for (let i = 0; i < 2; i++) {
     const mark = h.mark();
-    await rejectsWithCode(
+    await assertRejectsCsi(
       h.controller.CreateVolume(createReq("v1", { parameters: { encryption: "on" } })),
       Code.INVALID_ARGUMENT,
       'Parameter "encryption" is not supported by the ZFS on node "n1" (it needs OpenZFS)',
@@ -959,7 +877,7 @@ Deno.test("ControllerService.CreateVolume refuses an OpenZFS-only parameter that
 Deno.test("ControllerService.CreateVolume names every OpenZFS-only parameter zfs does not know", async () => {
   using h = setup();
   h.host.unknown.add("encryption").add("keyformat");
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1", {
       parameters: { encryption: "on", keyformat: "passphrase", relatime: "on" },
     })),
@@ -983,38 +901,28 @@ Deno.test("ControllerService.CreateVolume from a snapshot clones it with the pro
   using h = setup();
   addVolume(h.host, "src", { props: { referenced: String(10 * MiB) } });
   h.host.addSnapshot("tank/nomad/src@s1");
-  const req = createReq("v2", {
+  const req = cloneReq("v2", { ...fromSnapshot("src@s1@n1"), type: "snapshot" }, {
     capacity_range: range(128 * MiB),
     parameters: { compression: "lz4" },
-    volume_content_source: { snapshot: { snapshot_id: "src@s1@n1" }, type: "snapshot" },
   });
   const res = await h.controller.CreateVolume(req);
   assert.deepEqual(h.runner.argvs, [
     getState("tank/nomad/v2"),
     getState("tank/nomad/src"),
     getProps("referenced", "tank/nomad/src@s1"),
-    [
-      "zfs",
-      "clone",
-      "-o",
-      "compression=lz4",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      'org.zfs-csi:parameters={"compression":"lz4"}',
-      "-o",
-      "org.zfs-csi:source=snapshot:src@s1@n1",
-      "-o",
-      "refquota=134217728",
+    zfs.clone(
       "tank/nomad/src@s1",
       "tank/nomad/v2",
-    ],
+      "compression=lz4",
+      MANAGED_OPTION,
+      params('{"compression":"lz4"}'),
+      "org.zfs-csi:source=snapshot:src@s1@n1",
+      "refquota=134217728",
+    ),
     getState("tank/nomad/v2"),
   ]);
   const expected = {
-    volume: volumeMessage("v2@n1", "tank/nomad/v2", 128 * MiB, {
-      snapshot: { snapshot_id: "src@s1@n1" },
-    }),
+    volume: volumeMessage("v2@n1", "tank/nomad/v2", 128 * MiB, fromSnapshot("src@s1@n1")),
   };
   assert.deepEqual(res, expected);
   // A repeat answers the same without cloning again.
@@ -1027,65 +935,47 @@ Deno.test("ControllerService.CreateVolume from a snapshot without a capacity tak
   using h = setup();
   addVolume(h.host, "src", { refquota: 256 * MiB });
   h.host.addSnapshot("tank/nomad/src@s1");
-  const res = await h.controller.CreateVolume(createReq("v2", {
-    capacity_range: null,
-    volume_content_source: { snapshot: { snapshot_id: "src@s1" } },
-  }));
-  assert.deepEqual(h.runner.argvs[3], [
-    "zfs",
-    "clone",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    "org.zfs-csi:parameters={}",
-    "-o",
-    "org.zfs-csi:source=snapshot:src@s1",
-    "-o",
-    "refquota=268435456",
-    "tank/nomad/src@s1",
-    "tank/nomad/v2",
-  ]);
+  const res = await h.controller.CreateVolume(
+    cloneReq("v2", fromSnapshot("src@s1"), { capacity_range: null }),
+  );
+  assert.deepEqual(
+    h.runner.argvs[3],
+    zfs.clone(
+      "tank/nomad/src@s1",
+      "tank/nomad/v2",
+      ...OURS,
+      "org.zfs-csi:source=snapshot:src@s1",
+      "refquota=268435456",
+    ),
+  );
   assert.deepEqual(res, {
-    volume: volumeMessage("v2@n1", "tank/nomad/v2", 256 * MiB, {
-      snapshot: { snapshot_id: "src@s1" },
-    }),
+    volume: volumeMessage("v2@n1", "tank/nomad/v2", 256 * MiB, fromSnapshot("src@s1")),
   });
 });
 
 Deno.test("ControllerService.CreateVolume from a volume clones a hidden snapshot and marks it for deferred destroy", async () => {
   using h = setup();
   addVolume(h.host, "src");
-  const hidden = `tank/nomad/src@${cloneSnapshotComponent("tank/nomad/v2", NOW)}`;
+  const hidden = cloneSnapshotOfSrc(NOW);
   assert.match(hidden, /^tank\/nomad\/src@\.clone-[0-9a-f]{16}-1700000000$/);
-  const req = createReq("v2", {
-    volume_content_source: { volume: { volume_id: "src@n1" }, type: "volume" },
-  });
+  const req = cloneReq("v2", { ...fromVolume("src@n1"), type: "volume" });
   const res = await atTime(NOW, () => h.controller.CreateVolume(req));
   assert.deepEqual(h.runner.argvs, [
     getState("tank/nomad/v2"),
     getState("tank/nomad/src"),
     ["zfs", "snapshot", hidden],
-    [
-      "zfs",
-      "clone",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "org.zfs-csi:parameters={}",
-      "-o",
-      "org.zfs-csi:source=volume:src@n1",
-      "-o",
-      "refquota=67108864",
+    zfs.clone(
       hidden,
       "tank/nomad/v2",
-    ],
+      ...OURS,
+      "org.zfs-csi:source=volume:src@n1",
+      "refquota=67108864",
+    ),
     ["zfs", "destroy", "-d", hidden],
     getState("tank/nomad/v2"),
   ]);
   assert.deepEqual(res, {
-    volume: volumeMessage("v2@n1", "tank/nomad/v2", 64 * MiB, {
-      volume: { volume_id: "src@n1" },
-    }),
+    volume: volumeMessage("v2@n1", "tank/nomad/v2", 64 * MiB, fromVolume("src@n1")),
   });
   // The hidden snapshot stays while the clone needs it, marked to go with it.
   assert.equal(h.host.value(hidden, "defer_destroy"), "on");
@@ -1095,12 +985,12 @@ Deno.test("ControllerService.CreateVolume from a volume clones a hidden snapshot
 Deno.test("ControllerService.CreateVolume from a volume tolerates the hidden snapshot of an attempt in the same second", async () => {
   using h = setup();
   addVolume(h.host, "src");
-  const hidden = `tank/nomad/src@${cloneSnapshotComponent("tank/nomad/v2", NOW)}`;
+  const hidden = cloneSnapshotOfSrc(NOW);
   h.host.addSnapshot(hidden);
-  const res = await atTime(NOW, () =>
-    h.controller.CreateVolume(createReq("v2", {
-      volume_content_source: { volume: { volume_id: "src@n1" } },
-    })));
+  const res = await atTime(
+    NOW,
+    () => h.controller.CreateVolume(cloneReq("v2", fromVolume("src@n1"))),
+  );
   assert.deepEqual(h.runner.argvs.map((a) => a.slice(0, 3)), [
     ["zfs", "get", "-Hp"],
     ["zfs", "get", "-Hp"],
@@ -1111,26 +1001,24 @@ Deno.test("ControllerService.CreateVolume from a volume tolerates the hidden sna
   ]);
   assert.equal(h.host.value("tank/nomad/v2", "origin"), hidden);
   assert.deepEqual(res, {
-    volume: volumeMessage("v2@n1", "tank/nomad/v2", 64 * MiB, {
-      volume: { volume_id: "src@n1" },
-    }),
+    volume: volumeMessage("v2@n1", "tank/nomad/v2", 64 * MiB, fromVolume("src@n1")),
   });
 });
 
 Deno.test("ControllerService.CreateVolume from a volume again after the clone was deleted clones the source as it is now", async () => {
   using h = setup();
   addVolume(h.host, "src");
-  const req = createReq("v2", { volume_content_source: { volume: { volume_id: "src@n1" } } });
+  const req = cloneReq("v2", fromVolume("src@n1"));
   await atTime(NOW, () => h.controller.CreateVolume(req));
-  await h.controller.DeleteVolume({ volume_id: "v2@n1", secrets: {} });
-  const first = `tank/nomad/src@${cloneSnapshotComponent("tank/nomad/v2", NOW)}`;
+  await h.controller.DeleteVolume(volumeRef("v2@n1"));
+  const first = cloneSnapshotOfSrc(NOW);
   // The deleted clone, set aside for the retention, still holds the first hidden snapshot.
   assert.equal(h.host.value(`tank/nomad/.deleted-${NOW}-v2`, "origin"), first);
   // Time passes and the source changes; then the volume is created again.
   h.host.clock = NOW + 5000;
   const mark = h.mark();
   await atTime(NOW + 5000, () => h.controller.CreateVolume(req));
-  const second = `tank/nomad/src@${cloneSnapshotComponent("tank/nomad/v2", NOW + 5000)}`;
+  const second = cloneSnapshotOfSrc(NOW + 5000);
   assert.deepEqual(h.since(mark)[2], ["zfs", "snapshot", second]);
   assert.equal(h.host.value("tank/nomad/v2", "origin"), second);
   assert.equal(h.host.value(second, "creation"), String(NOW + 5000));
@@ -1141,19 +1029,15 @@ Deno.test("ControllerService.CreateVolume answers OUT_OF_RANGE for a capacity be
   using h = setup();
   addVolume(h.host, "src", { refquota: 256 * MiB, props: { referenced: String(100 * MiB) } });
   h.host.addSnapshot("tank/nomad/src@s1");
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v2", {
-      volume_content_source: { volume: { volume_id: "src@n1" } },
-    })),
+  await assertRejectsCsi(
+    h.controller.CreateVolume(cloneReq("v2", fromVolume("src@n1"))),
     Code.OUT_OF_RANGE,
     "The source holds 104857600 bytes, more than the requested capacity of 67108864 bytes",
   );
   assert.deepEqual(h.runner.argvs, [getState("tank/nomad/v2"), getState("tank/nomad/src")]);
   const mark = h.mark();
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v3", {
-      volume_content_source: { snapshot: { snapshot_id: "src@s1@n1" } },
-    })),
+  await assertRejectsCsi(
+    h.controller.CreateVolume(cloneReq("v3", fromSnapshot("src@s1@n1"))),
     Code.OUT_OF_RANGE,
     /holds 104857600 bytes/,
   );
@@ -1168,33 +1052,24 @@ Deno.test("ControllerService.CreateVolume answers OUT_OF_RANGE for a capacity be
 Deno.test("ControllerService.CreateVolume answers NOT_FOUND for a missing source", async () => {
   using h = setup();
   addVolume(h.host, "src");
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v2", {
-      volume_content_source: { snapshot: { snapshot_id: "src@nosuch@n1" } },
-    })),
-    Code.NOT_FOUND,
-    'Snapshot "src@nosuch@n1" not found',
-  );
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v2", {
-      volume_content_source: { volume: { volume_id: "gone@n1" } },
-    })),
-    Code.NOT_FOUND,
-    'Volume "gone@n1" not found',
-  );
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v2", {
-      volume_content_source: { snapshot: { snapshot_id: "reallyfakesnapshotid" } },
-    })),
-    Code.NOT_FOUND,
-    /^Snapshot "reallyfakesnapshotid" not found/,
-  );
+  const cases: [VolumeContentSource, string | RegExp][] = [
+    [fromSnapshot("src@nosuch@n1"), 'Snapshot "src@nosuch@n1" not found'],
+    [fromVolume("gone@n1"), 'Volume "gone@n1" not found'],
+    [fromSnapshot("reallyfakesnapshotid"), /^Snapshot "reallyfakesnapshotid" not found/],
+  ];
+  for (const [source, message] of cases) {
+    await assertRejectsCsi(
+      h.controller.CreateVolume(cloneReq("v2", source)),
+      Code.NOT_FOUND,
+      message,
+    );
+  }
   assert.ok(!h.runner.argvs.some((a) => a[1] !== "get"));
 });
 
 Deno.test("ControllerService.CreateVolume answers RESOURCE_EXHAUSTED for requisite topology of another node before any zfs call", async () => {
   using h = setup();
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1", {
       accessibility_requirements: {
         requisite: [{ segments: { "org.zfs-csi/node": "n2" } }],
@@ -1220,16 +1095,14 @@ Deno.test("ControllerService.CreateVolume answers ABORTED to a second call for t
   });
   const first = h.controller.CreateVolume(createReq("v1"));
   await entered.promise;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1")),
     Code.ABORTED,
     'An operation is already in progress for "tank/nomad/v1"; retry later',
   );
   // The source of a clone is locked too.
-  await rejectsWithCode(
-    h.controller.CreateVolume(createReq("v9", {
-      volume_content_source: { volume: { volume_id: "v1@n1" } },
-    })),
+  await assertRejectsCsi(
+    h.controller.CreateVolume(cloneReq("v9", fromVolume("v1@n1"))),
     Code.ABORTED,
     /"tank\/nomad\/v1"/,
   );
@@ -1244,10 +1117,10 @@ Deno.test("ControllerService.CreateVolume judges a dataset made meanwhile by som
     before: (runner, host) =>
       runner.on(["zfs", "create"], () => {
         host().addFilesystem("tank/nomad/v1", { managed: false });
-        return { code: 1, stderr: "cannot create 'tank/nomad/v1': dataset already exists\n" };
+        return fails("cannot create 'tank/nomad/v1': dataset already exists\n");
       }, { times: 1 }),
   });
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1")),
     Code.ALREADY_EXISTS,
     /which zfs-csi does not manage/,
@@ -1260,17 +1133,14 @@ Deno.test("ControllerService.CreateVolume judges a dataset made meanwhile by som
 
 Deno.test("ControllerService.DeleteVolume of a missing volume succeeds without a destructive call", async () => {
   using h = setup();
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v9@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v9@n1")), {});
   assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/v9")]);
 });
 
 Deno.test("ControllerService.DeleteVolume never reaches a hidden dataset through a volume id", async () => {
   using h = setup();
   h.host.addFilesystem("tank/nomad/.deleted-1699990000-v0", { mounted: false });
-  assert.deepEqual(
-    await h.controller.DeleteVolume({ volume_id: ".deleted-1699990000-v0", secrets: {} }),
-    {},
-  );
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef(".deleted-1699990000-v0")), {});
   assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/:2edeleted-1699990000-v0")]);
   assert.ok(h.host.has("tank/nomad/.deleted-1699990000-v0"));
 });
@@ -1278,8 +1148,8 @@ Deno.test("ControllerService.DeleteVolume never reaches a hidden dataset through
 Deno.test("ControllerService.DeleteVolume refuses a foreign dataset with FAILED_PRECONDITION and changes nothing", async () => {
   using h = setup();
   h.host.addFilesystem("tank/nomad/v1", { managed: false });
-  await rejectsWithCode(
-    h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteVolume(volumeRef("v1@n1")),
     Code.FAILED_PRECONDITION,
     /^Dataset "tank\/nomad\/v1" exists but is not managed by zfs-csi/,
   );
@@ -1295,8 +1165,8 @@ Deno.test("ControllerService.DeleteVolume refuses a volume bind-mounted elsewher
     mountPoint: "/local/csi/per-alloc/a1/v1/rw",
     fsType: "zfs",
   });
-  await rejectsWithCode(
-    h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteVolume(volumeRef("v1@n1")),
     Code.FAILED_PRECONDITION,
     'Volume "v1@n1" is in use: mounted at "/local/csi/per-alloc/a1/v1/rw"; ' +
       "stop the jobs using it first",
@@ -1338,16 +1208,13 @@ for (
       before: (runner) => runner.onExact(["mount"], { stdout: table }),
     });
     h.host.addFilesystem(dataset, { mounted: false, props: { mountpoint } });
-    await rejectsWithCode(
-      h.controller.DeleteVolume({ volume_id: volumeId, secrets: {} }),
+    await assertRejectsCsi(
+      h.controller.DeleteVolume(volumeRef(volumeId)),
       Code.FAILED_PRECONDITION,
       `Volume "${volumeId}" is in use: mounted at ${users.map((u) => `"${u}"`).join(", ")}; ` +
         "stop the jobs using it first",
     );
-    assert.deepEqual(h.runner.argvs, [
-      getTree(dataset, 1, "type,mountpoint,org.zfs-csi:managed"),
-      ["mount"],
-    ]);
+    assert.deepEqual(h.runner.argvs, [deleteTree(dataset), ["mount"]]);
   });
 }
 
@@ -1356,8 +1223,8 @@ Deno.test("ControllerService.DeleteVolume refuses a volume with a snapshot, nami
   addVolume(h.host, "v1");
   h.host.addSnapshot("tank/nomad/v1@s1");
   h.host.addSnapshot("tank/nomad/v1@.clone-0123456789abcdef");
-  await rejectsWithCode(
-    h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteVolume(volumeRef("v1@n1")),
     Code.FAILED_PRECONDITION,
     'Volume "v1@n1" has snapshots ("v1@s1@n1"); delete them first (nomad volume snapshot delete)',
   );
@@ -1370,7 +1237,7 @@ Deno.test("ControllerService.DeleteVolume sets aside a volume with hidden snapsh
   addVolume(h.host, "v1");
   h.host.addSnapshot("tank/nomad/v1@.clone-0123456789abcdef");
   h.host.addSnapshot("tank/nomad/v1@.deleted-1699990000-s0");
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   assert.deepEqual(h.runner.argvs.slice(2).map((a) => a[1]), ["unmount", "rename", "set"]);
   assert.ok(h.host.has(`tank/nomad/.deleted-${NOW}-v1@.clone-0123456789abcdef`));
 });
@@ -1378,21 +1245,20 @@ Deno.test("ControllerService.DeleteVolume sets aside a volume with hidden snapsh
 Deno.test("ControllerService.DeleteVolume with a retention unmounts, renames aside and stops mounting at boot", async () => {
   using h = setup({ retention: "7d" });
   addVolume(h.host, "v1");
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   const hidden = `tank/nomad/.deleted-${NOW}-v1`;
   assert.deepEqual(h.runner.argvs, [
     deleteTree("tank/nomad/v1"),
     ["mount"],
     ["zfs", "unmount", "tank/nomad/v1"],
-    ["zfs", "rename", "tank/nomad/v1", hidden],
-    ["zfs", "set", "canmount=noauto", hidden],
+    ...setAside("tank/nomad/v1", hidden),
   ]);
   assert.ok(!h.host.has("tank/nomad/v1"));
   assert.equal(h.host.value(hidden, "canmount"), "noauto");
   assert.ok(h.logs.some((l) => l.includes('"volume set aside"') && l.includes(hidden)));
   // A repeat finds nothing and does nothing.
   const mark = h.mark();
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   assert.deepEqual(h.since(mark), [deleteTree("tank/nomad/v1")]);
 });
 
@@ -1400,7 +1266,7 @@ Deno.test("ControllerService.DeleteVolume with retention 0 unmounts and destroys
   using h = setup({ retention: "0" });
   addVolume(h.host, "v1");
   h.host.addSnapshot("tank/nomad/v1@.deleted-1699990000-s0");
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1")), {});
   assert.deepEqual(h.runner.argvs, [
     deleteTree("tank/nomad/v1"),
     ["mount"],
@@ -1413,19 +1279,16 @@ Deno.test("ControllerService.DeleteVolume with retention 0 unmounts and destroys
 Deno.test("ControllerService.DeleteVolume with retention 0 sets aside a volume a clone depends on", async () => {
   using h = setup({ retention: "0" });
   addVolume(h.host, "v1");
-  await h.controller.CreateVolume(
-    createReq("v2", { volume_content_source: { volume: { volume_id: "v1@n1" } } }),
-  );
+  await h.controller.CreateVolume(cloneReq("v2", fromVolume("v1@n1")));
   const mark = h.mark();
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   const hidden = `tank/nomad/.deleted-${NOW}-v1`;
   assert.deepEqual(h.since(mark), [
     deleteTree("tank/nomad/v1"),
     ["mount"],
     ["zfs", "unmount", "tank/nomad/v1"],
     ["zfs", "destroy", "-r", "tank/nomad/v1"],
-    ["zfs", "rename", "tank/nomad/v1", hidden],
-    ["zfs", "set", "canmount=noauto", hidden],
+    ...setAside("tank/nomad/v1", hidden),
   ]);
   assert.ok(h.host.has(hidden));
   assert.ok(h.host.value("tank/nomad/v2", "origin")!.startsWith(`${hidden}@.clone-`));
@@ -1434,14 +1297,10 @@ Deno.test("ControllerService.DeleteVolume with retention 0 sets aside a volume a
 Deno.test("ControllerService.DeleteVolume retries a destroy that finds the volume busy right after the unmount", async () => {
   using h = setup({
     retention: "0",
-    before: (runner) =>
-      runner.onExact(["zfs", "destroy", "-r", "tank/nomad/v1"], {
-        code: 1,
-        stderr: "cannot destroy 'tank/nomad/v1': dataset is busy\n",
-      }, { times: 2 }),
+    before: destroyBusy({ times: 2 }),
   });
   addVolume(h.host, "v1");
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   assert.deepEqual(h.runner.argvs.slice(2), [
     ["zfs", "unmount", "tank/nomad/v1"],
     ["zfs", "destroy", "-r", "tank/nomad/v1"],
@@ -1454,20 +1313,15 @@ Deno.test("ControllerService.DeleteVolume retries a destroy that finds the volum
 Deno.test("ControllerService.DeleteVolume sets aside a volume that stays busy after the unmount", async () => {
   using h = setup({
     retention: "0",
-    before: (runner) =>
-      runner.onExact(["zfs", "destroy", "-r", "tank/nomad/v1"], {
-        code: 1,
-        stderr: "cannot destroy 'tank/nomad/v1': dataset is busy\n",
-      }),
+    before: destroyBusy(),
   });
   addVolume(h.host, "v1");
-  assert.deepEqual(await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
   const hidden = `tank/nomad/.deleted-${NOW}-v1`;
   assert.deepEqual(h.runner.argvs.slice(2), [
     ["zfs", "unmount", "tank/nomad/v1"],
     ...Array.from({ length: 5 }, () => ["zfs", "destroy", "-r", "tank/nomad/v1"]),
-    ["zfs", "rename", "tank/nomad/v1", hidden],
-    ["zfs", "set", "canmount=noauto", hidden],
+    ...setAside("tank/nomad/v1", hidden),
   ]);
   assert.ok(h.host.has(hidden));
 });
@@ -1475,19 +1329,14 @@ Deno.test("ControllerService.DeleteVolume sets aside a volume that stays busy af
 Deno.test("ControllerService.DeleteVolume stops before any change when the unmount finds the volume busy", async () => {
   using h = setup({
     before: (runner) =>
-      runner.onExact(["zfs", "unmount", "tank/nomad/v1"], {
-        code: 1,
-        stderr: "cannot unmount '/mnt/tank/nomad/v1': pool or dataset is busy\n",
-      }),
+      runner.onExact(
+        ["zfs", "unmount", "tank/nomad/v1"],
+        fails("cannot unmount '/mnt/tank/nomad/v1': pool or dataset is busy\n"),
+      ),
   });
   addVolume(h.host, "v1");
-  let caught: unknown;
-  try {
-    await h.controller.DeleteVolume({ volume_id: "v1@n1", secrets: {} });
-  } catch (err) {
-    caught = err;
-  }
-  assert.equal(toGrpcStatus(caught).code, Code.FAILED_PRECONDITION);
+  const err = await rejected(h.controller.DeleteVolume(volumeRef("v1@n1")));
+  assert.equal(toGrpcStatus(err).code, Code.FAILED_PRECONDITION);
   assert.deepEqual(h.runner.argvs.slice(2), [["zfs", "unmount", "tank/nomad/v1"]]);
   assert.ok(h.host.has("tank/nomad/v1"));
 });
@@ -1495,13 +1344,13 @@ Deno.test("ControllerService.DeleteVolume stops before any change when the unmou
 Deno.test("ControllerService.DeleteVolume of another node's volume answers FAILED_PRECONDITION without any zfs call", async () => {
   using h = setup();
   addVolume(h.host, "v1");
-  await rejectsWithCode(
-    h.controller.DeleteVolume({ volume_id: "v1@n2", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteVolume(volumeRef("v1@n2")),
     Code.FAILED_PRECONDITION,
     /^Volume "v1@n2" lives on node "n2", but this plugin runs on node "n1"/,
   );
-  await rejectsWithCode(
-    h.controller.DeleteVolume({ volume_id: "", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteVolume(volumeRef("")),
     Code.INVALID_ARGUMENT,
     "volume_id is required",
   );
@@ -1543,7 +1392,7 @@ Deno.test("ControllerService.CreateSnapshot answers ALREADY_EXISTS for the same 
   addVolume(h.host, "v1");
   addVolume(h.host, "v2");
   h.host.addSnapshot("tank/nomad/v1@s1");
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.CreateSnapshot(snapshotReq("v2@n1", "s1")),
     Code.ALREADY_EXISTS,
     'A snapshot named "s1" already exists, of another volume ("v1@n1")',
@@ -1553,50 +1402,36 @@ Deno.test("ControllerService.CreateSnapshot answers ALREADY_EXISTS for the same 
 
 Deno.test("ControllerService.CreateSnapshot answers NOT_FOUND for a missing source and FAILED_PRECONDITION for a foreign one", async () => {
   using h = setup();
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("v9@n1", "s1")),
-    Code.NOT_FOUND,
-    'Source volume "v9@n1" not found',
-  );
-  assert.deepEqual(h.runner.argvs, [
-    catalog(2),
-    getProps("type,org.zfs-csi:managed", "tank/nomad/v9"),
-  ]);
   h.host.addFilesystem("tank/nomad/legacy", { managed: false });
-  const mark = h.mark();
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("legacy", "s1")),
-    Code.FAILED_PRECONDITION,
-    /not managed by zfs-csi/,
-  );
-  assert.deepEqual(h.since(mark), [
-    catalog(2),
-    getProps("type,org.zfs-csi:managed", "tank/nomad/legacy"),
-  ]);
+  const cases = [
+    ["v9@n1", "tank/nomad/v9", Code.NOT_FOUND, 'Source volume "v9@n1" not found'],
+    ["legacy", "tank/nomad/legacy", Code.FAILED_PRECONDITION, /not managed by zfs-csi/],
+  ] as const;
+  for (const [source, dataset, code, message] of cases) {
+    const mark = h.mark();
+    await assertRejectsCsi(h.controller.CreateSnapshot(snapshotReq(source, "s1")), code, message);
+    assert.deepEqual(h.since(mark), [
+      catalog(2),
+      getProps("type,org.zfs-csi:managed", dataset),
+    ], source);
+  }
 });
 
 Deno.test("ControllerService.CreateSnapshot refuses a missing name or parameters before any zfs call", async () => {
   using h = setup();
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("v1@n1", "")),
-    Code.INVALID_ARGUMENT,
-    "name is required",
-  );
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("", "s1")),
-    Code.INVALID_ARGUMENT,
-    "source_volume_id is required",
-  );
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("v1@n1", "s1", { parameters: { foo: "bar" } })),
-    Code.INVALID_ARGUMENT,
-    "Snapshot parameters are not supported (got foo)",
-  );
-  await rejectsWithCode(
-    h.controller.CreateSnapshot(snapshotReq("v1@n2", "s1")),
-    Code.FAILED_PRECONDITION,
-    /lives on node "n2"/,
-  );
+  const cases: [CreateSnapshotRequest, GrpcCode, string | RegExp][] = [
+    [snapshotReq("v1@n1", ""), Code.INVALID_ARGUMENT, "name is required"],
+    [snapshotReq("", "s1"), Code.INVALID_ARGUMENT, "source_volume_id is required"],
+    [
+      snapshotReq("v1@n1", "s1", { parameters: { foo: "bar" } }),
+      Code.INVALID_ARGUMENT,
+      "Snapshot parameters are not supported (got foo)",
+    ],
+    [snapshotReq("v1@n2", "s1"), Code.FAILED_PRECONDITION, /lives on node "n2"/],
+  ];
+  for (const [req, code, message] of cases) {
+    await assertRejectsCsi(h.controller.CreateSnapshot(req), code, message);
+  }
   assert.equal(h.runner.calls.length, 0);
 });
 
@@ -1606,7 +1441,7 @@ Deno.test("ControllerService.CreateSnapshot refuses a missing name or parameters
 Deno.test("ControllerService.DeleteSnapshot of an id this plugin never makes succeeds without a zfs call", async () => {
   using h = setup();
   for (const id of ["reallyfakesnapshotid", "a@b@c@d", "@s1", "v1@"]) {
-    assert.deepEqual(await h.controller.DeleteSnapshot({ snapshot_id: id, secrets: {} }), {}, id);
+    assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef(id)), {}, id);
   }
   assert.equal(h.runner.calls.length, 0);
 });
@@ -1614,11 +1449,8 @@ Deno.test("ControllerService.DeleteSnapshot of an id this plugin never makes suc
 Deno.test("ControllerService.DeleteSnapshot of a missing snapshot succeeds without a destructive call", async () => {
   using h = setup();
   addVolume(h.host, "v1");
-  assert.deepEqual(await h.controller.DeleteSnapshot({ snapshot_id: "v1@s1@n1", secrets: {} }), {});
-  assert.deepEqual(
-    await h.controller.DeleteSnapshot({ snapshot_id: "v9@s1@n1", secrets: {} }),
-    {},
-  );
+  assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef("v1@s1@n1")), {});
+  assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef("v9@s1@n1")), {});
   assert.deepEqual(h.runner.argvs, [
     snapshotTree("tank/nomad/v1"),
     snapshotTree("tank/nomad/v9"),
@@ -1631,10 +1463,7 @@ Deno.test("ControllerService.DeleteSnapshot never reaches a hidden snapshot thro
   const hidden = "tank/nomad/v1@.clone-0123456789abcdef";
   h.host.addSnapshot(hidden);
   assert.deepEqual(
-    await h.controller.DeleteSnapshot({
-      snapshot_id: "v1@.clone-0123456789abcdef@n1",
-      secrets: {},
-    }),
+    await h.controller.DeleteSnapshot(snapshotRef("v1@.clone-0123456789abcdef@n1")),
     {},
   );
   assert.deepEqual(h.runner.argvs, [snapshotTree("tank/nomad/v1")]);
@@ -1642,27 +1471,20 @@ Deno.test("ControllerService.DeleteSnapshot never reaches a hidden snapshot thro
 });
 
 Deno.test("ControllerService.DeleteSnapshot with a retention renames the snapshot aside", async () => {
-  using h = setup({ retention: "1h" });
-  addVolume(h.host, "v1");
-  h.host.addSnapshot("tank/nomad/v1@s1");
-  assert.deepEqual(await h.controller.DeleteSnapshot({ snapshot_id: "v1@s1@n1", secrets: {} }), {});
+  using h = withSnapshot("1h");
+  assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef("v1@s1@n1")), {});
   assert.deepEqual(h.runner.argvs, [
     snapshotTree("tank/nomad/v1"),
     ["zfs", "rename", "tank/nomad/v1@s1", `tank/nomad/v1@.deleted-${NOW}-s1`],
   ]);
   assert.ok(h.host.has(`tank/nomad/v1@.deleted-${NOW}-s1`));
   // Gone from the listing, and the volume can now be deleted.
-  assert.deepEqual(await h.controller.ListSnapshots(listSnapshotsReq()), {
-    entries: [],
-    next_token: "",
-  });
+  assert.deepEqual(await h.controller.ListSnapshots(listSnapshotsReq()), EMPTY_PAGE);
 });
 
 Deno.test("ControllerService.DeleteSnapshot with retention 0 destroys the snapshot", async () => {
-  using h = setup({ retention: "0" });
-  addVolume(h.host, "v1");
-  h.host.addSnapshot("tank/nomad/v1@s1");
-  assert.deepEqual(await h.controller.DeleteSnapshot({ snapshot_id: "v1@s1", secrets: {} }), {});
+  using h = withSnapshot("0");
+  assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef("v1@s1")), {});
   assert.deepEqual(h.runner.argvs, [
     snapshotTree("tank/nomad/v1"),
     ["zfs", "destroy", "tank/nomad/v1@s1"],
@@ -1671,14 +1493,10 @@ Deno.test("ControllerService.DeleteSnapshot with retention 0 destroys the snapsh
 });
 
 Deno.test("ControllerService.DeleteSnapshot with retention 0 sets aside a snapshot clones depend on, for deferred destroy", async () => {
-  using h = setup({ retention: "0" });
-  addVolume(h.host, "v1");
-  h.host.addSnapshot("tank/nomad/v1@s1");
-  await h.controller.CreateVolume(
-    createReq("v2", { volume_content_source: { snapshot: { snapshot_id: "v1@s1@n1" } } }),
-  );
+  using h = withSnapshot("0");
+  await h.controller.CreateVolume(cloneReq("v2", fromSnapshot("v1@s1@n1")));
   const mark = h.mark();
-  assert.deepEqual(await h.controller.DeleteSnapshot({ snapshot_id: "v1@s1@n1", secrets: {} }), {});
+  assert.deepEqual(await h.controller.DeleteSnapshot(snapshotRef("v1@s1@n1")), {});
   const hidden = `tank/nomad/v1@.deleted-${NOW}-s1`;
   assert.deepEqual(h.since(mark), [
     snapshotTree("tank/nomad/v1"),
@@ -1694,8 +1512,8 @@ Deno.test("ControllerService.DeleteSnapshot of a snapshot of a foreign dataset a
   using h = setup();
   h.host.addFilesystem("tank/nomad/legacy", { managed: false });
   h.host.addSnapshot("tank/nomad/legacy@s1");
-  await rejectsWithCode(
-    h.controller.DeleteSnapshot({ snapshot_id: "legacy@s1@n1", secrets: {} }),
+  await assertRejectsCsi(
+    h.controller.DeleteSnapshot(snapshotRef("legacy@s1@n1")),
     Code.FAILED_PRECONDITION,
     /not managed by zfs-csi/,
   );
@@ -1727,8 +1545,7 @@ function populate(host: FakeZfs): void {
 }
 
 Deno.test("ControllerService.ListVolumes lists our volumes from one zfs call, without hidden or foreign datasets", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   const res = await h.controller.ListVolumes(listVolumesReq());
   assert.deepEqual(h.runner.argvs, [catalog(1)]);
   assert.deepEqual(res, {
@@ -1736,9 +1553,7 @@ Deno.test("ControllerService.ListVolumes lists our volumes from one zfs call, wi
       { volume: volumeMessage("db[0]@n1", "tank/nomad/db:5b0:5d", 1024 * MiB), status: HEALTHY },
       { volume: volumeMessage("v1@n1", "tank/nomad/v1", 64 * MiB), status: HEALTHY },
       {
-        volume: volumeMessage("v2@n1", "tank/nomad/v2", 32 * MiB, {
-          snapshot: { snapshot_id: "v1@s1@n1" },
-        }),
+        volume: volumeMessage("v2@n1", "tank/nomad/v2", 32 * MiB, fromSnapshot("v1@s1@n1")),
         status: HEALTHY,
       },
     ],
@@ -1747,8 +1562,7 @@ Deno.test("ControllerService.ListVolumes lists our volumes from one zfs call, wi
 });
 
 Deno.test("ControllerService.ListVolumes pages with tokens, one zfs call per page", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   const first = await h.controller.ListVolumes(listVolumesReq({ max_entries: 2 })) as {
     entries: { volume: { volume_id: string } }[];
     next_token: string;
@@ -1764,14 +1578,13 @@ Deno.test("ControllerService.ListVolumes pages with tokens, one zfs call per pag
 });
 
 Deno.test("ControllerService.ListVolumes answers ABORTED for a token it did not make", async () => {
-  using h = setup();
-  populate(h.host);
-  await rejectsWithCode(
+  using h = populated();
+  await assertRejectsCsi(
     h.controller.ListVolumes(listVolumesReq({ starting_token: "garbage" })),
     Code.ABORTED,
     /starting_token "garbage" is not valid/,
   );
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ListVolumes(listVolumesReq({ max_entries: -1 })),
     Code.INVALID_ARGUMENT,
   );
@@ -1828,8 +1641,7 @@ Deno.test("ControllerService.ListVolumes reports an abnormal condition when the 
 // ListSnapshots
 
 Deno.test("ControllerService.ListSnapshots lists CSI snapshots from one zfs call, without hidden or foreign ones", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   const res = await h.controller.ListSnapshots(listSnapshotsReq());
   assert.deepEqual(h.runner.argvs, [catalog(2)]);
   assert.deepEqual(res, {
@@ -1843,8 +1655,7 @@ Deno.test("ControllerService.ListSnapshots lists CSI snapshots from one zfs call
 });
 
 Deno.test("ControllerService.ListSnapshots filters by snapshot id and by source volume", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   const ids = async (over: Partial<ListSnapshotsRequest>) =>
     ((await h.controller.ListSnapshots(listSnapshotsReq(over))) as {
       entries: { snapshot: { snapshot_id: string } }[];
@@ -1859,8 +1670,7 @@ Deno.test("ControllerService.ListSnapshots filters by snapshot id and by source 
 });
 
 Deno.test("ControllerService.ListSnapshots answers an empty list without a zfs call for ids that cannot be here", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   const cases: Partial<ListSnapshotsRequest>[] = [
     { snapshot_id: "reallyfakesnapshotid" },
     { snapshot_id: "v1@s1@n2" },
@@ -1872,7 +1682,7 @@ Deno.test("ControllerService.ListSnapshots answers an empty list without a zfs c
   for (const over of cases) {
     assert.deepEqual(
       await h.controller.ListSnapshots(listSnapshotsReq(over)),
-      { entries: [], next_token: "" },
+      EMPTY_PAGE,
       JSON.stringify(over),
     );
   }
@@ -1880,8 +1690,7 @@ Deno.test("ControllerService.ListSnapshots answers an empty list without a zfs c
 });
 
 Deno.test("ControllerService.ListSnapshots pages with tokens and answers ABORTED for a bad one", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   type Page = { entries: { snapshot: { snapshot_id: string } }[]; next_token: string };
   const first = await h.controller.ListSnapshots(listSnapshotsReq({ max_entries: 2 })) as Page;
   assert.deepEqual(first.entries.map((e) => e.snapshot.snapshot_id), ["v1@s1@n1", "v1@s2@n1"]);
@@ -1890,7 +1699,7 @@ Deno.test("ControllerService.ListSnapshots pages with tokens and answers ABORTED
   ) as Page;
   assert.deepEqual(second.entries.map((e) => e.snapshot.snapshot_id), ["v2@s3@n1"]);
   assert.equal(second.next_token, "");
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ListSnapshots(listSnapshotsReq({ starting_token: "after:!!" })),
     Code.ABORTED,
   );
@@ -1900,23 +1709,19 @@ Deno.test("ControllerService.ListSnapshots pages with tokens and answers ABORTED
 // ControllerGetVolume
 
 Deno.test("ControllerService.ControllerGetVolume answers the volume and NOT_FOUND for a missing or foreign one", async () => {
-  using h = setup();
-  populate(h.host);
+  using h = populated();
   assert.deepEqual(await h.controller.ControllerGetVolume({ volume_id: "v1@n1" }), {
     volume: volumeMessage("v1@n1", "tank/nomad/v1", 64 * MiB),
     status: HEALTHY,
   });
   assert.deepEqual(h.runner.argvs, [getState("tank/nomad/v1")]);
-  await rejectsWithCode(
-    h.controller.ControllerGetVolume({ volume_id: "v9@n1" }),
-    Code.NOT_FOUND,
-    'Volume "v9@n1" not found',
-  );
-  await rejectsWithCode(
-    h.controller.ControllerGetVolume({ volume_id: "legacy" }),
-    Code.NOT_FOUND,
-    'Volume "legacy" not found',
-  );
+  for (const volume_id of ["v9@n1", "legacy"]) {
+    await assertRejectsCsi(
+      h.controller.ControllerGetVolume({ volume_id }),
+      Code.NOT_FOUND,
+      `Volume "${volume_id}" not found`,
+    );
+  }
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1935,7 +1740,7 @@ Deno.test("ControllerService.ControllerExpandVolume raises quota by the growth b
     ["zfs", "set", `refquota=${128 * MiB}`, "tank/nomad/v1"],
     ["zfs", "set", `refreservation=${128 * MiB}`, "tank/nomad/v1"],
   ]);
-  assert.deepEqual(res, { capacity_bytes: String(128 * MiB), node_expansion_required: false });
+  assert.deepEqual(res, expanded(128 * MiB));
   // Repeated: already that size, nothing set.
   const mark = h.mark();
   assert.deepEqual(await h.controller.ControllerExpandVolume(expandReq("v1@n1", 128 * MiB)), res);
@@ -1950,22 +1755,22 @@ Deno.test("ControllerService.ControllerExpandVolume without a quota or refreserv
     getState("tank/nomad/v1"),
     ["zfs", "set", `refquota=${100 * MiB}`, "tank/nomad/v1"],
   ]);
-  assert.deepEqual(res, { capacity_bytes: String(100 * MiB), node_expansion_required: false });
+  assert.deepEqual(res, expanded(100 * MiB));
 });
 
 Deno.test("ControllerService.ControllerExpandVolume never shrinks", async () => {
   using h = setup();
   addVolume(h.host, "v1");
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ControllerExpandVolume(expandReq("v1@n1", 0, 32 * MiB)),
     Code.OUT_OF_RANGE,
     'Volume "v1@n1" has 67108864 bytes; shrinking to 33554432 is not supported',
   );
   // A smaller request is met by the current size.
-  assert.deepEqual(await h.controller.ControllerExpandVolume(expandReq("v1@n1", 32 * MiB)), {
-    capacity_bytes: String(64 * MiB),
-    node_expansion_required: false,
-  });
+  assert.deepEqual(
+    await h.controller.ControllerExpandVolume(expandReq("v1@n1", 32 * MiB)),
+    expanded(64 * MiB),
+  );
   assert.deepEqual(h.runner.argvs, [getState("tank/nomad/v1"), getState("tank/nomad/v1")]);
   assert.equal(h.host.value("tank/nomad/v1", "refquota"), String(64 * MiB));
 });
@@ -1973,44 +1778,33 @@ Deno.test("ControllerService.ControllerExpandVolume never shrinks", async () => 
 Deno.test("ControllerService.ControllerExpandVolume of an unlimited volume sets nothing", async () => {
   using h = setup();
   addVolume(h.host, "v1", { refquota: 0 });
-  assert.deepEqual(await h.controller.ControllerExpandVolume(expandReq("v1@n1", 128 * MiB)), {
-    capacity_bytes: String(128 * MiB),
-    node_expansion_required: false,
-  });
+  assert.deepEqual(
+    await h.controller.ControllerExpandVolume(expandReq("v1@n1", 128 * MiB)),
+    expanded(128 * MiB),
+  );
   assert.deepEqual(h.runner.argvs, [getState("tank/nomad/v1")]);
 });
 
 Deno.test("ControllerService.ControllerExpandVolume answers NOT_FOUND, FAILED_PRECONDITION and INVALID_ARGUMENT", async () => {
   using h = setup();
   h.host.addFilesystem("tank/nomad/legacy", { managed: false });
-  await rejectsWithCode(
-    h.controller.ControllerExpandVolume(expandReq("v9@n1", 128 * MiB)),
-    Code.NOT_FOUND,
-    'Volume "v9@n1" not found',
-  );
-  await rejectsWithCode(
-    h.controller.ControllerExpandVolume(expandReq("legacy", 128 * MiB)),
-    Code.FAILED_PRECONDITION,
-    /not managed by zfs-csi/,
-  );
+  const refused = (req: ControllerExpandVolumeRequest, code: GrpcCode, message: string | RegExp) =>
+    assertRejectsCsi(h.controller.ControllerExpandVolume(req), code, message);
+  await refused(expandReq("v9@n1", 128 * MiB), Code.NOT_FOUND, 'Volume "v9@n1" not found');
+  await refused(expandReq("legacy", 128 * MiB), Code.FAILED_PRECONDITION, /not managed by zfs-csi/);
+  // Refused before any zfs call.
   const mark = h.mark();
-  await rejectsWithCode(
-    h.controller.ControllerExpandVolume(expandReq("v1@n1", 0, 0, { capacity_range: null })),
+  await refused(
+    expandReq("v1@n1", 0, 0, { capacity_range: null }),
     Code.INVALID_ARGUMENT,
     "capacity_range is required",
   );
-  await rejectsWithCode(
-    h.controller.ControllerExpandVolume(expandReq("v1@n1", 128 * MiB, 0, {
-      volume_capability: blockCap(),
-    })),
+  await refused(
+    expandReq("v1@n1", 128 * MiB, 0, { volume_capability: blockCap() }),
     Code.INVALID_ARGUMENT,
     /Block volumes are not supported/,
   );
-  await rejectsWithCode(
-    h.controller.ControllerExpandVolume(expandReq("v1@n2", 128 * MiB)),
-    Code.FAILED_PRECONDITION,
-    /lives on node "n2"/,
-  );
+  await refused(expandReq("v1@n2", 128 * MiB), Code.FAILED_PRECONDITION, /lives on node "n2"/);
   assert.deepEqual(h.since(mark), []);
 });
 
@@ -2019,7 +1813,7 @@ Deno.test("ControllerService.ControllerExpandVolume answers NOT_FOUND, FAILED_PR
 
 Deno.test("ControllerService.ValidateVolumeCapabilities answers NOT_FOUND for a missing volume", async () => {
   using h = setup();
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ValidateVolumeCapabilities(validateReq("v9@n1")),
     Code.NOT_FOUND,
     'Volume "v9@n1" not found',
@@ -2078,12 +1872,12 @@ Deno.test("ControllerService.ValidateVolumeCapabilities answers a message and no
 Deno.test("ControllerService.ValidateVolumeCapabilities answers INVALID_ARGUMENT for no capabilities or an unknown context key", async () => {
   using h = setup();
   addVolume(h.host, "v1");
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ValidateVolumeCapabilities(validateReq("v1@n1", { volume_capabilities: [] })),
     Code.INVALID_ARGUMENT,
     "volume_capabilities is required",
   );
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.controller.ValidateVolumeCapabilities(validateReq("v1@n1", { volume_context: { x: "1" } })),
     Code.INVALID_ARGUMENT,
     /volume_context key "x" is not known/,
@@ -2102,19 +1896,13 @@ Deno.test("ControllerService.GetCapacity answers the parent's available space wi
     minimum_volume_size: { value: String(MIN_VOLUME_BYTES) },
   };
   assert.deepEqual(
-    await h.controller.GetCapacity({
-      volume_capabilities: [fsCap()],
-      parameters: { compression: "lz4" },
-      accessible_topology: null,
-    }),
+    await h.controller.GetCapacity(
+      capacityReq({ volume_capabilities: [fsCap()], parameters: { compression: "lz4" } }),
+    ),
     expected,
   );
   assert.deepEqual(
-    await h.controller.GetCapacity({
-      volume_capabilities: [],
-      parameters: {},
-      accessible_topology: { segments: { zone: "eu1", "org.zfs-csi/node": "n1" } },
-    }),
+    await h.controller.GetCapacity(capacityReq({ accessible_topology: { segments: TOPOLOGY } })),
     expected,
   );
   assert.deepEqual(h.runner.argvs, [
@@ -2130,19 +1918,13 @@ Deno.test("ControllerService.GetCapacity answers 0 for another node's topology o
     minimum_volume_size: { value: String(MIN_VOLUME_BYTES) },
   };
   assert.deepEqual(
-    await h.controller.GetCapacity({
-      volume_capabilities: [],
-      parameters: {},
-      accessible_topology: { segments: { "org.zfs-csi/node": "n2" } },
-    }),
+    await h.controller.GetCapacity(
+      capacityReq({ accessible_topology: { segments: { "org.zfs-csi/node": "n2" } } }),
+    ),
     none,
   );
   assert.deepEqual(
-    await h.controller.GetCapacity({
-      volume_capabilities: [blockCap()],
-      parameters: {},
-      accessible_topology: null,
-    }),
+    await h.controller.GetCapacity(capacityReq({ volume_capabilities: [blockCap()] })),
     none,
   );
   assert.equal(h.runner.calls.length, 0);
@@ -2151,12 +1933,8 @@ Deno.test("ControllerService.GetCapacity answers 0 for another node's topology o
 Deno.test("ControllerService.GetCapacity answers FAILED_PRECONDITION when the parent dataset is missing", async () => {
   using h = setup();
   h.host.objects.delete(PARENT);
-  await rejectsWithCode(
-    h.controller.GetCapacity({
-      volume_capabilities: [],
-      parameters: {},
-      accessible_topology: null,
-    }),
+  await assertRejectsCsi(
+    h.controller.GetCapacity(capacityReq()),
     Code.FAILED_PRECONDITION,
     'Parent dataset "tank/nomad" does not exist',
   );

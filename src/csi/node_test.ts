@@ -1,29 +1,27 @@
 import assert from "node:assert/strict";
-import { parseConfig } from "../config.ts";
-import { Code, CsiError, type GrpcCode } from "../errors.ts";
-import { KeyedLock } from "../lock.ts";
-import { Logger } from "../log.ts";
+import { Code } from "../errors.ts";
 import { MANAGED_PROPERTY } from "../zfs/names.ts";
+import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import {
   type FakeResponse,
-  FakeRunner,
-  fakeTools,
+  type FakeRunner,
   gate,
   hasPrefix,
   mountLine,
 } from "../../tests/support/fake_runner.ts";
+import { type FakeServices, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
+import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
-import { HealthChecker } from "./health.ts";
 import { type FsStats, NodeService } from "./node.ts";
 import type {
   NodeExpandVolumeRequest,
   NodePublishVolumeRequest,
   NodeStageVolumeRequest,
-  VolumeCapability,
 } from "./types.ts";
 
 const PARENT = "tank/nomad";
-const GET = ["zfs", "get", "-Hp", "-o", "name,property,value,source", VOLUME_PROPERTIES.join(",")];
+const zfs = zfsArgv("zfs");
+const GET = zfs.get(VOLUME_PROPERTIES.join(","));
 
 /** A dataset as the fake zfs knows it. */
 interface FakeDataset {
@@ -172,13 +170,9 @@ class FakeHost {
   }
 }
 
-interface Harness extends AsyncDisposable {
-  readonly runner: FakeRunner;
-  readonly host: FakeHost;
+interface Harness extends AsyncDisposable, FakeServices<FakeHost> {
   readonly node: NodeService;
-  readonly locks: KeyedLock;
   readonly base: string;
-  readonly logs: string[];
 }
 
 async function setup(
@@ -188,59 +182,32 @@ async function setup(
   } = {},
 ): Promise<Harness> {
   const base = await Deno.makeTempDir({ prefix: "zfs-csi-node-" });
-  const parsed = parseConfig(
-    [
-      "--parent-dataset",
-      PARENT,
-      "--node-id",
-      "n1",
-      "--stage-publish-base-dir",
-      base,
-      "--topology",
-      "zone=eu1",
-    ],
-    {},
-  );
-  if (parsed.kind !== "run") throw new Error("parseConfig did not return a run config");
-  const config = parsed.config;
-  const logs: string[] = [];
-  const log = new Logger("debug", {}, (line) => logs.push(line));
-  const runner = new FakeRunner();
-  // The closure reads `host` only when a command runs, after it is set below.
-  opts.before?.(runner, () => host);
-  const host = new FakeHost(runner);
-  const { zfs, mounter } = fakeTools(runner, log);
-  const locks = new KeyedLock();
+  const parts = fakeServices({
+    parent: PARENT,
+    flags: ["--stage-publish-base-dir", base],
+    host: (runner) => new FakeHost(runner),
+    ...(opts.before ? { before: opts.before } : {}),
+  });
+  const { config, runner, zfs, mounter, health, locks, log } = parts;
   const node = new NodeService({
     config,
     zfs,
     mounter,
     datasets: new Datasets(zfs, mounter),
-    health: new HealthChecker({ zfs, mounter, parentDataset: PARENT, log }),
+    health,
     locks,
     log,
     ...(opts.statfs ? { statfs: opts.statfs } : {}),
   });
   return {
-    runner,
-    host,
+    ...parts,
     node,
-    locks,
     base,
-    logs,
     [Symbol.asyncDispose]: async () => {
       await Deno.remove(base, { recursive: true });
       // Even a command whose failure the service swallowed must have been scripted.
       runner.assertNoUnexpected();
     },
-  };
-}
-
-function fsCap(mode = "SINGLE_NODE_WRITER", flags: string[] = []): VolumeCapability {
-  return {
-    mount: { fs_type: "", mount_flags: flags, volume_mount_group: "" },
-    access_mode: { mode },
-    access_type: "mount",
   };
 }
 
@@ -295,24 +262,6 @@ function expandReq(
   };
 }
 
-async function rejectsWithCode(
-  p: Promise<unknown>,
-  code: GrpcCode,
-  message?: string | RegExp,
-): Promise<CsiError> {
-  let caught: unknown;
-  try {
-    await p;
-  } catch (err) {
-    caught = err;
-  }
-  assert.ok(caught instanceof CsiError, `expected a CsiError, got ${String(caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  if (typeof message === "string") assert.equal(caught.message, message);
-  else if (message) assert.match(caught.message, message);
-  return caught;
-}
-
 async function isDirectory(path: string): Promise<boolean> {
   try {
     return (await Deno.lstat(path)).isDirectory;
@@ -333,15 +282,7 @@ Deno.test("NodeService.NodeStageVolume creates a missing dataset with refquota a
   );
   assert.deepEqual(h.runner.argvs, [
     [...GET, "tank/nomad/v1"],
-    [
-      "zfs",
-      "create",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "refquota=1073741824",
-      "tank/nomad/v1",
-    ],
+    zfs.create("tank/nomad/v1", MANAGED_OPTION, "refquota=1073741824"),
     [...GET, "tank/nomad/v1"],
     ["mount"],
     ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
@@ -357,15 +298,10 @@ Deno.test("NodeService.NodeStageVolume maps a volume id with brackets to its esc
   await using h = await setup();
   const staging = `${h.base}/staging/db[0]/rw`;
   await h.node.NodeStageVolume(stageReq("db[0]", staging, { volume_context: { size: "64M" } }));
-  assert.deepEqual(h.runner.argvs[1], [
-    "zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    "refquota=67108864",
-    "tank/nomad/db:5b0:5d",
-  ]);
+  assert.deepEqual(
+    h.runner.argvs[1],
+    zfs.create("tank/nomad/db:5b0:5d", MANAGED_OPTION, "refquota=67108864"),
+  );
   assert.deepEqual(h.runner.argvs.at(-1), [
     "mount",
     "--bind",
@@ -390,7 +326,7 @@ Deno.test("NodeService.NodeStageVolume mounts an existing unmounted dataset firs
 Deno.test("NodeService.NodeStageVolume refuses a dataset without the marker and says how to adopt it", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { managed: false });
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeStageVolume(
       stageReq("v1", `${h.base}/staging/v1/rw`, { volume_context: { size: "1G" } }),
     ),
@@ -403,7 +339,7 @@ Deno.test("NodeService.NodeStageVolume refuses a dataset without the marker and 
 
 Deno.test("NodeService.NodeStageVolume answers NOT_FOUND for a missing dataset without size", async () => {
   await using h = await setup();
-  const err = await rejectsWithCode(
+  const err = await assertRejectsCsi(
     h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`)),
     Code.NOT_FOUND,
   );
@@ -437,7 +373,7 @@ Deno.test("NodeService.NodeStageVolume answers ALREADY_EXISTS when another mount
   h.host.addDataset("tank/nomad/v2");
   const staging = `${h.base}/staging/v1/rw`;
   h.host.addMount("tank/nomad/v2", staging);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeStageVolume(stageReq("v1", staging)),
     Code.ALREADY_EXISTS,
     `staging_target_path "${staging}" already holds another mount ("tank/nomad/v2")`,
@@ -449,7 +385,7 @@ Deno.test("NodeService.NodeStageVolume answers FAILED_PRECONDITION when the data
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1");
   h.host.mounts.length = 0; // mounted on the host, but not in the plugin's mount namespace
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`)),
     Code.FAILED_PRECONDITION,
     /^Dataset "tank\/nomad\/v1" is mounted at "\/mnt\/tank\/nomad\/v1" but the plugin cannot see it/,
@@ -458,7 +394,7 @@ Deno.test("NodeService.NodeStageVolume answers FAILED_PRECONDITION when the data
 
 Deno.test("NodeService.NodeStageVolume refuses a block capability with INVALID_ARGUMENT", async () => {
   await using h = await setup();
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeStageVolume(stageReq("v1", `${h.base}/staging/v1/rw`, {
       volume_capability: {
         block: {},
@@ -493,7 +429,7 @@ Deno.test("NodeService.NodeStageVolume refuses bad ids, paths and contexts befor
     ],
   ];
   for (const [req, message] of table) {
-    await rejectsWithCode(h.node.NodeStageVolume(req), Code.INVALID_ARGUMENT, message);
+    await assertRejectsCsi(h.node.NodeStageVolume(req), Code.INVALID_ARGUMENT, message);
   }
   assert.deepEqual(h.runner.argvs, []);
 });
@@ -514,7 +450,7 @@ Deno.test("NodeService.NodeStageVolume answers ABORTED to a concurrent call on t
   const staging = `${h.base}/staging/v1/rw`;
   const first = h.node.NodeStageVolume(stageReq("v1", staging));
   await reached.promise;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeStageVolume(stageReq("v1", staging)),
     Code.ABORTED,
     'An operation is already in progress for "tank/nomad/v1"; retry later',
@@ -558,7 +494,7 @@ Deno.test("NodeService.NodePublishVolume refuses a volume that is not staged", a
   h.host.addDataset("tank/nomad/v1");
   const staging = `${h.base}/staging/v1/rw`;
   const target = `${h.base}/per-alloc/a1/v1/rw`;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", staging, target)),
     Code.FAILED_PRECONDITION,
     `Volume "v1" is not staged at "${staging}"; call NodeStageVolume first`,
@@ -572,7 +508,7 @@ Deno.test("NodeService.NodePublishVolume refuses a staging path holding another 
   h.host.addDataset("tank/nomad/v2");
   const staging = `${h.base}/staging/v1/rw`;
   h.host.addMount("tank/nomad/v2", staging);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", staging, `${h.base}/per-alloc/a1/v1/rw`)),
     Code.FAILED_PRECONDITION,
   );
@@ -612,7 +548,7 @@ Deno.test("NodeService.NodePublishVolume readonly binds and then remounts read-o
     await h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true })),
     {},
   );
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", staging, target)),
     Code.ALREADY_EXISTS,
     `target_path "${target}" already holds this volume with a different read-only setting`,
@@ -641,7 +577,7 @@ Deno.test("NodeService.NodePublishVolume undoes the bind when the read-only remo
   const staging = `${h.base}/staging/v1/rw`;
   h.host.addMount("tank/nomad/v1", staging);
   const target = `${h.base}/per-alloc/a1/v1/ro`;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true })),
     Code.INTERNAL,
     /^Cannot apply mount flags "ro"/,
@@ -661,7 +597,7 @@ Deno.test("NodeService.NodePublishVolume answers ALREADY_EXISTS when another mou
   const target = `${h.base}/per-alloc/a1/v1/rw`;
   h.host.addMount("tank/nomad/v1", staging);
   h.host.addMount("tmpfs", target, "tmpfs", ["rw"]);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", staging, target)),
     Code.ALREADY_EXISTS,
     `target_path "${target}" already holds another mount ("tmpfs")`,
@@ -672,7 +608,7 @@ Deno.test("NodeService.NodePublishVolume answers ALREADY_EXISTS when another mou
 Deno.test("NodeService.NodePublishVolume refuses a target equal to the staging path", async () => {
   await using h = await setup();
   const path = `${h.base}/x`;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", path, path)),
     Code.INVALID_ARGUMENT,
     "target_path must differ from staging_target_path",
@@ -681,7 +617,7 @@ Deno.test("NodeService.NodePublishVolume refuses a target equal to the staging p
 
 Deno.test("NodeService.NodePublishVolume refuses a block capability with INVALID_ARGUMENT", async () => {
   await using h = await setup();
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodePublishVolume(publishReq("v1", `${h.base}/s`, `${h.base}/t`, {
       volume_capability: { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } },
     })),
@@ -707,7 +643,7 @@ Deno.test("NodeService.NodeUnpublishVolume leaves a foreign mount alone with FAI
   const target = `${h.base}/per-alloc/a1/v1/rw`;
   await Deno.mkdir(target, { recursive: true });
   h.host.addMount("tank/nomad/other", target);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
     Code.FAILED_PRECONDITION,
     `"${target}" holds a mount of "tank/nomad/other", not of volume "v1"; leaving it alone`,
@@ -735,7 +671,7 @@ Deno.test("NodeService.NodeUnpublishVolume stops at a foreign mount below the vo
   const target = `${h.base}/per-alloc/a1/v1/rw`;
   h.host.addMount("tmpfs", target, "tmpfs", ["rw"]);
   h.host.addMount("tank/nomad/v1", target);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
     Code.FAILED_PRECONDITION,
     /holds a mount of "tmpfs"/,
@@ -751,7 +687,7 @@ Deno.test("NodeService.NodeUnpublishVolume of a busy target answers FAILED_PRECO
   });
   const target = `${h.base}/per-alloc/a1/v1/rw`;
   h.host.addMount("tank/nomad/v1", target);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
     Code.FAILED_PRECONDITION,
     `Cannot unmount "${target}": umount: /x: target is busy.`,
@@ -779,7 +715,7 @@ Deno.test("NodeService.NodeExpandVolume never shrinks a volume", async () => {
   assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, "104857600")), {
     capacity_bytes: 209715200,
   });
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeExpandVolume(expandReq("v1", path, "0", "104857600")),
     Code.OUT_OF_RANGE,
     'Volume "v1" has 209715200 bytes; shrinking to 104857600 is not supported',
@@ -801,12 +737,12 @@ Deno.test("NodeService.NodeExpandVolume leaves a volume without refquota unlimit
 Deno.test("NodeService.NodeExpandVolume refuses missing capacity, block volumes and unknown volumes", async () => {
   await using h = await setup();
   const path = `${h.base}/p`;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeExpandVolume({ ...expandReq("v1", path, "1"), capacity_range: null }),
     Code.INVALID_ARGUMENT,
     "capacity_range is required",
   );
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeExpandVolume({
       ...expandReq("v1", path, "1"),
       volume_capability: { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } },
@@ -814,12 +750,12 @@ Deno.test("NodeService.NodeExpandVolume refuses missing capacity, block volumes 
     Code.INVALID_ARGUMENT,
     /^Block volumes are not supported/,
   );
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeExpandVolume(expandReq("v1", path, "9007199254740993")),
     Code.OUT_OF_RANGE,
   );
   assert.deepEqual(h.runner.argvs, []);
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeExpandVolume(expandReq("v1", path, "1")),
     Code.NOT_FOUND,
     'Volume "v1" not found (no dataset "tank/nomad/v1")',
@@ -884,7 +820,7 @@ Deno.test("NodeService.NodeGetVolumeStats answers NOT_FOUND for a path not holdi
   });
   h.host.addDataset("tank/nomad/v1");
   const target = `${h.base}/per-alloc/a1/v1/rw`;
-  await rejectsWithCode(
+  await assertRejectsCsi(
     h.node.NodeGetVolumeStats({ volume_id: "v1", volume_path: target, staging_target_path: "" }),
     Code.NOT_FOUND,
     `volume_path "${target}" does not hold volume "v1"`,

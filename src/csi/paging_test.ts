@@ -1,18 +1,10 @@
 import assert from "node:assert/strict";
-import { Code, CsiError, type GrpcCode } from "../errors.ts";
+import { Code } from "../errors.ts";
+import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import { keyOfToken, paginate, tokenAfter } from "./paging.ts";
 
-function assertCode(fn: () => unknown, code: GrpcCode, message: string): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof CsiError, `${message}: expected a CsiError, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    assert.equal(err.message, message);
-    return true;
-  }, message);
-}
-
 function assertAborted(token: string): void {
-  assertCode(
+  assertThrowsCsi(
     () => keyOfToken(token),
     Code.ABORTED,
     `starting_token "${token}" is not valid; list from the start`,
@@ -147,7 +139,7 @@ Deno.test("paginate of nothing is one empty last page", () => {
 
 Deno.test("paginate refuses a negative or fractional max_entries with INVALID_ARGUMENT", () => {
   for (const maxEntries of [-1, -100, 1.5, Number.NaN]) {
-    assertCode(
+    assertThrowsCsi(
       () => paginate(KEYS, key, { maxEntries }),
       Code.INVALID_ARGUMENT,
       "max_entries must not be negative",
@@ -157,7 +149,7 @@ Deno.test("paginate refuses a negative or fractional max_entries with INVALID_AR
 
 Deno.test("paginate refuses a bad starting_token with ABORTED, even for an empty list", () => {
   for (const items of [KEYS, []]) {
-    assertCode(
+    assertThrowsCsi(
       () => paginate(items, key, { maxEntries: 2, startingToken: "after:!!" }),
       Code.ABORTED,
       'starting_token "after:!!" is not valid; list from the start',

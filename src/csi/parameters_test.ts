@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { Code, CsiError } from "../errors.ts";
+import { Code } from "../errors.ts";
+import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import {
   checkSizes,
   isKnownParameter,
@@ -9,13 +10,13 @@ import {
   ZFS_PARAMETERS,
 } from "./parameters.ts";
 
-function assertInvalid(fn: () => unknown, message: string, label = message): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof CsiError, `${label}: expected a CsiError, got ${String(err)}`);
-    assert.equal(err.code, Code.INVALID_ARGUMENT, `${label}: ${err.message}`);
-    assert.equal(err.message, message, label);
-    return true;
-  }, label);
+function assertInvalid(fn: () => unknown, message: string | RegExp, label?: string): void {
+  assertThrowsCsi(fn, Code.INVALID_ARGUMENT, message, label);
+}
+
+/** Asserts that parseParameters refuses `params` with INVALID_ARGUMENT and `message`. */
+function assertRefused(params: Record<string, string>, message: string | RegExp, label?: string) {
+  assertInvalid(() => parseParameters(params), message, label);
 }
 
 const unsupported = (key: string) =>
@@ -143,18 +144,14 @@ Deno.test("parseParameters refuses values zfs would not take, naming key and val
     ["primarycache", "some"],
   ];
   for (const [key, value] of table) {
-    assertInvalid(
-      () => parseParameters({ [key]: value }),
-      notAccepted(key, value),
-      `${key}=${value}`,
-    );
+    assertRefused({ [key]: value }, notAccepted(key, value), `${key}=${value}`);
   }
 });
 
 Deno.test("parseParameters refuses keylocation=prompt: the plugin has no terminal", () => {
   for (const value of ["prompt", "file://relative/key", "file:///a,b", "ftp://host/key"]) {
-    assertInvalid(
-      () => parseParameters({ encryption: "on", keyformat: "passphrase", keylocation: value }),
+    assertRefused(
+      { encryption: "on", keyformat: "passphrase", keylocation: value },
       notAccepted("keylocation", value),
       value,
     );
@@ -162,12 +159,12 @@ Deno.test("parseParameters refuses keylocation=prompt: the plugin has no termina
 });
 
 Deno.test("parseParameters refuses keylocation without encryption", () => {
-  assertInvalid(
-    () => parseParameters({ keylocation: "file:///etc/zfs/keys/pg.key" }),
+  assertRefused(
+    { keylocation: "file:///etc/zfs/keys/pg.key" },
     'Parameter "keylocation" needs "encryption"',
   );
-  assertInvalid(
-    () => parseParameters({ keyformat: "raw", keylocation: "file:///etc/zfs/keys/pg.key" }),
+  assertRefused(
+    { keyformat: "raw", keylocation: "file:///etc/zfs/keys/pg.key" },
     'Parameter "keylocation" needs "encryption"',
   );
   assert.deepEqual(
@@ -213,12 +210,12 @@ Deno.test("parseParameters refuses keys outside the allowlist with INVALID_ARGUM
     "userquota@nobody",
   ];
   for (const key of keys) {
-    assertInvalid(() => parseParameters({ [key]: "on" }), unsupported(key), JSON.stringify(key));
+    assertRefused({ [key]: "on" }, unsupported(key), JSON.stringify(key));
     assert.equal(isKnownParameter(key), false, JSON.stringify(key));
   }
   // One bad key among good ones is enough.
-  assertInvalid(
-    () => parseParameters({ atime: "off", mountpoint: "/etc", compression: "lz4" }),
+  assertRefused(
+    { atime: "off", mountpoint: "/etc", compression: "lz4" },
     unsupported("mountpoint"),
   );
 });
@@ -249,18 +246,12 @@ Deno.test("parseParameters passes user properties of other modules through", () 
 
 Deno.test("parseParameters refuses empty values and values over 1024 bytes", () => {
   const message = (key: string) => `Parameter "${key}" must have a value of 1 to 1024 bytes`;
-  assertInvalid(() => parseParameters({ atime: "" }), message("atime"));
-  assertInvalid(() => parseParameters({ "com.example:x": "" }), message("com.example:x"));
-  assertInvalid(
-    () => parseParameters({ "com.example:x": "v".repeat(1025) }),
-    message("com.example:x"),
-  );
+  assertRefused({ atime: "" }, message("atime"));
+  assertRefused({ "com.example:x": "" }, message("com.example:x"));
+  assertRefused({ "com.example:x": "v".repeat(1025) }, message("com.example:x"));
   // 513 two-byte characters are 1026 bytes.
-  assertInvalid(
-    () => parseParameters({ "com.example:x": "é".repeat(513) }),
-    message("com.example:x"),
-  );
-  assertInvalid(() => parseParameters({ quota: "1".repeat(1025) }), message("quota"));
+  assertRefused({ "com.example:x": "é".repeat(513) }, message("com.example:x"));
+  assertRefused({ quota: "1".repeat(1025) }, message("quota"));
   assert.equal(
     parseParameters({ "com.example:x": "v".repeat(1024) }).properties["com.example:x"],
     "v".repeat(1024),
@@ -281,8 +272,8 @@ Deno.test("parseParameters refuses values with control characters", () => {
     ["quota", "1G\r"],
   ];
   for (const [key, value] of table) {
-    assertInvalid(
-      () => parseParameters({ [key]: value }),
+    assertRefused(
+      { [key]: value },
       `Parameter "${key}": Value of ZFS property "${key}" contains control characters`,
       JSON.stringify(value),
     );
@@ -354,8 +345,8 @@ Deno.test("parseParameters reads quota and refreservation as capacity or bytes",
 Deno.test("parseParameters refuses quota and refreservation that are no size", () => {
   for (const key of ["quota", "refreservation"]) {
     for (const value of ["none", "0", "-1", "lots", "Capacity", "capacity ", "1X", "1G 2G"]) {
-      assertInvalid(
-        () => parseParameters({ [key]: value }),
+      assertRefused(
+        { [key]: value },
         `Parameter ${key}="${value}" must be a size such as 20GiB, or "capacity"`,
         `${key}=${value}`,
       );
@@ -397,36 +388,29 @@ Deno.test("checkSizes accepts quota at or above and refreservation at or below t
 
 Deno.test("checkSizes refuses quota below and refreservation above the capacity", () => {
   const G = 1024 ** 3;
-  assertInvalid(
-    () => checkSizes(parseParameters({ quota: "1G" }), 2 * G),
-    "Parameter quota is below the volume's capacity of 2147483648 bytes",
-  );
-  assertInvalid(
-    () => checkSizes(parseParameters({ quota: "1073741823" }), G),
-    "Parameter quota is below the volume's capacity of 1073741824 bytes",
-  );
-  assertInvalid(
-    () => checkSizes(parseParameters({ refreservation: "2G" }), G),
-    "Parameter refreservation is above the volume's capacity of 1073741824 bytes",
-  );
-  assertInvalid(
-    () => checkSizes(parseParameters({ refreservation: "1073741825" }), G),
-    "Parameter refreservation is above the volume's capacity of 1073741824 bytes",
-  );
-  assertInvalid(
-    () => checkSizes(parseParameters({ refreservation: "capacity" }), 0),
-    'Parameter refreservation="capacity" needs a capacity',
-  );
+  const below = (bytes: number) =>
+    `Parameter quota is below the volume's capacity of ${bytes} bytes`;
+  const above = (bytes: number) =>
+    `Parameter refreservation is above the volume's capacity of ${bytes} bytes`;
+  const refused: ReadonlyArray<readonly [Record<string, string>, number, string]> = [
+    [{ quota: "1G" }, 2 * G, below(2147483648)],
+    [{ quota: "1073741823" }, G, below(1073741824)],
+    [{ refreservation: "2G" }, G, above(1073741824)],
+    [{ refreservation: "1073741825" }, G, above(1073741824)],
+    [{ refreservation: "capacity" }, 0, 'Parameter refreservation="capacity" needs a capacity'],
+  ];
+  for (const [params, capacity, message] of refused) {
+    assertInvalid(
+      () => checkSizes(parseParameters(params), capacity),
+      message,
+      `${JSON.stringify(params)} at ${capacity}`,
+    );
+  }
 });
 
 Deno.test("parseParameters refuses names of Object.prototype members as unknown parameters", () => {
   for (const key of ["constructor", "toString", "valueOf", "hasOwnProperty"]) {
     assert.equal(isKnownParameter(key), false, key);
-    assert.throws(() => parseParameters({ [key]: "x" }), (err: unknown) => {
-      assert.ok(err instanceof CsiError);
-      assert.equal(err.code, Code.INVALID_ARGUMENT);
-      assert.match(err.message, new RegExp(`^Parameter "${key}" is not supported`));
-      return true;
-    });
+    assertRefused({ [key]: "x" }, new RegExp(`^Parameter "${key}" is not supported`), key);
   }
 });

@@ -1,26 +1,19 @@
 import assert from "node:assert/strict";
-import { ZfsError } from "../errors.ts";
 import { KeyedLock } from "../lock.ts";
 import { Logger } from "../log.ts";
-import { FakeRunner, fakeTools, gate } from "../../tests/support/fake_runner.ts";
+import { assertRejectsZfs } from "../../tests/support/assert_errors.ts";
+import { fails, FakeRunner, fakeTools, gate } from "../../tests/support/fake_runner.ts";
+import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { Trash } from "./trash.ts";
 
 const PARENT = "tank/nomad";
 const NOW = 10_000;
-const OUT = ["-o", "name,property,value,source"];
 
 /** What purge lists: the parent's children and their snapshots, with type and creation. */
-const listArgv = (parent = PARENT) => [
-  "zfs",
-  "get",
-  "-Hp",
-  "-r",
-  "-d",
-  "2",
-  ...OUT,
-  "type,creation,defer_destroy",
-  parent,
-];
+const listArgv = (parent = PARENT) => zfsArgv("zfs").tree(parent, 2, "type,creation,defer_destroy");
+/** `zfs destroy -d` of a snapshot, and `zfs destroy -r` of a dataset. */
+const destroyDeferred = (snapshot: string) => ["zfs", "destroy", "-d", snapshot];
+const destroyRecursive = (dataset: string) => ["zfs", "destroy", "-r", dataset];
 
 /**
  * `zfs get -Hp -r -d 2 ... type,creation,defer_destroy` output for [name, type, creation,
@@ -81,56 +74,56 @@ function allowDestroys(runner: FakeRunner, argvs: readonly (readonly string[])[]
 
 const purgeLogs = (h: Harness) => h.logs.filter((l) => l.msg.startsWith("purge "));
 
+/** Scripts the listing purge reads below the parent: `tree` rows, the parent's first. */
+function listing(h: Harness, rows: Parameters<typeof tree>[0]): void {
+  h.runner.onExact(listArgv(), { stdout: tree([["tank/nomad", "filesystem", 1000], ...rows]) });
+}
+
+/** Purges, allowing `destroys`, and asserts that it listed once and destroyed those in order. */
+async function assertPurgeDestroys(
+  h: Harness,
+  destroys: readonly string[][],
+  parent = PARENT,
+  label = `purge of ${parent}`,
+): Promise<void> {
+  allowDestroys(h.runner, destroys);
+  await h.trash.purge();
+  assert.deepEqual(h.runner.argvs, [listArgv(parent), ...destroys], label);
+}
+
 // ---------------------------------------------------------------------------------------------
 // purge
 
 Deno.test("Trash.purge leaves snapshots already marked for deferred destroy alone", async () => {
   using h = setup({ retention: 3600, now: () => NOW });
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/v1", "filesystem", 1000],
-      ["tank/nomad/v1@.deleted-100-s0", "snapshot", 1000, true],
-      ["tank/nomad/v1@.clone-0123456789abcdef-100", "snapshot", 100, true],
-      ["tank/nomad/v1@.deleted-100-s1", "snapshot", 1000],
-    ]),
-  });
-  allowDestroys(h.runner, [["zfs", "destroy", "-d", "tank/nomad/v1@.deleted-100-s1"]]);
-  await h.trash.purge();
-  assert.deepEqual(h.runner.argvs, [
-    listArgv(),
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.deleted-100-s1"],
+  listing(h, [
+    ["tank/nomad/v1", "filesystem", 1000],
+    ["tank/nomad/v1@.deleted-100-s0", "snapshot", 1000, true],
+    ["tank/nomad/v1@.clone-0123456789abcdef-100", "snapshot", 100, true],
+    ["tank/nomad/v1@.deleted-100-s1", "snapshot", 1000],
   ]);
+  await assertPurgeDestroys(h, [destroyDeferred("tank/nomad/v1@.deleted-100-s1")]);
 });
 
 Deno.test("Trash.purge destroys what was set aside longer ago than the retention and keeps younger", async () => {
   using h = setup({ retention: 3600, now: () => NOW });
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/v1", "filesystem", 1000],
-      ["tank/nomad/v1@s1", "snapshot", 1000],
-      ["tank/nomad/v1@.deleted-6400-s0", "snapshot", 1000],
-      ["tank/nomad/v1@.deleted-6401-s2", "snapshot", 1000],
-      ["tank/nomad/.deleted-5000-old", "filesystem", 1000],
-      ["tank/nomad/.deleted-5000-old@s1", "snapshot", 1000],
-      ["tank/nomad/.deleted-9000-young", "filesystem", 1000],
-      // Not below the parent directly: not ours to purge.
-      ["tank/nomad/v1/.deleted-1-sub", "filesystem", 1000],
-      // A volume named ".deleted-1-x" is encoded and never taken for a deleted one.
-      ["tank/nomad/:2edeleted-1-x", "filesystem", 1000],
-      ["tank/nomad/:2edeleted-1-x@:2edeleted-1-y", "snapshot", 1000],
-    ]),
-  });
-  allowDestroys(h.runner, [
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.deleted-6400-s0"],
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-5000-old"],
+  listing(h, [
+    ["tank/nomad/v1", "filesystem", 1000],
+    ["tank/nomad/v1@s1", "snapshot", 1000],
+    ["tank/nomad/v1@.deleted-6400-s0", "snapshot", 1000],
+    ["tank/nomad/v1@.deleted-6401-s2", "snapshot", 1000],
+    ["tank/nomad/.deleted-5000-old", "filesystem", 1000],
+    ["tank/nomad/.deleted-5000-old@s1", "snapshot", 1000],
+    ["tank/nomad/.deleted-9000-young", "filesystem", 1000],
+    // Not below the parent directly: not ours to purge.
+    ["tank/nomad/v1/.deleted-1-sub", "filesystem", 1000],
+    // A volume named ".deleted-1-x" is encoded and never taken for a deleted one.
+    ["tank/nomad/:2edeleted-1-x", "filesystem", 1000],
+    ["tank/nomad/:2edeleted-1-x@:2edeleted-1-y", "snapshot", 1000],
   ]);
-  await h.trash.purge();
-  assert.deepEqual(h.runner.argvs, [
-    listArgv(),
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.deleted-6400-s0"],
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-5000-old"],
+  await assertPurgeDestroys(h, [
+    destroyDeferred("tank/nomad/v1@.deleted-6400-s0"),
+    destroyRecursive("tank/nomad/.deleted-5000-old"),
   ]);
   assert.deepEqual(
     h.logs.filter((l) => l.msg === "purged").map((l) => l.name),
@@ -142,27 +135,18 @@ Deno.test("Trash.purge destroys what was set aside longer ago than the retention
 
 Deno.test("Trash.purge destroys hidden clone snapshots only when older than one hour", async () => {
   using h = setup({ retention: 7 * 86400, now: () => NOW });
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/v1", "filesystem", 1000],
-      ["tank/nomad/v1@.clone-0123456789abcdef-6400", "snapshot", 6400],
-      ["tank/nomad/v1@.clone-fedcba9876543210-6401", "snapshot", 6401],
-      ["tank/nomad/v1@.clone-00000000000000aa", "snapshot", 100],
-      ["tank/nomad/v1@.clone-00000000000000bb", "snapshot", "-"],
-      // Only snapshots are clone leftovers.
-      ["tank/nomad/.clone-0123456789abcdef", "filesystem", 100],
-    ]),
-  });
-  allowDestroys(h.runner, [
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.clone-0123456789abcdef-6400"],
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.clone-00000000000000aa"],
+  listing(h, [
+    ["tank/nomad/v1", "filesystem", 1000],
+    ["tank/nomad/v1@.clone-0123456789abcdef-6400", "snapshot", 6400],
+    ["tank/nomad/v1@.clone-fedcba9876543210-6401", "snapshot", 6401],
+    ["tank/nomad/v1@.clone-00000000000000aa", "snapshot", 100],
+    ["tank/nomad/v1@.clone-00000000000000bb", "snapshot", "-"],
+    // Only snapshots are clone leftovers.
+    ["tank/nomad/.clone-0123456789abcdef", "filesystem", 100],
   ]);
-  await h.trash.purge();
-  assert.deepEqual(h.runner.argvs, [
-    listArgv(),
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.clone-0123456789abcdef-6400"],
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.clone-00000000000000aa"],
+  await assertPurgeDestroys(h, [
+    destroyDeferred("tank/nomad/v1@.clone-0123456789abcdef-6400"),
+    destroyDeferred("tank/nomad/v1@.clone-00000000000000aa"),
   ]);
 });
 
@@ -174,25 +158,18 @@ Deno.test("Trash.purge reads a real zfs get -r listing", async () => {
     using h = setup({ parent: "tpool/nomad", retention: 7 * 86400, now: () => now });
     h.runner.onExact(listArgv("tpool/nomad"), { stdout: listing });
     const expected = [
-      ["zfs", "destroy", "-r", "tpool/nomad/.deleted-1700000000-old"],
-      ...(clone ? [["zfs", "destroy", "-d", "tpool/nomad/pg@.clone-0123456789abcdef"]] : []),
-      ["zfs", "destroy", "-d", "tpool/nomad/pg@.deleted-1700000000-old"],
+      destroyRecursive("tpool/nomad/.deleted-1700000000-old"),
+      ...(clone ? [destroyDeferred("tpool/nomad/pg@.clone-0123456789abcdef")] : []),
+      destroyDeferred("tpool/nomad/pg@.deleted-1700000000-old"),
     ];
-    allowDestroys(h.runner, expected);
-    await h.trash.purge();
-    assert.deepEqual(h.runner.argvs, [listArgv("tpool/nomad"), ...expected], `now ${now}`);
+    await assertPurgeDestroys(h, expected, "tpool/nomad", `now ${now}`);
   }
 });
 
 Deno.test("Trash.purge with retention 0 destroys what was set aside at once", async () => {
   using h = setup({ retention: 0, now: () => NOW });
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      [`tank/nomad/.deleted-${NOW}-v1`, "filesystem", NOW],
-    ]),
-  });
-  allowDestroys(h.runner, [["zfs", "destroy", "-r", `tank/nomad/.deleted-${NOW}-v1`]]);
+  listing(h, [[`tank/nomad/.deleted-${NOW}-v1`, "filesystem", NOW]]);
+  allowDestroys(h.runner, [destroyRecursive(`tank/nomad/.deleted-${NOW}-v1`)]);
   await h.trash.purge();
   assert.equal(h.runner.calls.length, 2);
 });
@@ -201,24 +178,21 @@ Deno.test("Trash.purge keeps what clones still need, without throwing, and goes 
   const stderr = (await fixture("stderr_destroy_filesystem_dependent_clones.txt"))
     .replaceAll("tpool/nomad/pg", "tank/nomad/.deleted-100-pg");
   using h = setup();
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/.deleted-100-pg", "filesystem", 1000],
-      ["tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99", "snapshot", 99],
-      ["tank/nomad/.deleted-200-other", "filesystem", 1000],
-    ]),
-  });
-  h.runner.onExact(["zfs", "destroy", "-r", "tank/nomad/.deleted-100-pg"], { code: 1, stderr });
+  listing(h, [
+    ["tank/nomad/.deleted-100-pg", "filesystem", 1000],
+    ["tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99", "snapshot", 99],
+    ["tank/nomad/.deleted-200-other", "filesystem", 1000],
+  ]);
+  h.runner.onExact(destroyRecursive("tank/nomad/.deleted-100-pg"), { code: 1, stderr });
   allowDestroys(h.runner, [
-    ["zfs", "destroy", "-d", "tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99"],
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-200-other"],
+    destroyDeferred("tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99"),
+    destroyRecursive("tank/nomad/.deleted-200-other"),
   ]);
   await h.trash.purge();
   assert.deepEqual(h.runner.argvs.slice(1), [
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-100-pg"],
-    ["zfs", "destroy", "-d", "tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99"],
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-200-other"],
+    destroyRecursive("tank/nomad/.deleted-100-pg"),
+    destroyDeferred("tank/nomad/.deleted-100-pg@.clone-0123456789abcdef-99"),
+    destroyRecursive("tank/nomad/.deleted-200-other"),
   ]);
   const kept = purgeLogs(h);
   assert.equal(kept.length, 1);
@@ -229,16 +203,11 @@ Deno.test("Trash.purge keeps what clones still need, without throwing, and goes 
 
 Deno.test("Trash.purge logs other failures as warnings and never throws", async () => {
   using h = setup();
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/.deleted-100-a", "filesystem", 1000],
-    ]),
-  });
-  h.runner.onExact(["zfs", "destroy", "-r", "tank/nomad/.deleted-100-a"], {
-    code: 1,
-    stderr: "cannot destroy 'tank/nomad/.deleted-100-a': permission denied\n",
-  });
+  listing(h, [["tank/nomad/.deleted-100-a", "filesystem", 1000]]);
+  h.runner.onExact(
+    destroyRecursive("tank/nomad/.deleted-100-a"),
+    fails("cannot destroy 'tank/nomad/.deleted-100-a': permission denied\n"),
+  );
   await h.trash.purge();
   assert.deepEqual(purgeLogs(h).map((l) => [l.level, l.name]), [
     ["warn", "tank/nomad/.deleted-100-a"],
@@ -248,10 +217,7 @@ Deno.test("Trash.purge logs other failures as warnings and never throws", async 
 Deno.test("Trash.purge of a missing parent or a failing zfs get does nothing and never throws", async () => {
   {
     using h = setup();
-    h.runner.onExact(listArgv(), {
-      code: 1,
-      stderr: "cannot open 'tank/nomad': dataset does not exist\n",
-    });
+    h.runner.onExact(listArgv(), fails("cannot open 'tank/nomad': dataset does not exist\n"));
     await h.trash.purge();
     assert.equal(h.runner.calls.length, 1);
     assert.deepEqual(purgeLogs(h), []);
@@ -269,15 +235,12 @@ Deno.test("Trash.purge of a missing parent or a failing zfs get does nothing and
 
 Deno.test("Trash.purge skips what a running operation holds the lock of", async () => {
   using h = setup();
-  h.runner.onExact(listArgv(), {
-    stdout: tree([
-      ["tank/nomad", "filesystem", 1000],
-      ["tank/nomad/v1", "filesystem", 1000],
-      ["tank/nomad/v1@.clone-0123456789abcdef-100", "snapshot", 100],
-      ["tank/nomad/v1@.deleted-100-s1", "snapshot", 100],
-      ["tank/nomad/.deleted-100-v0", "filesystem", 1000],
-    ]),
-  });
+  listing(h, [
+    ["tank/nomad/v1", "filesystem", 1000],
+    ["tank/nomad/v1@.clone-0123456789abcdef-100", "snapshot", 100],
+    ["tank/nomad/v1@.deleted-100-s1", "snapshot", 100],
+    ["tank/nomad/.deleted-100-v0", "filesystem", 1000],
+  ]);
   // A clone of v1 holds v1's lock; a delete holds the lock of the name it set aside.
   const source = h.locks.tryAcquire(["tank/nomad/v1"])!;
   const hidden = h.locks.tryAcquire(["tank/nomad/.deleted-100-v0"])!;
@@ -288,9 +251,9 @@ Deno.test("Trash.purge skips what a running operation holds the lock of", async 
   source.release();
   hidden.release();
   const destroys = [
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.clone-0123456789abcdef-100"],
-    ["zfs", "destroy", "-d", "tank/nomad/v1@.deleted-100-s1"],
-    ["zfs", "destroy", "-r", "tank/nomad/.deleted-100-v0"],
+    destroyDeferred("tank/nomad/v1@.clone-0123456789abcdef-100"),
+    destroyDeferred("tank/nomad/v1@.deleted-100-s1"),
+    destroyRecursive("tank/nomad/.deleted-100-v0"),
   ];
   allowDestroys(h.runner, destroys);
   await h.trash.purge();
@@ -317,7 +280,7 @@ Deno.test("Trash.purge called while a purge runs shares that run", async () => {
 
 Deno.test("Trash.startPeriodic purges at once, once however often it is started, until stopped", async () => {
   using h = setup();
-  h.runner.onExact(listArgv(), { stdout: tree([["tank/nomad", "filesystem", 1000]]) });
+  listing(h, []);
   h.trash.startPeriodic(3_600_000);
   h.trash.startPeriodic(3_600_000);
   // The run started by startPeriodic is still in flight: purge() joins it.
@@ -348,10 +311,10 @@ Deno.test("Trash.removeVolume takes the next second's name when the same name wa
   using h = setup();
   h.runner
     .onExact(["zfs", "unmount", "tank/nomad/v1"], {})
-    .onExact(["zfs", "rename", "tank/nomad/v1", `tank/nomad/.deleted-${NOW}-v1`], {
-      code: 1,
-      stderr: `cannot rename to 'tank/nomad/.deleted-${NOW}-v1': dataset already exists\n`,
-    })
+    .onExact(
+      ["zfs", "rename", "tank/nomad/v1", `tank/nomad/.deleted-${NOW}-v1`],
+      fails(`cannot rename to 'tank/nomad/.deleted-${NOW}-v1': dataset already exists\n`),
+    )
     .onExact(["zfs", "rename", "tank/nomad/v1", `tank/nomad/.deleted-${NOW + 1}-v1`], {})
     .onExact(["zfs", "set", "canmount=noauto", `tank/nomad/.deleted-${NOW + 1}-v1`], {});
   await h.trash.removeVolume("tank/nomad/v1");
@@ -368,10 +331,10 @@ Deno.test("Trash.removeVolume retries a rename that finds the dataset busy right
   const hidden = `tank/nomad/.deleted-${NOW + 1}-v1`;
   h.runner
     .onExact(["zfs", "unmount", "tank/nomad/v1"], {})
-    .onExact(["zfs", "rename", "tank/nomad/v1", `tank/nomad/.deleted-${NOW}-v1`], {
-      code: 1,
-      stderr: "cannot rename 'tank/nomad/v1': dataset is busy\n",
-    })
+    .onExact(
+      ["zfs", "rename", "tank/nomad/v1", `tank/nomad/.deleted-${NOW}-v1`],
+      fails("cannot rename 'tank/nomad/v1': dataset is busy\n"),
+    )
     .onExact(["zfs", "rename", "tank/nomad/v1", hidden], {})
     .onExact(["zfs", "set", "canmount=noauto", hidden], {});
   await h.trash.removeVolume("tank/nomad/v1");
@@ -399,24 +362,21 @@ Deno.test("Trash.removeVolume only logs a failing canmount=noauto", async () => 
   h.runner
     .onExact(["zfs", "unmount", "tank/nomad/v1"], {})
     .onExact(["zfs", "rename", "tank/nomad/v1", hidden], {})
-    .onExact(["zfs", "set", "canmount=noauto", hidden], {
-      code: 1,
-      stderr: "cannot set property for 'x': permission denied\n",
-    });
+    .onExact(
+      ["zfs", "set", "canmount=noauto", hidden],
+      fails("cannot set property for 'x': permission denied\n"),
+    );
   await h.trash.removeVolume("tank/nomad/v1");
   assert.ok(h.logs.some((l) => l.level === "warn" && l.msg.includes("canmount=noauto")));
 });
 
 Deno.test("Trash.removeVolume stops before any change when the unmount finds the volume busy", async () => {
   using h = setup({ retention: 0 });
-  h.runner.onExact(["zfs", "unmount", "tank/nomad/v1"], {
-    code: 1,
-    stderr: "cannot unmount '/tank/nomad/v1': pool or dataset is busy\n",
-  });
-  await assert.rejects(
-    h.trash.removeVolume("tank/nomad/v1"),
-    (err) => err instanceof ZfsError && err.kind === "busy",
+  h.runner.onExact(
+    ["zfs", "unmount", "tank/nomad/v1"],
+    fails("cannot unmount '/tank/nomad/v1': pool or dataset is busy\n"),
   );
+  await assertRejectsZfs(h.trash.removeVolume("tank/nomad/v1"), "busy");
   assert.equal(h.runner.calls.length, 1);
 });
 
@@ -426,7 +386,7 @@ Deno.test("Trash.removeVolume goes on when the volume is not mounted", async () 
     .replace("tpool/nomad/foreign", "tank/nomad/v1");
   h.runner
     .onExact(["zfs", "unmount", "tank/nomad/v1"], { code: 1, stderr })
-    .onExact(["zfs", "destroy", "-r", "tank/nomad/v1"], {});
+    .onExact(destroyRecursive("tank/nomad/v1"), {});
   await h.trash.removeVolume("tank/nomad/v1");
   assert.equal(h.runner.calls.length, 2);
 });
@@ -435,14 +395,11 @@ Deno.test("Trash.removeVolume with retention 0 throws other destroy failures", a
   using h = setup({ retention: 0 });
   h.runner
     .onExact(["zfs", "unmount", "tank/nomad/v1"], {})
-    .onExact(["zfs", "destroy", "-r", "tank/nomad/v1"], {
-      code: 1,
-      stderr: "cannot destroy 'tank/nomad/v1': permission denied\n",
-    });
-  await assert.rejects(
-    h.trash.removeVolume("tank/nomad/v1"),
-    (err) => err instanceof ZfsError && err.kind === "permission",
-  );
+    .onExact(
+      destroyRecursive("tank/nomad/v1"),
+      fails("cannot destroy 'tank/nomad/v1': permission denied\n"),
+    );
+  await assertRejectsZfs(h.trash.removeVolume("tank/nomad/v1"), "permission");
   assert.equal(h.runner.calls.length, 2);
 });
 
@@ -474,25 +431,22 @@ Deno.test("Trash.removeSnapshot with retention 0 destroys, or sets aside for a d
     h.runner
       .onExact(["zfs", "destroy", "tank/nomad/v1@s1"], { code: 1, stderr })
       .onExact(["zfs", "rename", "tank/nomad/v1@s1", hidden], {})
-      .onExact(["zfs", "destroy", "-d", hidden], {});
+      .onExact(destroyDeferred(hidden), {});
     await h.trash.removeSnapshot("tank/nomad/v1@s1");
     assert.deepEqual(h.runner.argvs, [
       ["zfs", "destroy", "tank/nomad/v1@s1"],
       ["zfs", "rename", "tank/nomad/v1@s1", hidden],
-      ["zfs", "destroy", "-d", hidden],
+      destroyDeferred(hidden),
     ]);
   }
 });
 
 Deno.test("Trash.removeSnapshot throws other failures", async () => {
   using h = setup({ retention: 0 });
-  h.runner.onExact(["zfs", "destroy", "tank/nomad/v1@s1"], {
-    code: 1,
-    stderr: "cannot destroy snapshot tank/nomad/v1@s1: dataset is busy\n",
-  });
-  await assert.rejects(
-    h.trash.removeSnapshot("tank/nomad/v1@s1"),
-    (err) => err instanceof ZfsError && err.kind === "busy",
+  h.runner.onExact(
+    ["zfs", "destroy", "tank/nomad/v1@s1"],
+    fails("cannot destroy snapshot tank/nomad/v1@s1: dataset is busy\n"),
   );
+  await assertRejectsZfs(h.trash.removeSnapshot("tank/nomad/v1@s1"), "busy");
   assert.equal(h.runner.calls.length, 1);
 });

@@ -16,8 +16,25 @@ import {
   unmountArgs,
 } from "./args.ts";
 
+/** A named call of an argv builder and the argument list it must return. */
+type BuilderCase = readonly [
+  name: string,
+  build: () => readonly string[],
+  expected: readonly string[],
+];
+
+/** Asserts that `fn` throws a TypeError saying exactly `message`. */
+function assertTypeError(fn: () => unknown, message: string): void {
+  assert.throws(fn, { name: "TypeError", message });
+}
+
+/** Asserts that each builder call returns exactly its expected argument list. */
+function assertBuilds(cases: readonly BuilderCase[]): void {
+  for (const [name, build, expected] of cases) assert.deepEqual(build(), expected, name);
+}
+
 Deno.test("argv builders return the exact argument lists", () => {
-  const table: ReadonlyArray<readonly [string, () => readonly string[], readonly string[]]> = [
+  assertBuilds([
     [
       "getArgs of one dataset",
       () => getArgs(["tank/nomad"], ["type", "mounted"]),
@@ -60,10 +77,7 @@ Deno.test("argv builders return the exact argument lists", () => {
     ["mountArgs", () => mountArgs("tank/nomad/v"), ["mount", "tank/nomad/v"]],
     ["poolHealthArgs", () => poolHealthArgs("tank"), ["list", "-H", "-o", "name,health", "tank"]],
     ["propertyArgs of nothing", () => propertyArgs({}), []],
-  ];
-  for (const [name, build, expected] of table) {
-    assert.deepEqual(build(), expected, name);
-  }
+  ]);
 });
 
 Deno.test("propertyArgs sorts properties by name whatever the input order", () => {
@@ -126,20 +140,20 @@ Deno.test("property builders reject injected names and values with a TypeError",
 });
 
 Deno.test("checkProperty names the offending property", () => {
-  assert.throws(() => checkProperty("mountpoint=/etc", "x"), {
-    name: "TypeError",
-    message: 'Invalid ZFS property name "mountpoint=/etc"',
-  });
-  assert.throws(() => checkProperty("refquota", "1\n"), {
-    name: "TypeError",
-    message: 'Value of ZFS property "refquota" contains control characters',
-  });
+  assertTypeError(
+    () => checkProperty("mountpoint=/etc", "x"),
+    'Invalid ZFS property name "mountpoint=/etc"',
+  );
+  assertTypeError(
+    () => checkProperty("refquota", "1\n"),
+    'Value of ZFS property "refquota" contains control characters',
+  );
   assert.doesNotThrow(() => checkProperty("org.zfs-csi:managed", "yes"));
   assert.doesNotThrow(() => checkProperty("refquota", ""));
 });
 
 Deno.test("argv builders of the controller return the exact argument lists", () => {
-  const table: ReadonlyArray<readonly [string, () => readonly string[], readonly string[]]> = [
+  assertBuilds([
     [
       "getTreeArgs of depth 2",
       () => getTreeArgs("tank/nomad", 2, ["type", "creation", "org.zfs-csi:managed"]),
@@ -224,10 +238,7 @@ Deno.test("argv builders of the controller return the exact argument lists", () 
     ],
     ["unmountArgs", () => unmountArgs("tank/nomad/v"), ["unmount", "tank/nomad/v"]],
     ["loadKeyArgs", () => loadKeyArgs("tank/nomad/v"), ["load-key", "tank/nomad/v"]],
-  ];
-  for (const [name, build, expected] of table) {
-    assert.deepEqual(build(), expected, name);
-  }
+  ]);
 });
 
 Deno.test("getTreeArgs refuses depths below 1 and non-integers with a RangeError", () => {
@@ -246,14 +257,11 @@ Deno.test("getTreeArgs refuses injected property names with a TypeError", () => 
 });
 
 Deno.test("snapshotArgs and cloneArgs refuse a name that is no snapshot", () => {
-  assert.throws(() => snapshotArgs("tank/nomad/v"), {
-    name: "TypeError",
-    message: '"tank/nomad/v" is not a snapshot name',
-  });
-  assert.throws(() => cloneArgs("tank/nomad/v", "tank/nomad/w"), {
-    name: "TypeError",
-    message: '"tank/nomad/v" is not a snapshot name',
-  });
+  assertTypeError(() => snapshotArgs("tank/nomad/v"), '"tank/nomad/v" is not a snapshot name');
+  assertTypeError(
+    () => cloneArgs("tank/nomad/v", "tank/nomad/w"),
+    '"tank/nomad/v" is not a snapshot name',
+  );
   assert.throws(
     () => cloneArgs("tank/nomad/v@s", "tank/nomad/w", { "mountpoint=/etc": "x" }),
     TypeError,
@@ -263,20 +271,20 @@ Deno.test("snapshotArgs and cloneArgs refuse a name that is no snapshot", () => 
 
 Deno.test("destroyArgs refuses a deferred destroy of a filesystem", () => {
   for (const opts of [{ deferred: true }, { deferred: true, recursive: true }]) {
-    assert.throws(() => destroyArgs("tank/nomad/v", opts), {
-      name: "TypeError",
-      message: 'Deferred destroy applies to snapshots, not "tank/nomad/v"',
-    });
+    assertTypeError(
+      () => destroyArgs("tank/nomad/v", opts),
+      'Deferred destroy applies to snapshots, not "tank/nomad/v"',
+    );
   }
 });
 
 Deno.test("renameArgs refuses renaming between a snapshot and a dataset", () => {
-  assert.throws(() => renameArgs("tank/nomad/v@s1", "tank/nomad/w"), {
-    name: "TypeError",
-    message: 'Cannot rename "tank/nomad/v@s1" to "tank/nomad/w": both or neither must be snapshots',
-  });
-  assert.throws(() => renameArgs("tank/nomad/v", "tank/nomad/v@s1"), {
-    name: "TypeError",
-    message: 'Cannot rename "tank/nomad/v" to "tank/nomad/v@s1": both or neither must be snapshots',
-  });
+  assertTypeError(
+    () => renameArgs("tank/nomad/v@s1", "tank/nomad/w"),
+    'Cannot rename "tank/nomad/v@s1" to "tank/nomad/w": both or neither must be snapshots',
+  );
+  assertTypeError(
+    () => renameArgs("tank/nomad/v", "tank/nomad/v@s1"),
+    'Cannot rename "tank/nomad/v" to "tank/nomad/v@s1": both or neither must be snapshots',
+  );
 });

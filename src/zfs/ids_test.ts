@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { Code, CsiError, type GrpcCode } from "../errors.ts";
+import { Code } from "../errors.ts";
+import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import {
   type IdScope,
   resolveSnapshot,
@@ -11,19 +12,24 @@ import {
 
 const scope: IdScope = { parentDataset: "tank/nomad", nodeId: "node-a" };
 
-function assertCsiError(
-  fn: () => unknown,
-  code: GrpcCode,
-  message: string | RegExp,
-  label = String(message),
+/** Asserts that `id` resolves to `dataset` in `s`, keeping the id as sent. */
+function assertResolves(id: string, dataset: string, s: IdScope = scope): void {
+  assert.deepEqual(resolveVolume(id, s), { id, dataset }, id);
+}
+
+/** Asserts that `fn` refuses each `[input, message]` of `table` with INVALID_ARGUMENT. */
+function assertInvalidEach(
+  fn: (input: string, s: IdScope) => unknown,
+  table: ReadonlyArray<readonly [string, string | RegExp]>,
 ): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof CsiError, `${label}: expected a CsiError, got ${String(err)}`);
-    assert.equal(err.code, code, `${label}: ${err.message}`);
-    if (typeof message === "string") assert.equal(err.message, message, label);
-    else assert.match(err.message, message, label);
-    return true;
-  }, label);
+  for (const [input, message] of table) {
+    assertThrowsCsi(() => fn(input, scope), Code.INVALID_ARGUMENT, message, input);
+  }
+}
+
+/** Asserts that `fn` answers undefined for each of `names`. */
+function assertNoneOf(fn: (name: string, s: IdScope) => string | undefined, names: string[]): void {
+  for (const name of names) assert.equal(fn(name, scope), undefined, name);
 }
 
 Deno.test("resolveVolume maps a plain id to a child of the parent", () => {
@@ -35,38 +41,27 @@ Deno.test("resolveVolume maps a plain id to a child of the parent", () => {
     [".hidden", "tank/nomad/:2ehidden"],
     ["x".repeat(128), `tank/nomad/${"x".repeat(128)}`],
   ];
-  for (const [id, dataset] of table) {
-    assert.deepEqual(resolveVolume(id, scope), { id, dataset }, id);
-  }
+  for (const [id, dataset] of table) assertResolves(id, dataset);
 });
 
 Deno.test("resolveVolume accepts name@node of this node and keeps the id as sent", () => {
-  assert.deepEqual(resolveVolume("pg-data@node-a", scope), {
-    id: "pg-data@node-a",
-    dataset: "tank/nomad/pg-data",
-  });
-  assert.deepEqual(resolveVolume("db[0]@node-a", scope), {
-    id: "db[0]@node-a",
-    dataset: "tank/nomad/db:5b0:5d",
-  });
+  assertResolves("pg-data@node-a", "tank/nomad/pg-data");
+  assertResolves("db[0]@node-a", "tank/nomad/db:5b0:5d");
   // Node ids with dots and underscores, as cloud hostnames have them.
   const cloud: IdScope = { parentDataset: "tank/nomad", nodeId: "ip-10-0-0-1.ec2_internal" };
-  assert.deepEqual(resolveVolume("v@ip-10-0-0-1.ec2_internal", cloud), {
-    id: "v@ip-10-0-0-1.ec2_internal",
-    dataset: "tank/nomad/v",
-  });
+  assertResolves("v@ip-10-0-0-1.ec2_internal", "tank/nomad/v", cloud);
   const one: IdScope = { parentDataset: "tank/nomad", nodeId: "a" };
-  assert.deepEqual(resolveVolume("v@a", one), { id: "v@a", dataset: "tank/nomad/v" });
+  assertResolves("v@a", "tank/nomad/v", one);
 });
 
 Deno.test("resolveVolume refuses another node's volume with FAILED_PRECONDITION naming both nodes", () => {
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveVolume("pg-data@node-b", scope),
     Code.FAILED_PRECONDITION,
     /^Volume "pg-data@node-b" lives on node "node-b", but this plugin runs on node "node-a": /,
   );
   // Node ids are case-sensitive.
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveVolume("pg-data@Node-A", scope),
     Code.FAILED_PRECONDITION,
     /lives on node "Node-A", but this plugin runs on node "node-a"/,
@@ -74,7 +69,7 @@ Deno.test("resolveVolume refuses another node's volume with FAILED_PRECONDITION 
 });
 
 Deno.test("resolveVolume refuses malformed ids with INVALID_ARGUMENT naming the id", () => {
-  const table: ReadonlyArray<readonly [string, string | RegExp]> = [
+  assertInvalidEach(resolveVolume, [
     ["", "Volume id is empty"],
     ["@x", 'Volume id "@x" is not of the form name or name@node'],
     ["@", 'Volume id "@" is not of the form name or name@node'],
@@ -99,13 +94,10 @@ Deno.test("resolveVolume refuses malformed ids with INVALID_ARGUMENT naming the 
     ["..", 'Volume id ".." must not contain ".."'],
     ["a%b", 'Volume id "a%b" must not contain "%"'],
     ["a\nb", /^Volume id "a\\nb" contains control characters$/],
-  ];
-  for (const [id, message] of table) {
-    assertCsiError(() => resolveVolume(id, scope), Code.INVALID_ARGUMENT, message, id);
-  }
+  ]);
   // 63 characters is the longest node id.
   const long = "n".repeat(63);
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveVolume(`a@${long}`, scope),
     Code.FAILED_PRECONDITION,
     new RegExp(`lives on node "${long}"`),
@@ -113,29 +105,20 @@ Deno.test("resolveVolume refuses malformed ids with INVALID_ARGUMENT naming the 
 });
 
 Deno.test("resolveVolume accepts the full dataset name of a child as an alias", () => {
-  assert.deepEqual(resolveVolume("tank/nomad/pg", scope), {
-    id: "tank/nomad/pg",
-    dataset: "tank/nomad/pg",
-  });
-  assert.deepEqual(resolveVolume("tank/nomad/db:5b0:5d", scope), {
-    id: "tank/nomad/db:5b0:5d",
-    dataset: "tank/nomad/db:5b0:5d",
-  });
-  assert.deepEqual(resolveVolume("tank/nomad/pg@node-a", scope), {
-    id: "tank/nomad/pg@node-a",
-    dataset: "tank/nomad/pg",
-  });
-  assertCsiError(
+  assertResolves("tank/nomad/pg", "tank/nomad/pg");
+  assertResolves("tank/nomad/db:5b0:5d", "tank/nomad/db:5b0:5d");
+  assertResolves("tank/nomad/pg@node-a", "tank/nomad/pg");
+  assertThrowsCsi(
     () => resolveVolume("tank/other/pg", scope),
     Code.INVALID_ARGUMENT,
     'Volume id "tank/other/pg" must not contain "/"',
   );
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveVolume("tank/nomad/a/b", scope),
     Code.INVALID_ARGUMENT,
     'Volume id "tank/nomad/a/b" must not contain "/"',
   );
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveVolume("tank/nomad/pg@node-b", scope),
     Code.FAILED_PRECONDITION,
     /^Volume "tank\/nomad\/pg@node-b" lives on node "node-b"/,
@@ -143,30 +126,21 @@ Deno.test("resolveVolume accepts the full dataset name of a child as an alias", 
 });
 
 Deno.test("resolveSnapshot resolves volume@snapshot and volume@snapshot@node", () => {
-  assert.deepEqual(resolveSnapshot("pg@snap1", scope), {
-    id: "pg@snap1",
-    dataset: "tank/nomad/pg",
-    component: "snap1",
-    snapshot: "tank/nomad/pg@snap1",
-  });
-  assert.deepEqual(resolveSnapshot("pg@snap1@node-a", scope), {
-    id: "pg@snap1@node-a",
-    dataset: "tank/nomad/pg",
-    component: "snap1",
-    snapshot: "tank/nomad/pg@snap1",
-  });
-  assert.deepEqual(resolveSnapshot("db[0]@before upgrade@node-a", scope), {
-    id: "db[0]@before upgrade@node-a",
-    dataset: "tank/nomad/db:5b0:5d",
-    component: "before:20upgrade",
-    snapshot: "tank/nomad/db:5b0:5d@before:20upgrade",
-  });
-  assert.deepEqual(resolveSnapshot("tank/nomad/pg@snap1", scope), {
-    id: "tank/nomad/pg@snap1",
-    dataset: "tank/nomad/pg",
-    component: "snap1",
-    snapshot: "tank/nomad/pg@snap1",
-  });
+  const table: ReadonlyArray<readonly [string, string, string, string]> = [
+    // id, dataset, component, snapshot
+    ["pg@snap1", "tank/nomad/pg", "snap1", "tank/nomad/pg@snap1"],
+    ["pg@snap1@node-a", "tank/nomad/pg", "snap1", "tank/nomad/pg@snap1"],
+    [
+      "db[0]@before upgrade@node-a",
+      "tank/nomad/db:5b0:5d",
+      "before:20upgrade",
+      "tank/nomad/db:5b0:5d@before:20upgrade",
+    ],
+    ["tank/nomad/pg@snap1", "tank/nomad/pg", "snap1", "tank/nomad/pg@snap1"],
+  ];
+  for (const [id, dataset, component, snapshot] of table) {
+    assert.deepEqual(resolveSnapshot(id, scope), { id, dataset, component, snapshot }, id);
+  }
 });
 
 Deno.test("resolveSnapshot escapes hidden snapshot names so no id reaches them", () => {
@@ -181,7 +155,7 @@ Deno.test("resolveSnapshot escapes hidden snapshot names so no id reaches them",
 });
 
 Deno.test("resolveSnapshot refuses another node's snapshot with FAILED_PRECONDITION naming both nodes", () => {
-  assertCsiError(
+  assertThrowsCsi(
     () => resolveSnapshot("pg@snap1@node-b", scope),
     Code.FAILED_PRECONDITION,
     /^Snapshot "pg@snap1@node-b" lives on node "node-b", but this plugin runs on node "node-a": /,
@@ -190,7 +164,7 @@ Deno.test("resolveSnapshot refuses another node's snapshot with FAILED_PRECONDIT
 
 Deno.test("resolveSnapshot refuses malformed ids with INVALID_ARGUMENT naming the id", () => {
   const form = (id: string) => `Snapshot id "${id}" is not of the form volume@snapshot@node`;
-  const table: ReadonlyArray<readonly [string, string]> = [
+  assertInvalidEach(resolveSnapshot, [
     ["", "Snapshot id is empty"],
     ["pg", form("pg")],
     ["pg@a@node-a@x", form("pg@a@node-a@x")],
@@ -206,10 +180,7 @@ Deno.test("resolveSnapshot refuses malformed ids with INVALID_ARGUMENT naming th
     ["a/b@snap1", 'Volume id "a/b" must not contain "/"'],
     [`${"v".repeat(129)}@snap1`, "Snapshot id is longer than 128 bytes"],
     [`${"v".repeat(61)}@${"s".repeat(60)}@node-a`, "Snapshot id is longer than 128 bytes"],
-  ];
-  for (const [id, message] of table) {
-    assertCsiError(() => resolveSnapshot(id, scope), Code.INVALID_ARGUMENT, message, id);
-  }
+  ]);
 });
 
 Deno.test("volumeIdFor qualifies a name with this node", () => {
@@ -221,7 +192,7 @@ Deno.test("volumeIdFor qualifies a name with this node", () => {
 Deno.test("volumeIdFor keeps the id within 128 bytes, node included", () => {
   // "@node-a" takes 7 bytes, leaving 121 for the name.
   assert.equal(volumeIdFor("x".repeat(121), scope), `${"x".repeat(121)}@node-a`);
-  assertCsiError(
+  assertThrowsCsi(
     () => volumeIdFor("x".repeat(122), scope),
     Code.INVALID_ARGUMENT,
     `Volume name "${"x".repeat(122)}" is too long: its id "${"x".repeat(122)}@node-a" ` +
@@ -229,7 +200,7 @@ Deno.test("volumeIdFor keeps the id within 128 bytes, node included", () => {
   );
   // Bytes, not characters: 60 "é" are 120 bytes, 61 are 122.
   assert.equal(volumeIdFor("é".repeat(60), scope), `${"é".repeat(60)}@node-a`);
-  assertCsiError(
+  assertThrowsCsi(
     () => volumeIdFor("é".repeat(61), scope),
     Code.INVALID_ARGUMENT,
     /^Volume name "é+" is too long: its id "é+@node-a" would exceed 128 bytes$/,
@@ -237,17 +208,14 @@ Deno.test("volumeIdFor keeps the id within 128 bytes, node included", () => {
 });
 
 Deno.test("volumeIdFor refuses invalid names with INVALID_ARGUMENT", () => {
-  const table: ReadonlyArray<readonly [string, string]> = [
+  assertInvalidEach(volumeIdFor, [
     ["", "Volume name is empty"],
     ["a/b", 'Volume name "a/b" must not contain "/"'],
     ["a@b", 'Volume name "a@b" must not contain "@"'],
     ["a..b", 'Volume name "a..b" must not contain ".."'],
     ["a\u0000", 'Volume name "a\\u0000" contains control characters'],
     ["x".repeat(129), "Volume name is longer than 128 bytes"],
-  ];
-  for (const [name, message] of table) {
-    assertCsiError(() => volumeIdFor(name, scope), Code.INVALID_ARGUMENT, message, name);
-  }
+  ]);
 });
 
 Deno.test("volumeIdOfDataset returns the node-qualified id of a volume's dataset", () => {
@@ -257,7 +225,7 @@ Deno.test("volumeIdOfDataset returns the node-qualified id of a volume's dataset
 });
 
 Deno.test("volumeIdOfDataset returns undefined for hidden and foreign datasets", () => {
-  const table = [
+  assertNoneOf(volumeIdOfDataset, [
     "tank/nomad/.deleted-1700000000-pg",
     "tank/nomad/.clone-0123456789abcdef",
     "tank/nomad",
@@ -268,10 +236,7 @@ Deno.test("volumeIdOfDataset returns undefined for hidden and foreign datasets",
     "tank/nomad/pg@snap1",
     "tank/nomad/x:zz",
     "other/nomad/pg",
-  ];
-  for (const dataset of table) {
-    assert.equal(volumeIdOfDataset(dataset, scope), undefined, dataset);
-  }
+  ]);
 });
 
 Deno.test("volumeIdFor, resolveVolume and volumeIdOfDataset round trip", () => {
@@ -291,7 +256,7 @@ Deno.test("snapshotIdOf returns the node-qualified id of a CSI snapshot", () => 
 });
 
 Deno.test("snapshotIdOf returns undefined for hidden snapshots and foreign datasets", () => {
-  const table = [
+  assertNoneOf(snapshotIdOf, [
     "tank/nomad/pg@.clone-0123456789abcdef",
     "tank/nomad/pg@.deleted-1700000000-old",
     "tank/nomad/.deleted-1700000000-old@snap1",
@@ -302,10 +267,7 @@ Deno.test("snapshotIdOf returns undefined for hidden snapshots and foreign datas
     "tank/nomad/pg",
     "tank/nomad/pg@x:zz",
     "tank/nomad/pg@",
-  ];
-  for (const snapshot of table) {
-    assert.equal(snapshotIdOf(snapshot, scope), undefined, snapshot);
-  }
+  ]);
 });
 
 Deno.test("snapshotIdOf and resolveSnapshot round trip", () => {

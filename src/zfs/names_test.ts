@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { Code, CsiError } from "../errors.ts";
+import { Code } from "../errors.ts";
+import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import {
   checkDatasetName,
   CLONE_PREFIX,
@@ -17,14 +18,11 @@ import {
 } from "./names.ts";
 
 function assertInvalid(fn: () => unknown, messageIncludes?: string): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof CsiError, `expected a CsiError, got ${String(err)}`);
-    assert.equal(err.code, Code.INVALID_ARGUMENT);
-    if (messageIncludes !== undefined) {
-      assert.ok(err.message.includes(messageIncludes), err.message);
-    }
-    return true;
-  });
+  assertThrowsCsi(
+    fn,
+    Code.INVALID_ARGUMENT,
+    messageIncludes === undefined ? undefined : { includes: messageIncludes },
+  );
 }
 
 Deno.test("encodeVolumeId keeps letters, digits and _.- as they are", () => {
@@ -219,12 +217,12 @@ Deno.test("encodeName starts its messages with what it encodes", () => {
     ["a..b", 'Snapshot name "a..b" must not contain ".."'],
   ];
   for (const [name, message] of table) {
-    assert.throws(() => encodeName("Snapshot name", name), (err: unknown) => {
-      assert.ok(err instanceof CsiError, String(err));
-      assert.equal(err.code, Code.INVALID_ARGUMENT);
-      assert.equal(err.message, message);
-      return true;
-    }, JSON.stringify(name));
+    assertThrowsCsi(
+      () => encodeName("Snapshot name", name),
+      Code.INVALID_ARGUMENT,
+      message,
+      JSON.stringify(name),
+    );
   }
   assertInvalid(() => encodeName("Volume name", ""), "Volume name is empty");
 });

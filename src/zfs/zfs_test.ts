@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { Code, toGrpcStatus, ZfsError, type ZfsErrorKind } from "../errors.ts";
 import { Logger } from "../log.ts";
-import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { assertRejectsZfs } from "../../tests/support/assert_errors.ts";
+import { fails, FakeRunner } from "../../tests/support/fake_runner.ts";
+import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { classifyZfsError, Zfs } from "./zfs.ts";
 
 function fixture(name: string): Promise<string> {
@@ -22,17 +24,7 @@ function setup(): { runner: FakeRunner; zfs: Zfs; lines: string[] } {
 
 const GET_PREFIX = ["/sbin/zfs", "get", "-Hp", "-o", "name,property,value,source"];
 
-async function rejectsWithKind(p: Promise<unknown>, kind: ZfsErrorKind): Promise<ZfsError> {
-  let caught: unknown;
-  try {
-    await p;
-  } catch (err) {
-    caught = err;
-  }
-  assert.ok(caught instanceof ZfsError, `expected a ZfsError, got ${String(caught)}`);
-  assert.equal(caught.kind, kind);
-  return caught;
-}
+const zfsArgs = zfsArgv("/sbin/zfs");
 
 Deno.test("classifyZfsError classifies captured zfs-fuse stderr", async () => {
   const table: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
@@ -96,15 +88,15 @@ Deno.test("Zfs.getProperties passes its own time limit to the runner", async () 
 
 Deno.test("Zfs.getProperties returns undefined when the dataset does not exist", async () => {
   const { runner, zfs } = setup();
-  runner.on(GET_PREFIX, { code: 1, stderr: await fixture("stderr_get_not_found.txt") });
+  runner.on(GET_PREFIX, fails(await fixture("stderr_get_not_found.txt")));
   assert.equal(await zfs.getProperties("tpool/nomad/does-not-exist", ["type"]), undefined);
   assert.equal(runner.calls.length, 1);
 });
 
 Deno.test("Zfs.getProperties throws a classified ZfsError for other failures", async () => {
   const { runner, zfs } = setup();
-  runner.on(GET_PREFIX, { code: 2, stderr: await fixture("stderr_get_bad_property.txt") });
-  const err = await rejectsWithKind(zfs.getProperties("tpool/nomad", ["type"]), "invalid");
+  runner.on(GET_PREFIX, fails(await fixture("stderr_get_bad_property.txt"), 2));
+  const err = await assertRejectsZfs(zfs.getProperties("tpool/nomad", ["type"]), "invalid");
   assert.deepEqual(err.argv, [...GET_PREFIX, "type", "tpool/nomad"]);
   assert.match(err.stderr, /^bad property list: invalid property 'bogusprop'/);
 });
@@ -119,24 +111,15 @@ Deno.test("Zfs.create runs zfs create with sorted -o properties", async () => {
   const { runner, zfs } = setup();
   runner.on(["/sbin/zfs", "create"], {});
   await zfs.create("tpool/nomad/v", { refquota: "1073741824", "org.zfs-csi:managed": "yes" });
-  assert.deepEqual(runner.argvs, [[
-    "/sbin/zfs",
-    "create",
-    "-o",
-    "org.zfs-csi:managed=yes",
-    "-o",
-    "refquota=1073741824",
-    "tpool/nomad/v",
-  ]]);
+  assert.deepEqual(runner.argvs, [
+    zfsArgs.create("tpool/nomad/v", "org.zfs-csi:managed=yes", "refquota=1073741824"),
+  ]);
 });
 
 Deno.test("Zfs.create throws ZfsError exists when the dataset exists", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "create"], {
-    code: 1,
-    stderr: await fixture("stderr_create_exists.txt"),
-  });
-  const err = await rejectsWithKind(zfs.create("tpool/nomad", {}), "exists");
+  runner.on(["/sbin/zfs", "create"], fails(await fixture("stderr_create_exists.txt")));
+  const err = await assertRejectsZfs(zfs.create("tpool/nomad", {}), "exists");
   assert.equal(toGrpcStatus(err).code, Code.ALREADY_EXISTS);
 });
 
@@ -147,30 +130,26 @@ Deno.test("Zfs.set runs zfs set with one name=value argument", async () => {
   assert.deepEqual(runner.argvs, [["/sbin/zfs", "set", "refquota=2147483648", "tpool/nomad/v"]]);
 });
 
-Deno.test("Zfs.mount runs zfs mount and succeeds", async () => {
-  const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "mount"], {});
-  await zfs.mount("tpool/nomad/v");
-  assert.deepEqual(runner.argvs, [["/sbin/zfs", "mount", "tpool/nomad/v"]]);
-});
+for (const verb of ["mount", "unmount"] as const) {
+  Deno.test(`Zfs.${verb} runs zfs ${verb} and succeeds`, async () => {
+    const { runner, zfs } = setup();
+    runner.on(["/sbin/zfs", verb], {});
+    await zfs[verb]("tpool/nomad/v");
+    assert.deepEqual(runner.argvs, [["/sbin/zfs", verb, "tpool/nomad/v"]]);
+  });
+}
 
 Deno.test("Zfs.mount treats an already mounted filesystem as success", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "mount"], {
-    code: 1,
-    stderr: await fixture("stderr_mount_already_mounted.txt"),
-  });
+  runner.on(["/sbin/zfs", "mount"], fails(await fixture("stderr_mount_already_mounted.txt")));
   await zfs.mount("tpool/nomad");
   assert.equal(runner.calls.length, 1);
 });
 
 Deno.test("Zfs.mount throws for other failures", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "mount"], {
-    code: 1,
-    stderr: "cannot open 'tpool/nomad/x': dataset does not exist\n",
-  });
-  await rejectsWithKind(zfs.mount("tpool/nomad/x"), "not_found");
+  runner.on(["/sbin/zfs", "mount"], fails("cannot open 'tpool/nomad/x': dataset does not exist\n"));
+  await assertRejectsZfs(zfs.mount("tpool/nomad/x"), "not_found");
 });
 
 Deno.test("Zfs.poolHealth runs zpool list and returns the health of the pool", async () => {
@@ -183,10 +162,7 @@ Deno.test("Zfs.poolHealth runs zpool list and returns the health of the pool", a
 
 Deno.test("Zfs.poolHealth returns undefined for no such pool", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zpool", "list"], {
-    code: 1,
-    stderr: await fixture("stderr_zpool_no_such_pool.txt"),
-  });
+  runner.on(["/sbin/zpool", "list"], fails(await fixture("stderr_zpool_no_such_pool.txt")));
   assert.equal(await zfs.poolHealth("nosuchpool"), undefined);
 });
 
@@ -199,7 +175,7 @@ Deno.test("Zfs.poolHealth returns undefined when the output names another pool",
 Deno.test("Zfs turns a timed-out command into ZfsError timeout", async () => {
   const { runner, zfs } = setup();
   runner.on(GET_PREFIX, { code: 137, timedOut: true });
-  const err = await rejectsWithKind(zfs.getProperties("tpool/nomad", ["type"]), "timeout");
+  const err = await assertRejectsZfs(zfs.getProperties("tpool/nomad", ["type"]), "timeout");
   assert.equal(err.stderr, "timed out after 5000ms");
   assert.equal(toGrpcStatus(err).code, Code.DEADLINE_EXCEEDED);
 });
@@ -207,7 +183,7 @@ Deno.test("Zfs turns a timed-out command into ZfsError timeout", async () => {
 Deno.test("Zfs reports the time limit it passed when a call with its own limit times out", async () => {
   const { runner, zfs } = setup();
   runner.on(["/sbin/zpool", "list"], { code: 137, timedOut: true });
-  const err = await rejectsWithKind(zfs.poolHealth("tpool", 250), "timeout");
+  const err = await assertRejectsZfs(zfs.poolHealth("tpool", 250), "timeout");
   assert.equal(err.stderr, "timed out after 250ms");
 });
 
@@ -291,18 +267,9 @@ Deno.test("Zfs.getTree runs one zfs get -r -d with the exact argv and parses eve
   runner.on(TREE_PREFIX, { stdout: await fixture("zfs_get_tree.txt") });
   const props = ["type", "creation", "referenced", "refquota", "org.zfs-csi:managed"];
   const tree = await zfs.getTree("tpool/nomad", 2, props);
-  assert.deepEqual(runner.argvs, [[
-    "/sbin/zfs",
-    "get",
-    "-Hp",
-    "-r",
-    "-d",
-    "2",
-    "-o",
-    "name,property,value,source",
-    "type,creation,referenced,refquota,org.zfs-csi:managed",
-    "tpool/nomad",
-  ]]);
+  assert.deepEqual(runner.argvs, [
+    zfsArgs.tree("tpool/nomad", 2, "type,creation,referenced,refquota,org.zfs-csi:managed"),
+  ]);
   assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 5000 });
   assert.ok(tree);
   assert.deepEqual([...tree.keys()], [
@@ -337,26 +304,15 @@ Deno.test("Zfs.getTree runs one zfs get -r -d with the exact argv and parses eve
 
 Deno.test("Zfs.getTree returns undefined when the root does not exist", async () => {
   const { runner, zfs } = setup();
-  runner.on(TREE_PREFIX, { code: 1, stderr: await fixture("stderr_get_not_found.txt") });
+  runner.on(TREE_PREFIX, fails(await fixture("stderr_get_not_found.txt")));
   assert.equal(await zfs.getTree("tpool/nomad/does-not-exist", 1, ["type"]), undefined);
-  assert.deepEqual(runner.argvs, [[
-    "/sbin/zfs",
-    "get",
-    "-Hp",
-    "-r",
-    "-d",
-    "1",
-    "-o",
-    "name,property,value,source",
-    "type",
-    "tpool/nomad/does-not-exist",
-  ]]);
+  assert.deepEqual(runner.argvs, [zfsArgs.tree("tpool/nomad/does-not-exist", 1, "type")]);
 });
 
 Deno.test("Zfs.getTree throws a classified ZfsError for other failures", async () => {
   const { runner, zfs } = setup();
-  runner.on(TREE_PREFIX, { code: 2, stderr: await fixture("stderr_get_bad_property.txt") });
-  await rejectsWithKind(zfs.getTree("tpool/nomad", 2, ["bogusprop"]), "invalid");
+  runner.on(TREE_PREFIX, fails(await fixture("stderr_get_bad_property.txt"), 2));
+  await assertRejectsZfs(zfs.getTree("tpool/nomad", 2, ["bogusprop"]), "invalid");
 });
 
 Deno.test("Zfs.getTree refuses a depth below 1 before running anything", async () => {
@@ -369,7 +325,7 @@ Deno.test("Zfs.unknownProperties asks again without each property zfs names", as
   for (const file of ["stderr_get_bad_property.txt", "openzfs/stderr_get_bad_property.txt"]) {
     const { runner, zfs } = setup();
     const bad = await fixture(file);
-    const refuse = (prop: string) => ({ code: 2, stderr: bad.replace("bogusprop", prop) });
+    const refuse = (prop: string) => fails(bad.replace("bogusprop", prop), 2);
     runner.onExact(
       [...GET_PREFIX, "acltype,compression,dnodesize,relatime", "tpool/nomad"],
       refuse("acltype"),
@@ -408,10 +364,10 @@ Deno.test("Zfs.unknownProperties returns nothing when zfs knows every property",
 Deno.test("Zfs.unknownProperties returns every property when zfs knows none", async () => {
   const { runner, zfs } = setup();
   const bad = await fixture("stderr_get_bad_property.txt");
-  runner.on(GET_PREFIX, (argv) => ({
-    code: 2,
-    stderr: bad.replace("bogusprop", argv.at(-2)!.split(",")[0]!),
-  }));
+  runner.on(
+    GET_PREFIX,
+    (argv) => fails(bad.replace("bogusprop", argv.at(-2)!.split(",")[0]!), 2),
+  );
   assert.deepEqual(
     await zfs.unknownProperties("tpool/nomad", ["acltype", "dnodesize", "relatime"]),
     ["acltype", "dnodesize", "relatime"],
@@ -425,48 +381,39 @@ Deno.test("Zfs.unknownProperties returns every property when zfs knows none", as
 
 Deno.test("Zfs.unknownProperties throws for other failures", async () => {
   const { runner, zfs } = setup();
-  runner.on(GET_PREFIX, { code: 1, stderr: await fixture("stderr_get_not_found.txt") });
-  await rejectsWithKind(zfs.unknownProperties("tpool/nomad/x", ["relatime"]), "not_found");
+  runner.on(GET_PREFIX, fails(await fixture("stderr_get_not_found.txt")));
+  await assertRejectsZfs(zfs.unknownProperties("tpool/nomad/x", ["relatime"]), "not_found");
   // An invalid property it did not ask about is no answer either.
   const other = setup();
   const bad = await fixture("stderr_get_bad_property.txt");
-  other.runner.on(GET_PREFIX, { code: 2, stderr: bad });
-  await rejectsWithKind(other.zfs.unknownProperties("tpool/nomad", ["relatime"]), "invalid");
+  other.runner.on(GET_PREFIX, fails(bad, 2));
+  await assertRejectsZfs(other.zfs.unknownProperties("tpool/nomad", ["relatime"]), "invalid");
   assert.equal(other.runner.calls.length, 1);
-});
-
-Deno.test("Zfs.unmount runs zfs unmount and succeeds", async () => {
-  const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "unmount"], {});
-  await zfs.unmount("tpool/nomad/v");
-  assert.deepEqual(runner.argvs, [["/sbin/zfs", "unmount", "tpool/nomad/v"]]);
 });
 
 Deno.test("Zfs.unmount treats not currently mounted as success", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "unmount"], {
-    code: 1,
-    stderr: await fixture("stderr_unmount_not_mounted.txt"),
-  });
+  runner.on(["/sbin/zfs", "unmount"], fails(await fixture("stderr_unmount_not_mounted.txt")));
   await zfs.unmount("tpool/nomad/foreign");
   assert.deepEqual(runner.argvs, [["/sbin/zfs", "unmount", "tpool/nomad/foreign"]]);
 });
 
 Deno.test("Zfs.unmount throws for other failures", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "unmount"], {
-    code: 1,
-    stderr: "cannot unmount '/tank/nomad/v': pool or dataset is busy\n",
-  });
-  await rejectsWithKind(zfs.unmount("tank/nomad/v"), "busy");
+  runner.on(
+    ["/sbin/zfs", "unmount"],
+    fails("cannot unmount '/tank/nomad/v': pool or dataset is busy\n"),
+  );
+  await assertRejectsZfs(zfs.unmount("tank/nomad/v"), "busy");
 });
 
 Deno.test("Zfs.mount loads the key and mounts again when the encryption key is not loaded", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "mount"], {
-    code: 1,
-    stderr: "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
-  }, { times: 1 });
+  runner.on(
+    ["/sbin/zfs", "mount"],
+    fails("cannot mount '/tank/nomad/enc': encryption key not loaded\n"),
+    { times: 1 },
+  );
   runner.on(["/sbin/zfs", "load-key"], {});
   runner.on(["/sbin/zfs", "mount"], {});
   await zfs.mount("tank/nomad/enc");
@@ -479,15 +426,12 @@ Deno.test("Zfs.mount loads the key and mounts again when the encryption key is n
 
 Deno.test("Zfs.mount throws when loading the key fails, without mounting again", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "mount"], {
-    code: 1,
-    stderr: "cannot mount '/tank/nomad/enc': encryption key not loaded\n",
-  });
-  runner.on(["/sbin/zfs", "load-key"], {
-    code: 255,
-    stderr: "Key load error: Permission denied.\n",
-  });
-  const err = await rejectsWithKind(zfs.mount("tank/nomad/enc"), "permission");
+  runner.on(
+    ["/sbin/zfs", "mount"],
+    fails("cannot mount '/tank/nomad/enc': encryption key not loaded\n"),
+  );
+  runner.on(["/sbin/zfs", "load-key"], fails("Key load error: Permission denied.\n", 255));
+  const err = await assertRejectsZfs(zfs.mount("tank/nomad/enc"), "permission");
   assert.deepEqual(err.argv, ["/sbin/zfs", "load-key", "tank/nomad/enc"]);
   assert.equal(runner.calls.length, 2);
 });
@@ -508,18 +452,13 @@ Deno.test("Zfs.snapshot, clone, destroy and rename run the exact argv", async ()
   await zfs.rename("tpool/nomad/pg@snap1", "tpool/nomad/pg@.deleted-1700000000-snap1");
   assert.deepEqual(runner.argvs, [
     ["/sbin/zfs", "snapshot", "tpool/nomad/pg@snap1"],
-    [
-      "/sbin/zfs",
-      "clone",
-      "-o",
-      "org.zfs-csi:managed=yes",
-      "-o",
-      "org.zfs-csi:source=snapshot:pg@snap1@node-a",
-      "-o",
-      "refquota=67108864",
+    zfsArgs.clone(
       "tpool/nomad/pg@snap1",
       "tpool/nomad/restored",
-    ],
+      "org.zfs-csi:managed=yes",
+      "org.zfs-csi:source=snapshot:pg@snap1@node-a",
+      "refquota=67108864",
+    ),
     ["/sbin/zfs", "destroy", "-d", "tpool/nomad/pg@.clone-0123456789abcdef-1700000000"],
     ["/sbin/zfs", "destroy", "-r", "tpool/nomad/.deleted-1700000000-old"],
     ["/sbin/zfs", "destroy", "tpool/nomad/v"],
@@ -535,8 +474,8 @@ Deno.test("Zfs.destroy throws ZfsError dependents when clones depend on the targ
   ];
   for (const [file, name, recursive] of table) {
     const { runner, zfs } = setup();
-    runner.on(["/sbin/zfs", "destroy"], { code: 1, stderr: await fixture(file) });
-    const err = await rejectsWithKind(zfs.destroy(name, { recursive }), "dependents");
+    runner.on(["/sbin/zfs", "destroy"], fails(await fixture(file)));
+    const err = await assertRejectsZfs(zfs.destroy(name, { recursive }), "dependents");
     assert.deepEqual(err.argv, ["/sbin/zfs", "destroy", ...(recursive ? ["-r"] : []), name]);
     assert.equal(toGrpcStatus(err).code, Code.FAILED_PRECONDITION);
   }
@@ -544,21 +483,21 @@ Deno.test("Zfs.destroy throws ZfsError dependents when clones depend on the targ
 
 Deno.test("Zfs.snapshot, clone and rename throw classified ZfsErrors", async () => {
   const { runner, zfs } = setup();
-  runner.on(["/sbin/zfs", "snapshot"], {
-    code: 1,
-    stderr: "cannot create snapshot 'tpool/nomad/pg@snap1': dataset already exists\n",
-  });
-  runner.on(["/sbin/zfs", "clone"], {
-    code: 1,
-    stderr: "cannot open 'tpool/nomad/pg@nope': dataset does not exist\n",
-  });
-  runner.on(["/sbin/zfs", "rename"], {
-    code: 1,
-    stderr: "cannot rename to 'tpool/nomad/w': dataset already exists\n",
-  });
-  await rejectsWithKind(zfs.snapshot("tpool/nomad/pg@snap1"), "exists");
-  await rejectsWithKind(zfs.clone("tpool/nomad/pg@nope", "tpool/nomad/w", {}), "not_found");
-  await rejectsWithKind(zfs.rename("tpool/nomad/v", "tpool/nomad/w"), "exists");
+  runner.on(
+    ["/sbin/zfs", "snapshot"],
+    fails("cannot create snapshot 'tpool/nomad/pg@snap1': dataset already exists\n"),
+  );
+  runner.on(
+    ["/sbin/zfs", "clone"],
+    fails("cannot open 'tpool/nomad/pg@nope': dataset does not exist\n"),
+  );
+  runner.on(
+    ["/sbin/zfs", "rename"],
+    fails("cannot rename to 'tpool/nomad/w': dataset already exists\n"),
+  );
+  await assertRejectsZfs(zfs.snapshot("tpool/nomad/pg@snap1"), "exists");
+  await assertRejectsZfs(zfs.clone("tpool/nomad/pg@nope", "tpool/nomad/w", {}), "not_found");
+  await assertRejectsZfs(zfs.rename("tpool/nomad/v", "tpool/nomad/w"), "exists");
 });
 
 Deno.test("classifyZfsError reads zfs-fuse's refusals of a property value as invalid", () => {

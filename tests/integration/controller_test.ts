@@ -13,9 +13,9 @@ import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { PLUGIN_NAME } from "../../src/version.ts";
 import { codeOf, type CsiClient } from "../support/csi_client.ts";
-import { claimPaths, hostMounts, mountCapability } from "../support/nomad.ts";
+import { claimPaths, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
-import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+import { poolState, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 const NODE_KEY = `${PLUGIN_NAME}/node`;
@@ -85,22 +85,6 @@ async function claim(
       });
     },
   };
-}
-
-/** Everything below the pool a refused call must leave alone: datasets, properties, mounts. */
-async function poolState(pool: TestPool): Promise<string> {
-  const props = await sh(
-    "zfs",
-    "get",
-    "-Hp",
-    "-r",
-    "-o",
-    "name,property,value",
-    "type,refquota,quota,mountpoint,mounted,org.zfs-csi:managed",
-    pool.pool,
-  );
-  const mounts = (await hostMounts()).map((m) => `${m.source} ${m.path} ${m.options.join(",")}`);
-  return props + "\n" + mounts.sort().join("\n");
 }
 
 async function listAll(

@@ -6,25 +6,9 @@
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { codeOf } from "../support/csi_client.ts";
-import { claimPaths, hostMounts, mountCapability, mountsAt } from "../support/nomad.ts";
+import { claimPaths, mountCapability, mountsAt } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
-import { sh, TestPool } from "../support/zfs_pool.ts";
-
-/** Everything a bad call could have changed: datasets, their properties, and mounts. */
-async function snapshotState(pool: TestPool): Promise<string> {
-  const props = await sh(
-    "zfs",
-    "get",
-    "-Hp",
-    "-r",
-    "-o",
-    "name,property,value",
-    "refquota,mountpoint,org.zfs-csi:managed",
-    pool.pool,
-  );
-  const mounts = (await hostMounts()).map((m) => `${m.source} ${m.path} ${m.options.join(",")}`);
-  return props + "\n" + mounts.sort().join("\n");
-}
+import { poolState, sh, TestPool } from "../support/zfs_pool.ts";
 
 Deno.test("node: bad input is refused and changes nothing", async (t) => {
   await using pool = await TestPool.create();
@@ -41,7 +25,7 @@ Deno.test("node: bad input is refused and changes nothing", async (t) => {
       ...over,
     });
   try {
-    const before = await snapshotState(pool);
+    const before = await poolState(pool);
     const cases: Array<[string, Record<string, unknown>, number]> = [
       ["empty id", { volume_id: "" }, Code.INVALID_ARGUMENT],
       ["id with ..", { volume_id: "../escape" }, Code.INVALID_ARGUMENT],
@@ -96,7 +80,7 @@ Deno.test("node: bad input is refused and changes nothing", async (t) => {
       assert.deepEqual([...Deno.readDirSync(outside)], []);
     });
     await t.step("nothing changed on the pool or in the mount table", async () => {
-      assert.equal(await snapshotState(pool), before);
+      assert.equal(await poolState(pool), before);
     });
   } finally {
     await Deno.remove(outside, { recursive: true });

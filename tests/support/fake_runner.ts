@@ -17,6 +17,11 @@ export interface FakeResponse {
   readonly timedOut?: boolean;
 }
 
+/** The answer of a command that exits with `code` (1 unless told) and says `stderr`. */
+export function fails(stderr: string, code = 1): FakeResponse {
+  return { code, stderr };
+}
+
 /** An answer, or a function computing one from the argv (it may wait on a promise). */
 export type Responder =
   | FakeResponse

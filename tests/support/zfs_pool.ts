@@ -3,6 +3,8 @@
  * tools/zfs-env.sh (run by the test task) makes sure zfs answers on this machine first.
  */
 
+import { hostMounts } from "./nomad.ts";
+
 const decoder = new TextDecoder();
 
 /** Runs a command (no shell) and returns its output, throwing on failure. */
@@ -85,4 +87,26 @@ export class TestPool implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.destroy();
   }
+}
+
+/** The properties {@linkcode poolState} records of everything `zfs get -r` lists in the pool. */
+const STATE_PROPERTIES = "type,refquota,quota,mountpoint,mounted,org.zfs-csi:managed";
+
+/**
+ * Everything below the pool a refused or bad call must leave alone: the datasets with their
+ * properties, and the host mount table. Compare two of them with equal.
+ */
+export async function poolState(pool: TestPool): Promise<string> {
+  const props = await sh(
+    "zfs",
+    "get",
+    "-Hp",
+    "-r",
+    "-o",
+    "name,property,value",
+    STATE_PROPERTIES,
+    pool.pool,
+  );
+  const mounts = (await hostMounts()).map((m) => `${m.source} ${m.path} ${m.options.join(",")}`);
+  return props + "\n" + mounts.sort().join("\n");
 }

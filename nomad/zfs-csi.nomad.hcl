@@ -1,52 +1,60 @@
-# zfs-csi as a monolith plugin (node and controller on one socket) on ONE node, with the docker
-# driver. Run it once per ZFS node; each run gets its own job and its own plugin id:
+# zfs-csi plugin job with the docker driver, for either layout (README.md, "Which layout"):
 #
-#   nomad job run -var node=node-a zfs-csi-monolith.nomad.hcl     # plugin id zfs-node-a
-#   nomad job run -var node=node-b zfs-csi-monolith.nomad.hcl     # plugin id zfs-node-b
+#   nomad job run -var node=node-a zfs-csi.nomad.hcl  # monolith on node-a, plugin id zfs-node-a
+#   nomad job run -var node=node-b zfs-csi.nomad.hcl  # monolith on node-b, plugin id zfs-node-b
+#   nomad job run zfs-csi.nomad.hcl                   # node only, on every node, plugin id zfs
 #
-# Why one plugin id per node: Nomad sends every controller call (volume create and delete,
-# snapshots, expansion) for a plugin id to one controller, the healthy one with the lowest Nomad
-# node id, whichever node holds the data. A ZFS dataset lives on one node, so each node needs a
-# plugin id of its own. Volumes then name it (plugin_id = "zfs-node-a") and Nomad schedules their
-# jobs only on that node. csi_plugin.id cannot use node attributes (Nomad GH-11116), hence the
-# variable.
+# Monolith (node set, recommended): node and controller on one socket, on that one node; run it
+# once per ZFS node, each run its own job, zfs-csi-<node>. Each node needs a plugin id of its own:
+# Nomad sends every controller call (volume create and delete, snapshots, expansion) for a plugin
+# id to one controller, the healthy one with the lowest Nomad node id, whichever node holds the
+# data, and a ZFS dataset lives on one node. Volumes name it (plugin_id = "zfs-node-a") and Nomad
+# runs their jobs only on that node. csi_plugin.id cannot use node attributes (Nomad GH-11116),
+# hence the variable.
 #
-# Client requirements (see README.md): as for zfs-csi-node.nomad.hcl
+# Node only (node empty): one job, zfs-csi-node, with --mode node on every node, one shared plugin
+# id and no controller. Volumes are added with "nomad volume register" (volume-register.hcl) and
+# each dataset is created on its node when a job first uses it; no "nomad volume create",
+# snapshots or "nomad volume delete".
+#
+# Pick one layout per node and parent dataset: two plugin processes on one parent dataset do not
+# share their locks.
+#
+# Client requirements (see README.md):
 #   - docker plugin config: allow_privileged = true, volumes { enabled = true }
 #   - the parent dataset exists and is mounted on the host at parent_mountpoint
 #     (zfs get -H -o value mountpoint tank/nomad), on a shared mount
 #     (findmnt -o TARGET,PROPAGATION /tank/nomad shows "shared")
 #   - the image has zfs/zpool matching the host's ZFS kernel module (see ../Containerfile)
-#
-# Pick one layout per node and parent dataset: do not also run the node-only job there with the
-# same parent dataset (two plugin processes on one parent dataset do not share their locks).
 
 variable "node" {
   type        = string
+  default     = ""
   description = <<-EOT
-    Name of the Nomad node to run on, exactly as "nomad node status" shows it (column Name).
-    Also the plugin's node id, so it appears in every volume id (<name>@<node>). At most 63
-    letters, digits and "-_.".
+    Empty: the node-only layout, on every node. Otherwise the monolith layout on this node only:
+    the Nomad node name, exactly as "nomad node status" shows it (column Name). It is also the
+    plugin's node id, so it appears in every volume id (<name>@<node>). At most 63 letters,
+    digits and "-_.".
   EOT
 
   validation {
-    condition     = var.node != "" && regex_replace(var.node, "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "") == ""
-    error_message = "The node must be a Nomad node name of 1 to 63 letters, digits and \"-_.\", starting and ending with a letter or digit."
+    condition     = var.node == "" || regex_replace(var.node, "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "") == ""
+    error_message = "The node must be empty (node-only layout) or a Nomad node name of 1 to 63 letters, digits and \"-_.\", starting and ending with a letter or digit."
   }
 }
 
 variable "plugin_id" {
   type        = string
   default     = ""
-  description = "Nomad plugin id; empty: zfs-<node>. Volumes name it in plugin_id."
+  description = "Nomad plugin id; volumes name it in plugin_id. Empty: zfs-<node> (monolith) or zfs (node only)."
 }
 
 variable "deleted_retention" {
   type        = string
   default     = "7d"
   description = <<-EOT
-    How long deleted volumes and snapshots are kept, set aside, before they are destroyed:
-    0 (destroy at once), or a whole number with s, m, h or d, e.g. 90s, 24h, 7d.
+    Monolith only: how long deleted volumes and snapshots are kept, set aside, before they are
+    destroyed: 0 (destroy at once), or a whole number with s, m, h or d, e.g. 90s, 24h, 7d.
   EOT
 
   validation {
@@ -102,7 +110,7 @@ variable "topology" {
   type        = map(string)
   default     = {}
   description = <<-EOT
-    Extra topology segments of the node, e.g. -var 'topology={zone="eu1"}'. The segment
+    Extra topology segments of the node(s), e.g. -var 'topology={zone="eu1"}'. The segment
     org.zfs-csi/node=<node name> is always added by the plugin.
   EOT
 }
@@ -116,28 +124,35 @@ variable "log_level" {
 variable "datacenters" {
   type        = list(string)
   default     = ["*"]
-  description = "Datacenters to run the plugin in (the node must be in one of them)."
+  description = "Datacenters to run the plugin in (for a monolith, the node must be in one of them)."
 }
 
 locals {
-  # A literal by the time the job is submitted: variables are resolved by "nomad job run".
-  plugin_id = var.plugin_id != "" ? var.plugin_id : "zfs-${var.node}"
-  # One job per plugin id, so running the job for node-b does not replace node-a's.
-  job_id = var.plugin_id != "" ? "zfs-csi-${var.plugin_id}" : "zfs-csi-${var.node}"
+  # The layout: also the plugin's --mode and the csi_plugin type.
+  mode = var.node != "" ? "monolith" : "node"
+
+  # Literals by the time the job is submitted: variables are resolved by "nomad job run".
+  plugin_id = var.plugin_id != "" ? var.plugin_id : (var.node != "" ? "zfs-${var.node}" : "zfs")
+  # A monolith has one job per plugin id, so running the job for node-b does not replace node-a's.
+  job_id = var.node == "" ? "zfs-csi-node" : (var.plugin_id != "" ? "zfs-csi-${var.plugin_id}" : "zfs-csi-${var.node}")
 
   # In-task directory of the staging and target paths Nomad sends. The plugin may only write
   # below /csi and /local/csi inside a container (src/permissions.ts), so keep Nomad's default.
-  # On the host it is <data_dir>/client/csi/monolith/<plugin id>.
+  # On the host it is <data_dir>/client/csi/<mode>/<plugin id>.
   stage_publish_base_dir = "/local/csi"
 
   args = concat(
     [
-      "--mode", "monolith",
+      "--mode", local.mode,
       "--parent-dataset", var.parent_dataset,
-      # The node name (the constraint below makes it equal var.node). It is the value of the
-      # org.zfs-csi/node topology segment and the suffix of every volume and snapshot id.
+      # The node name (for a monolith the constraint below makes it equal var.node). It is the
+      # value of the org.zfs-csi/node topology segment, which volumes pin themselves to, and the
+      # suffix of every volume and snapshot id.
       "--node-id", "${node.unique.name}",
-      "--deleted-retention", var.deleted_retention,
+    ],
+    # Only a controller deletes volumes and snapshots.
+    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention] : [],
+    [
       "--stage-publish-base-dir", local.stage_publish_base_dir,
       "--log-level", var.log_level,
     ],
@@ -145,21 +160,25 @@ locals {
   )
 }
 
-job "zfs-csi-monolith" {
+job "zfs-csi" {
   id   = local.job_id
   name = local.job_id
 
-  # system rather than service with count = 1: the job belongs to one node and never moves.
-  # A system job places nothing while that node is down and comes back with it, with no
-  # blocked evaluation or rescheduling in between; the system scheduler may preempt other
-  # work to make room for it; and node and monolith CSI plugins are meant to run as system
-  # jobs (Nomad stops them last when the node drains).
+  # Node and monolith CSI plugins are meant to run as system jobs (Nomad stops them last when
+  # the node drains). A monolith belongs to one node and never moves, and a system job, rather
+  # than a service with count = 1, places nothing while that node is down and comes back with
+  # it, with no blocked evaluation or rescheduling in between; the system scheduler may also
+  # preempt other work to make room for it.
   type        = "system"
   datacenters = var.datacenters
 
-  constraint {
-    attribute = "${node.unique.name}"
-    value     = var.node
+  # Monolith only: run on that node.
+  dynamic "constraint" {
+    for_each = var.node != "" ? [var.node] : []
+    content {
+      attribute = "${node.unique.name}"
+      value     = constraint.value
+    }
   }
 
   constraint {
@@ -236,16 +255,16 @@ job "zfs-csi-monolith" {
 
       csi_plugin {
         id                     = local.plugin_id
-        type                   = "monolith"
+        type                   = local.mode
         mount_dir              = "/csi" # CSI_ENDPOINT = unix:///csi/csi.sock
         stage_publish_base_dir = local.stage_publish_base_dir
       }
 
       resources {
         cpu = 100
-        # The plugin's RSS is about 100 MiB (README, "Measured"); the rest is room for the
+        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
         # controller's zfs listings.
-        memory = 192
+        memory = local.mode == "monolith" ? 192 : 128
       }
     }
   }

@@ -1,0 +1,199 @@
+# zfs-csi plugin job with the raw_exec driver, for either layout (README.md, "Which layout"). The
+# binary runs directly on the host, as the Nomad agent's user (root), in the host's mount
+# namespace: no image, no propagation settings; the host's zfs, zpool, mount and umount are used.
+#
+#   nomad job run -var node=node-a zfs-csi-raw-exec.nomad.hcl   # monolith: plugin zfs-node-a
+#   nomad job run zfs-csi-raw-exec.nomad.hcl                    # node only: plugin zfs
+#
+# Add -var nomad_data_dir=<the client's data_dir> if it is not /opt/nomad/data.
+#
+# Monolith (node set, recommended): node and controller on one socket, on that one node; run it
+# once per ZFS node, each run its own job (zfs-csi-<node>) and plugin id, since Nomad sends all
+# controller calls for a plugin id to one node, whichever holds the data (csi_plugin.id cannot use
+# node attributes, Nomad GH-11116). Node only (node empty): one job, zfs-csi-node, --mode node on
+# every node, one shared plugin id, no controller; volumes are registered and created at first
+# use. Details in zfs-csi.nomad.hcl and README.md. Pick one layout per node and parent dataset.
+#
+# Client requirements (see README.md):
+#   - raw_exec enabled: plugin "raw_exec" { config { enabled = true } }; agent runs as root
+#   - the zfs-csi binary at binary_path on the node(s)
+#   - nomad_data_dir equal to the client's data_dir. The binary may only write below
+#     /opt/nomad/data/client/csi and /var/lib/nomad/client/csi (and /csi, /local/csi); for any
+#     other data_dir, rebuild it with ZFS_CSI_EXTRA_DIRS=<data_dir>/client/csi.
+#
+# Application tasks that use the volumes cannot be raw_exec (Nomad: "no task supports CSI");
+# use docker, exec, podman, ... for them. Only the plugin itself can be raw_exec.
+
+variable "node" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Empty: the node-only layout, on every node. Otherwise the monolith layout on this node only:
+    the Nomad node name, exactly as "nomad node status" shows it (column Name). It is also the
+    plugin's node id, so it appears in every volume id (<name>@<node>). At most 63 letters,
+    digits and "-_.".
+  EOT
+
+  validation {
+    condition     = var.node == "" || regex_replace(var.node, "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "") == ""
+    error_message = "The node must be empty (node-only layout) or a Nomad node name of 1 to 63 letters, digits and \"-_.\", starting and ending with a letter or digit."
+  }
+}
+
+variable "plugin_id" {
+  type        = string
+  default     = ""
+  description = "Nomad plugin id; volumes name it in plugin_id. Empty: zfs-<node> (monolith) or zfs (node only)."
+}
+
+variable "deleted_retention" {
+  type        = string
+  default     = "7d"
+  description = <<-EOT
+    Monolith only: how long deleted volumes and snapshots are kept, set aside, before they are
+    destroyed: 0 (destroy at once), or a whole number with s, m, h or d, e.g. 90s, 24h, 7d.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.deleted_retention, "^(0|[0-9]{1,6}[smhd])$", "") == ""
+    error_message = "The deleted_retention must be 0 or a whole number with s, m, h or d, e.g. 24h or 7d."
+  }
+}
+
+variable "binary_path" {
+  type        = string
+  default     = "/usr/local/bin/zfs-csi"
+  description = "Host path of the zfs-csi binary."
+}
+
+variable "nomad_data_dir" {
+  type        = string
+  default     = "/opt/nomad/data"
+  description = "The Nomad client's data_dir (no trailing slash), e.g. /opt/nomad/data or /var/lib/nomad."
+}
+
+variable "parent_dataset" {
+  type        = string
+  default     = "tank/nomad"
+  description = "Dataset under which every volume is a child dataset (POOL/DATASET, not a whole pool)."
+}
+
+variable "topology" {
+  type        = map(string)
+  default     = {}
+  description = <<-EOT
+    Extra topology segments of the node(s), e.g. -var 'topology={zone="eu1"}'. The segment
+    org.zfs-csi/node=<node name> is always added by the plugin.
+  EOT
+}
+
+variable "log_level" {
+  type        = string
+  default     = "info"
+  description = "debug, info, warn or error."
+}
+
+variable "datacenters" {
+  type        = list(string)
+  default     = ["*"]
+  description = "Datacenters to run the plugin in (for a monolith, the node must be in one of them)."
+}
+
+locals {
+  # The layout: also the plugin's --mode and the csi_plugin type.
+  mode = var.node != "" ? "monolith" : "node"
+
+  # Literals by the time the job is submitted: variables are resolved by "nomad job run".
+  plugin_id = var.plugin_id != "" ? var.plugin_id : (var.node != "" ? "zfs-${var.node}" : "zfs")
+  # A monolith has one job per plugin id, so running the job for node-b does not replace node-a's.
+  job_id = var.node == "" ? "zfs-csi-node" : (var.plugin_id != "" ? "zfs-csi-${var.plugin_id}" : "zfs-csi-${var.node}")
+
+  # raw_exec has no filesystem isolation: Nomad sends staging and target paths with this
+  # prefix, and the plugin must find them at the same place on the host, so it is the host
+  # directory Nomad uses for the plugin: <data_dir>/client/csi/<node|monolith>/<plugin id>, by
+  # the csi_plugin type. The default /local/csi would be wrong here (apps would get an empty
+  # directory, GH-11885).
+  stage_publish_base_dir = "${var.nomad_data_dir}/client/csi/${local.mode}/${local.plugin_id}"
+
+  args = concat(
+    [
+      "--mode", local.mode,
+      "--parent-dataset", var.parent_dataset,
+      # The node name (for a monolith the constraint below makes it equal var.node). It is the
+      # value of the org.zfs-csi/node topology segment, which volumes pin themselves to, and the
+      # suffix of every volume and snapshot id.
+      "--node-id", "${node.unique.name}",
+    ],
+    # Only a controller deletes volumes and snapshots.
+    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention] : [],
+    [
+      # Must equal csi_plugin.stage_publish_base_dir: the plugin refuses paths outside it.
+      "--stage-publish-base-dir", local.stage_publish_base_dir,
+      "--log-level", var.log_level,
+    ],
+    flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
+  )
+}
+
+job "zfs-csi" {
+  id   = local.job_id
+  name = local.job_id
+
+  # A system job in both layouts; see zfs-csi.nomad.hcl for why a monolith is one too.
+  type        = "system"
+  datacenters = var.datacenters
+
+  # Monolith only: run on that node.
+  dynamic "constraint" {
+    for_each = var.node != "" ? [var.node] : []
+    content {
+      attribute = "${node.unique.name}"
+      value     = constraint.value
+    }
+  }
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+
+  group "plugin" {
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+
+    task "plugin" {
+      driver = "raw_exec"
+
+      config {
+        command = var.binary_path
+        args    = local.args
+      }
+
+      # CSI_ENDPOINT is set by Nomad to the host socket path
+      # unix://<data_dir>/client/csi/plugins/<alloc id>/csi.sock (below <data_dir>/client/csi).
+      # The plugin runs zfs, zpool, mount and umount from PATH, resolved when it starts.
+      env {
+        PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+      }
+
+      csi_plugin {
+        id   = local.plugin_id
+        type = local.mode
+        # Ignored by raw_exec apart from validation (the socket lives in the host path above).
+        mount_dir              = "/csi"
+        stage_publish_base_dir = local.stage_publish_base_dir
+      }
+
+      resources {
+        cpu = 100
+        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # controller's zfs listings.
+        memory = local.mode == "monolith" ? 192 : 128
+      }
+    }
+  }
+}

@@ -1,0 +1,87 @@
+/**
+ * What the unit tests of the CSI services build a service on: a run config for node "n1" in
+ * zone "eu1", a debug logger whose lines are kept, a {@linkcode FakeRunner} with the test's fake
+ * host behind it, the Zfs and Mounter on that runner, the locks and the health checker.
+ */
+
+import { type Config, parseConfig } from "../../src/config.ts";
+import { HealthChecker } from "../../src/csi/health.ts";
+import type { VolumeCapability } from "../../src/csi/types.ts";
+import { KeyedLock } from "../../src/lock.ts";
+import { Logger } from "../../src/log.ts";
+import type { Mounter } from "../../src/mount/mounter.ts";
+import type { Zfs } from "../../src/zfs/zfs.ts";
+import { FakeRunner, fakeTools } from "./fake_runner.ts";
+
+/** The parts a service under test is made of, on a fake host `H`. */
+export interface FakeServices<H> {
+  readonly config: Config;
+  readonly runner: FakeRunner;
+  readonly host: H;
+  readonly zfs: Zfs;
+  readonly mounter: Mounter;
+  readonly log: Logger;
+  /** Every line logged, oldest first. */
+  readonly logs: string[];
+  readonly locks: KeyedLock;
+  readonly health: HealthChecker;
+}
+
+/**
+ * Builds the parts of a service for node "n1" in zone "eu1" below `parent`, with `flags` added
+ * to the command line. `host` puts the fake host on the runner; `before` scripts the runner
+ * first, so its rules win over the host's (it may call `host()` only once a command runs).
+ */
+export function fakeServices<H>(opts: {
+  parent: string;
+  flags?: readonly string[];
+  host: (runner: FakeRunner) => H;
+  before?: (runner: FakeRunner, host: () => H) => void;
+}): FakeServices<H> {
+  const parsed = parseConfig(
+    [
+      "--parent-dataset",
+      opts.parent,
+      "--node-id",
+      "n1",
+      "--topology",
+      "zone=eu1",
+      ...opts.flags ?? [],
+    ],
+    {},
+  );
+  if (parsed.kind !== "run") throw new Error("parseConfig did not return a run config");
+  const logs: string[] = [];
+  const log = new Logger("debug", {}, (line) => logs.push(line));
+  const runner = new FakeRunner();
+  // The closure reads `host` only when a command runs, after it is set below.
+  opts.before?.(runner, () => host);
+  const host = opts.host(runner);
+  const { zfs, mounter } = fakeTools(runner, log);
+  const health = new HealthChecker({ zfs, mounter, parentDataset: opts.parent, log });
+  return {
+    config: parsed.config,
+    runner,
+    host,
+    zfs,
+    mounter,
+    log,
+    logs,
+    locks: new KeyedLock(),
+    health,
+  };
+}
+
+/** A filesystem capability as a CSI request carries it. */
+export function fsCap(mode = "SINGLE_NODE_WRITER", flags: string[] = []): VolumeCapability {
+  return {
+    mount: { fs_type: "", mount_flags: flags, volume_mount_group: "" },
+    access_mode: { mode },
+    access_type: "mount",
+  };
+}
+
+/** A block capability, which the plugin refuses. */
+export function blockCap(): VolumeCapability {
+  return { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" }, access_type: "block" };
+}
