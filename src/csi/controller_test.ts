@@ -876,19 +876,25 @@ Deno.test("ControllerService.CreateVolume refuses an OpenZFS-only parameter that
 
 Deno.test("ControllerService.CreateVolume names every OpenZFS-only parameter zfs does not know", async () => {
   using h = setup();
-  h.host.unknown.add("encryption").add("keyformat");
+  h.host.unknown.add("encryption").add("keyformat").add("keylocation");
   await assertRejectsCsi(
     h.controller.CreateVolume(createReq("v1", {
-      parameters: { encryption: "on", keyformat: "passphrase", relatime: "on" },
+      parameters: {
+        encryption: "on",
+        keyformat: "passphrase",
+        keylocation: "file:///k",
+        relatime: "on",
+      },
     })),
     Code.INVALID_ARGUMENT,
-    'Parameter "encryption", "keyformat" is not supported by the ZFS on node "n1" ' +
-      "(it needs OpenZFS)",
+    'Parameter "encryption", "keyformat", "keylocation" is not supported by the ZFS on node ' +
+      '"n1" (it needs OpenZFS)',
   );
   assert.deepEqual(h.runner.argvs, [
     getState("tank/nomad/v1"),
-    getProps("encryption,keyformat,relatime", "tank/nomad"),
-    getProps("keyformat,relatime", "tank/nomad"),
+    getProps("encryption,keyformat,keylocation,relatime", "tank/nomad"),
+    getProps("keyformat,keylocation,relatime", "tank/nomad"),
+    getProps("keylocation,relatime", "tank/nomad"),
     getProps("relatime", "tank/nomad"),
   ]);
   // relatime was found supported: a create asking only for it needs no question.

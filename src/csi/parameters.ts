@@ -162,6 +162,13 @@ export function parseParameters(
   if (properties.keylocation !== undefined && properties.encryption === undefined) {
     throw invalid(`Parameter "keylocation" needs "encryption"`);
   }
+  // zfs would prompt for the key, and the plugin has no terminal: the create would fail late.
+  if (properties.keyformat !== undefined && properties.keylocation === undefined) {
+    throw invalid(
+      `Parameter "keyformat" needs "keylocation" (file:///path or https://...): ` +
+        `the plugin cannot prompt for a key`,
+    );
+  }
   return {
     properties,
     ...(quota ? { quota } : {}),

@@ -81,8 +81,12 @@ Deno.test("ZFS_PARAMETERS is the allowlist these tests have a sample for", () =>
 
 Deno.test("parseParameters accepts every allowlisted key with a sample value", () => {
   for (const [key, value] of Object.entries(SAMPLES)) {
-    // keylocation only comes with encryption.
-    const params = key === "keylocation" ? { encryption: "on", [key]: value } : { [key]: value };
+    // keylocation only comes with encryption, and keyformat with keylocation.
+    const params: Record<string, string> = key === "keylocation"
+      ? { encryption: "on", [key]: value }
+      : key === "keyformat"
+      ? { encryption: "on", keylocation: "file:///k", [key]: value }
+      : { [key]: value };
     const p = parseParameters(params);
     assert.deepEqual(p.properties, params, key);
     assert.deepEqual(
@@ -413,4 +417,18 @@ Deno.test("parseParameters refuses names of Object.prototype members as unknown 
     assert.equal(isKnownParameter(key), false, key);
     assertRefused({ [key]: "x" }, new RegExp(`^Parameter "${key}" is not supported`), key);
   }
+});
+
+Deno.test("parseParameters refuses a keyformat without a keylocation: zfs would prompt", () => {
+  assertRefused(
+    { encryption: "on", keyformat: "passphrase" },
+    'Parameter "keyformat" needs "keylocation" (file:///path or https://...): ' +
+      "the plugin cannot prompt for a key",
+  );
+  // Without a keyformat, a child of an encrypted parent inherits its key: zfs decides.
+  assert.deepEqual(parseParameters({ encryption: "on" }).properties, { encryption: "on" });
+  assert.deepEqual(
+    parseParameters({ encryption: "on", keyformat: "hex", keylocation: "file:///k" }).properties,
+    { encryption: "on", keyformat: "hex", keylocation: "file:///k" },
+  );
 });

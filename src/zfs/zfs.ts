@@ -34,6 +34,8 @@ export interface ZfsOptions {
 
 const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["dependents", /has dependent clones/i],
+  // Before not_found: a missing key file is bad input, not a missing dataset.
+  ["invalid", /encryption failure/i],
   ["key_unavailable", /key not loaded|keys? (?:is|are) not loaded|key is unavailable/i],
   ["not_found", /does not exist|no such pool|no such file or directory|could not find/i],
   ["exists", /already exists/i],
@@ -43,7 +45,7 @@ const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["unsupported", /not supported|unsupported|must be upgraded|pool version/i],
   [
     "invalid",
-    /invalid|bad property|bad numeric value|cannot be set|too long|illegal|must be a number|must be one of|must be (?:a )?power of|less than current used/i,
+    /invalid|bad property|bad numeric value|cannot be set|too long|illegal|must be a number|must be one of|must be (?:a )?power of|less than current used|keyformat required/i,
   ],
 ];
 

@@ -511,3 +511,15 @@ Deno.test("classifyZfsError reads zfs-fuse's refusals of a property value as inv
     assert.equal(classifyZfsError(stderr), "invalid", stderr);
   }
 });
+
+Deno.test("classifyZfsError reads OpenZFS's key refusals as invalid input", () => {
+  for (
+    const stderr of [
+      "cannot create 'p/n/x': Keyformat required for new encryption root.\n",
+      "Failed to open key material file: No such file or directory\n" +
+      "cannot create 'p/n/x': encryption failure\n",
+    ]
+  ) {
+    assert.equal(classifyZfsError(stderr), "invalid", stderr);
+  }
+});

@@ -248,6 +248,8 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       "CreateVolume refuses bad input with clear codes and changes nothing",
       async (s) => {
         const before = await poolState(pool);
+        const openzfs = (await tryRun("zfs", "get", "-H", "-o", "value", "relatime", pool.parent))
+          .code === 0;
         const block = { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } };
         const cases: Array<[string, Record<string, unknown>, number, RegExp?]> = [
           ["no name", createRequest(""), Code.INVALID_ARGUMENT],
@@ -282,11 +284,27 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
             Code.INVALID_ARGUMENT,
           ],
           [
-            "OpenZFS-only property on zfs-fuse",
+            "a key format without a key location (no terminal to prompt on)",
             createRequest("x", { parameters: { encryption: "on", keyformat: "passphrase" } }),
             Code.INVALID_ARGUMENT,
-            /needs OpenZFS/,
+            /needs "keylocation"/,
           ],
+          // zfs-fuse knows no relatime; OpenZFS does, and refuses a value it does not know.
+          openzfs
+            ? [
+              "a value OpenZFS refuses",
+              createRequest("x", {
+                parameters: { relatime: "on", dnodesize: "legacy", copies: "3", recordsize: "3K" },
+              }),
+              Code.INVALID_ARGUMENT,
+              /recordsize/,
+            ]
+            : [
+              "an OpenZFS-only property on zfs-fuse",
+              createRequest("x", { parameters: { relatime: "on" } }),
+              Code.INVALID_ARGUMENT,
+              /needs OpenZFS/,
+            ],
           [
             "negative size",
             createRequest("x", { capacity_range: { required_bytes: "-1", limit_bytes: "0" } }),

@@ -81,6 +81,22 @@ capture_fixtures() {
   failing mount_already_mounted zfs mount tpool/nomad
   failing get_bad_property zfs get -Hp -o name,property,value,source bogusprop tpool/nomad
 
+  # What the controller reads and meets: the tree below the parent, clones that block a destroy,
+  # an unmount of what is not mounted, values zfs refuses, a key file that is not there.
+  zfs snapshot tpool/nomad/v1@snap1
+  zfs clone tpool/nomad/v1@snap1 tpool/nomad/c1
+  zfs get -Hp -r -d 2 -o name,property,value,source \
+    type,creation,referenced,refquota,org.zfs-csi:managed tpool/nomad >"$f/zfs_get_tree.txt"
+  failing destroy_snapshot_dependent_clones zfs destroy tpool/nomad/v1@snap1
+  failing destroy_filesystem_dependent_clones zfs destroy -r tpool/nomad/v1
+  zfs unmount tpool/nomad/c1
+  failing unmount_not_mounted zfs unmount tpool/nomad/c1
+  failing create_bad_value zfs create -o recordsize=3K tpool/nomad/bad
+  failing create_missing_key zfs create -o encryption=on -o keyformat=hex \
+    -o keylocation=file:///nonexistent/key tpool/nomad/enc
+  zfs destroy tpool/nomad/c1
+  zfs destroy tpool/nomad/v1@snap1
+
   # Bind mounts as the plugin makes them: staging, targets with a space and brackets, one read-only.
   local stage="$d/base/staging/v1/rw" t1="$d/base/per-alloc/a1/db[0]/rw" t2="$d/base/per-alloc/a 2/v1/rw"
   mkdir -p "$stage" "$t1" "$t2"
