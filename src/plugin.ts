@@ -126,7 +126,8 @@ export async function startPlugin(
   }
   health.startPeriodic();
   const server = await startServer(config.socketPath, handlers, log);
-  trash?.startPeriodic();
+  // The first purge waits for the first health check, so it does not slow the first ready Probe.
+  void health.refresh().finally(() => trash?.startPeriodic());
   return { server, health };
 }
 

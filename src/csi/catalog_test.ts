@@ -242,3 +242,17 @@ Deno.test("readCatalog passes other zfs failures on", async () => {
     (err: unknown) => err instanceof ZfsError && err.kind === "permission",
   );
 });
+
+Deno.test("catalogOf reads a captured OpenZFS 2.1 tree: own markers only, snapshots of volumes", async () => {
+  const catalog = catalogOf("tpool/nomad", parseGet(await fixture("openzfs/zfs_get_tree.txt")));
+  // c1 is a clone made by hand, without our marker: not a volume.
+  assert.deepEqual(catalog.volumes.map((v) => [v.name, v.refquota]).sort(), [
+    ["db[0]", 209715200],
+    ["v1", 104857600],
+  ]);
+  assert.deepEqual(
+    catalog.snapshots.map((s) => [s.snapshot, s.volumeName, s.name, s.referenced]),
+    [["tpool/nomad/v1@snap1", "v1", "snap1", 24576]],
+  );
+  assert.ok(catalog.snapshots.every((s) => s.creation > 1_700_000_000));
+});

@@ -35,7 +35,7 @@ export interface ZfsOptions {
 const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["dependents", /has dependent clones/i],
   // Before not_found: a missing key file is bad input, not a missing dataset.
-  ["invalid", /encryption failure/i],
+  ["invalid", /encryption failure|key material/i],
   ["key_unavailable", /key not loaded|keys? (?:is|are) not loaded|key is unavailable/i],
   ["not_found", /does not exist|no such pool|no such file or directory|could not find/i],
   ["exists", /already exists/i],

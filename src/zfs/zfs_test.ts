@@ -43,6 +43,19 @@ Deno.test("classifyZfsError classifies captured zfs-fuse stderr", async () => {
   }
 });
 
+Deno.test("classifyZfsError classifies the controller's captured OpenZFS 2.1 stderr", async () => {
+  const table: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
+    ["stderr_destroy_snapshot_dependent_clones.txt", "dependents"],
+    ["stderr_destroy_filesystem_dependent_clones.txt", "dependents"],
+    ["stderr_create_bad_value.txt", "invalid"],
+    // A key file that is not there is bad input, not a missing dataset.
+    ["stderr_create_missing_key.txt", "invalid"],
+  ];
+  for (const [file, kind] of table) {
+    assert.equal(classifyZfsError(await fixture(`openzfs/${file}`)), kind, `openzfs/${file}`);
+  }
+});
+
 Deno.test("classifyZfsError classifies OpenZFS messages", () => {
   const table: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
     ["cannot destroy 'tank/nomad/v': dataset is busy", "busy"],
