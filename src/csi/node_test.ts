@@ -323,6 +323,32 @@ Deno.test("NodeService.NodeStageVolume mounts an existing unmounted dataset firs
   ]);
 });
 
+Deno.test("NodeService.NodeStageVolume stages a created volume by its node-qualified id and context", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 1024 });
+  const staging = `${h.base}/staging/v1/rw`;
+  await h.node.NodeStageVolume(
+    stageReq("v1@n1", staging, { volume_context: { dataset: "tank/nomad/v1" } }),
+  );
+  assert.deepEqual(h.runner.argvs, [
+    [...GET, "tank/nomad/v1"],
+    ["mount"],
+    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+  ]);
+});
+
+Deno.test("NodeService.NodeStageVolume of another node's volume runs nothing, even with a size", async () => {
+  await using h = await setup();
+  await assertRejectsCsi(
+    h.node.NodeStageVolume(
+      stageReq("v1@n2", `${h.base}/staging/v1/rw`, { volume_context: { size: "1G" } }),
+    ),
+    Code.FAILED_PRECONDITION,
+    /^Volume "v1@n2" lives on node "n2", but this plugin runs on node "n1"/,
+  );
+  assert.deepEqual(h.runner.argvs, []);
+});
+
 Deno.test("NodeService.NodeStageVolume refuses a dataset without the marker and says how to adopt it", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { managed: false });
@@ -421,6 +447,12 @@ Deno.test("NodeService.NodeStageVolume refuses bad ids, paths and contexts befor
       stageReq("v1", staging, { volume_context: { sise: "1G" } }),
       /volume_context key "sise" is not known/,
     ],
+    [
+      // A context from CreateVolume that names another dataset than the id maps to.
+      stageReq("v1@n1", staging, { volume_context: { dataset: "tank/nomad/v2" } }),
+      /^volume_context names dataset "tank\/nomad\/v2", but the volume id maps to "tank\/nomad\/v1"$/,
+    ],
+    [stageReq("v1@n1@x", staging), /is not of the form name or name@node/],
     [
       stageReq("v1", staging, {
         volume_capability: fsCap("SINGLE_NODE_WRITER", ["exec,suid,bind"]),
