@@ -94,7 +94,8 @@ controller service.
 The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
 Logs are JSON lines on stderr.`;
 
-const TOPOLOGY_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+/** A topology segment name or value; node ids are one too (the value of the node segment). */
+export const TOPOLOGY_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 function parseTopology(items: readonly string[], nodeId: string): Record<string, string> {

@@ -6,7 +6,12 @@
  */
 
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
-import { decodeComponent, MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
+import {
+  decodeComponent,
+  MANAGED_PROPERTY,
+  MANAGED_VALUE,
+  volumeForDataset,
+} from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** User property holding a volume's CreateVolume parameters, in canonical form. */
@@ -72,11 +77,8 @@ export function volumeRecord(
   dataset: string,
   props: PropertyMap,
 ): VolumeRecord | undefined {
-  const prefix = parent + "/";
-  if (!dataset.startsWith(prefix) || props.get("type")?.value !== "filesystem") return undefined;
-  const component = dataset.slice(prefix.length);
-  if (component.includes("/")) return undefined;
-  const name = decodeComponent(component);
+  if (props.get("type")?.value !== "filesystem") return undefined;
+  const name = volumeForDataset(parent, dataset);
   if (name === undefined || !hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
     return undefined;
   }

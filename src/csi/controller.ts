@@ -12,18 +12,23 @@ import type { Mounter } from "../mount/mounter.ts";
 import { isMountOf } from "../mount/mountinfo.ts";
 import {
   type IdScope,
+  qualifiedSnapshotId,
+  qualifiedVolumeId,
   resolveSnapshot,
   resolveVolume,
   snapshotIdFor,
   snapshotIdOf,
   volumeIdFor,
-  volumeIdOfDataset,
 } from "../zfs/ids.ts";
 import {
+  byteLength,
+  childDataset,
   cloneSnapshotComponent,
   encodeName,
   MANAGED_PROPERTY,
   MANAGED_VALUE,
+  MAX_DATASET_NAME,
+  volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -88,9 +93,6 @@ export const CONTROLLER_CAPABILITIES = [
  */
 export const MIN_VOLUME_BYTES = 1024 * 1024;
 
-/** ZFS refuses names of 256 bytes or more. */
-const MAX_NAME = 255;
-
 /** What the controller service works with. */
 export interface ControllerDeps {
   readonly config: Config;
@@ -141,13 +143,7 @@ export class ControllerService {
   async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
     const name = required("name", req.name);
     const id = volumeIdFor(name, this.#scope);
-    const dataset = `${this.#d.config.parentDataset}/${encodeName("Volume name", name)}`;
-    if (new TextEncoder().encode(dataset).length > MAX_NAME) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Volume name "${name}" is too long: dataset "${dataset}" would exceed ${MAX_NAME} bytes`,
-      );
-    }
+    const dataset = childDataset(this.#d.config.parentDataset, "Volume name", name);
     checkCapabilities(req.volume_capabilities);
     const capacity = checkCapacity(req.capacity_range);
     const params = parseParameters(req.parameters);
@@ -380,7 +376,7 @@ export class ControllerService {
     }
     const { dataset } = resolveVolume(sourceId, this.#scope);
     const snapshot = `${dataset}@${component}`;
-    if (new TextEncoder().encode(snapshot).length > MAX_NAME) {
+    if (byteLength(snapshot) > MAX_DATASET_NAME) {
       throw new CsiError(Code.INVALID_ARGUMENT, `Snapshot name "${name}" is too long`);
     }
     // Its id must fit CSI's 128 bytes too (the volume's name, the snapshot's and the node).
@@ -578,11 +574,11 @@ export class ControllerService {
     } else {
       const now = Math.floor(Date.now() / 1000);
       snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset, now)}`;
-      if (new TextEncoder().encode(snapshot).length > MAX_NAME) {
+      if (byteLength(snapshot) > MAX_DATASET_NAME) {
         throw new CsiError(
           Code.INVALID_ARGUMENT,
           `Volume "${source.id}" has too long a name to clone from: its snapshot "${snapshot}" ` +
-            `would exceed ${MAX_NAME} bytes; snapshot it with a short name and create from that`,
+            `would exceed ${MAX_DATASET_NAME} bytes; snapshot it with a short name and create from that`,
         );
       }
       referenced = parseBytes(src.get("referenced")?.value ?? "0");
@@ -642,12 +638,11 @@ export class ControllerService {
   }
 
   #nameOf(dataset: string): string {
-    const id = volumeIdOfDataset(dataset, this.#scope);
-    return id === undefined ? dataset : id.slice(0, id.lastIndexOf("@"));
+    return volumeForDataset(this.#d.config.parentDataset, dataset) ?? dataset;
   }
 
   #volumeIdOfName(name: string): string {
-    return `${name}@${this.#d.config.nodeId}`;
+    return qualifiedVolumeId(name, this.#d.config.nodeId);
   }
 
   #volumeId(v: VolumeRecord): string {
@@ -655,7 +650,7 @@ export class ControllerService {
   }
 
   #snapshotId(s: SnapshotRecord): string {
-    return `${s.volumeName}@${s.name}@${this.#d.config.nodeId}`;
+    return qualifiedSnapshotId(s.volumeName, s.name, this.#d.config.nodeId);
   }
 
   #volumeMessage(id: string, v: VolumeRecord): Record<string, unknown> {

@@ -8,7 +8,7 @@
 import { ZfsError } from "../errors.ts";
 import type { KeyedLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
-import { CLONE_PREFIX, deletedAt, deletedComponent } from "../zfs/names.ts";
+import { CLONE_PREFIX, deletedAt, deletedComponent, MAX_DATASET_NAME } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** What the trash works with. */
@@ -23,8 +23,6 @@ export interface TrashDeps {
   readonly now?: () => number;
 }
 
-/** ZFS refuses names of 256 bytes or more. */
-const MAX_NAME = 255;
 /** Hidden clone snapshots older than this with no clone are leftovers of an interrupted clone. */
 const CLONE_LEFTOVER_SECONDS = 3600;
 
@@ -107,7 +105,7 @@ export class Trash {
     const isSnapshot = name.includes("@");
     const sep = isSnapshot ? "@" : "/";
     const component = name.slice(name.lastIndexOf(sep) + 1);
-    const room = MAX_NAME - container.length - 1;
+    const room = MAX_DATASET_NAME - container.length - 1;
     for (let attempt = 0;; attempt++) {
       const hidden = `${container}${sep}${
         deletedComponent(component, this.#now() + attempt, room)

@@ -9,8 +9,16 @@
  * - snapshot id: `<volume>@<snapshot>` or `<volume>@<snapshot>@<node>`
  */
 
+import { TOPOLOGY_NAME } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
-import { datasetForVolume, decodeComponent, encodeName, MAX_VOLUME_ID_BYTES } from "./names.ts";
+import {
+  byteLength,
+  datasetForVolume,
+  decodeComponent,
+  encodeName,
+  MAX_VOLUME_ID_BYTES,
+  volumeForDataset,
+} from "./names.ts";
 
 /** Where ids are resolved: the parent dataset and this node's id. */
 export interface IdScope {
@@ -36,9 +44,6 @@ export interface SnapshotRef {
   readonly snapshot: string;
 }
 
-const NODE = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const bytes = (s: string) => new TextEncoder().encode(s).length;
-
 function invalid(message: string): CsiError {
   return new CsiError(Code.INVALID_ARGUMENT, message);
 }
@@ -48,7 +53,9 @@ function invalid(message: string): CsiError {
  * on this node is a different volume, or none.
  */
 function checkNode(kind: string, id: string, node: string, scope: IdScope): void {
-  if (!NODE.test(node)) throw invalid(`${kind} id "${id}" names an invalid node "${node}"`);
+  if (!TOPOLOGY_NAME.test(node)) {
+    throw invalid(`${kind} id "${id}" names an invalid node "${node}"`);
+  }
   if (node !== scope.nodeId) {
     throw new CsiError(
       Code.FAILED_PRECONDITION,
@@ -65,7 +72,7 @@ function checkNode(kind: string, id: string, node: string, scope: IdScope): void
  */
 export function resolveVolume(id: string, scope: IdScope): VolumeRef {
   if (id.length === 0) throw invalid("Volume id is empty");
-  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(`Volume id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
   }
   const at = id.indexOf("@");
@@ -85,7 +92,7 @@ export function resolveVolume(id: string, scope: IdScope): VolumeRef {
  */
 export function resolveSnapshot(id: string, scope: IdScope): SnapshotRef {
   if (id.length === 0) throw invalid("Snapshot id is empty");
-  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(`Snapshot id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
   }
   const parts = id.split("@");
@@ -108,8 +115,8 @@ export function resolveSnapshot(id: string, scope: IdScope): SnapshotRef {
  */
 export function volumeIdFor(name: string, scope: IdScope): string {
   encodeName("Volume name", name);
-  const id = `${name}@${scope.nodeId}`;
-  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+  const id = qualifiedVolumeId(name, scope.nodeId);
+  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(
       `Volume name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
     );
@@ -123,8 +130,8 @@ export function volumeIdFor(name: string, scope: IdScope): string {
  */
 export function snapshotIdFor(volumeName: string, name: string, scope: IdScope): string {
   encodeName("Snapshot name", name);
-  const id = `${volumeName}@${name}@${scope.nodeId}`;
-  if (bytes(id) > MAX_VOLUME_ID_BYTES) {
+  const id = qualifiedSnapshotId(volumeName, name, scope.nodeId);
+  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(
       `Snapshot name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
     );
@@ -137,10 +144,8 @@ export function snapshotIdFor(volumeName: string, name: string, scope: IdScope):
  * for datasets that hold no volume (foreign names, hidden ones).
  */
 export function volumeIdOfDataset(dataset: string, scope: IdScope): string | undefined {
-  const prefix = scope.parentDataset + "/";
-  if (!dataset.startsWith(prefix)) return undefined;
-  const name = decodeComponent(dataset.slice(prefix.length));
-  return name === undefined ? undefined : `${name}@${scope.nodeId}`;
+  const name = volumeForDataset(scope.parentDataset, dataset);
+  return name === undefined ? undefined : qualifiedVolumeId(name, scope.nodeId);
 }
 
 /**
@@ -150,11 +155,18 @@ export function volumeIdOfDataset(dataset: string, scope: IdScope): string | und
 export function snapshotIdOf(snapshot: string, scope: IdScope): string | undefined {
   const at = snapshot.indexOf("@");
   if (at < 0) return undefined;
-  const prefix = scope.parentDataset + "/";
-  const dataset = snapshot.slice(0, at);
-  if (!dataset.startsWith(prefix)) return undefined;
-  const volume = decodeComponent(dataset.slice(prefix.length));
+  const volume = volumeForDataset(scope.parentDataset, snapshot.slice(0, at));
   const name = decodeComponent(snapshot.slice(at + 1));
   if (volume === undefined || name === undefined) return undefined;
-  return `${volume}@${name}@${scope.nodeId}`;
+  return qualifiedSnapshotId(volume, name, scope.nodeId);
+}
+
+/** The id of volume `name` on node `nodeId`: the one place that writes the id format. */
+export function qualifiedVolumeId(name: string, nodeId: string): string {
+  return `${name}@${nodeId}`;
+}
+
+/** The id of snapshot `name` of volume `volumeName` on node `nodeId`. */
+export function qualifiedSnapshotId(volumeName: string, name: string, nodeId: string): string {
+  return `${volumeName}@${name}@${nodeId}`;
 }

@@ -11,7 +11,7 @@ export const MANAGED_PROPERTY = "org.zfs-csi:managed";
 export const MANAGED_VALUE = "yes";
 
 /** ZFS refuses names of 256 bytes or more. */
-const MAX_DATASET_NAME = 255;
+export const MAX_DATASET_NAME = 255;
 /** CSI asks plugins to accept ids of up to 128 bytes; we accept no more. */
 export const MAX_VOLUME_ID_BYTES = 128;
 
@@ -20,6 +20,11 @@ const PLAIN = /^[A-Za-z0-9_.-]$/;
 /** Characters a ZFS dataset component may hold (zfs-fuse and OpenZFS agree on this set). */
 const COMPONENT = /^[A-Za-z0-9_.:-]+$/;
 const encoder = new TextEncoder();
+
+/** The length of `s` in UTF-8 bytes, as ZFS and CSI count names and ids. */
+export function byteLength(s: string): number {
+  return encoder.encode(s).length;
+}
 
 /**
  * Checks a dataset name given by the operator (the parent dataset).
@@ -137,14 +142,23 @@ export function decodeComponent(component: string): string | undefined {
  */
 export function datasetForVolume(parent: string, id: string): string {
   const prefix = parent + "/";
-  if (id.startsWith(prefix) && encoder.encode(id).length <= MAX_VOLUME_ID_BYTES) {
+  if (id.startsWith(prefix) && byteLength(id) <= MAX_VOLUME_ID_BYTES) {
     const rest = id.slice(prefix.length);
     if (decodeComponent(rest) !== undefined) return id;
   }
-  const dataset = prefix + encodeVolumeId(id);
-  if (encoder.encode(dataset).length > MAX_DATASET_NAME) {
+  return childDataset(parent, "Volume id", id);
+}
+
+/**
+ * The child of `parent` that `name` encodes to (see {@linkcode encodeName}); `what` starts the
+ * error messages. Unlike {@linkcode datasetForVolume}, a full dataset name is no alias here.
+ * @throws {CsiError} INVALID_ARGUMENT for names that cannot be encoded or would be too long
+ */
+export function childDataset(parent: string, what: string, name: string): string {
+  const dataset = `${parent}/${encodeName(what, name)}`;
+  if (byteLength(dataset) > MAX_DATASET_NAME) {
     throw invalid(
-      `Volume id "${id}" is too long: dataset "${dataset}" would exceed ${MAX_DATASET_NAME} bytes`,
+      `${what} "${name}" is too long: dataset "${dataset}" would exceed ${MAX_DATASET_NAME} bytes`,
     );
   }
   return dataset;
