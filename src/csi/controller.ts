@@ -159,18 +159,18 @@ export class ControllerService {
     }
     const source = this.#source(req.volume_content_source);
     checkSizes(params, size);
+    const sourceText = source ? `${source.kind}:${source.id}` : "";
+    const want = { capacity, params, source: sourceText };
     const keys = source ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#d.locks, keys, async () => {
       const existing = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
-      if (existing) {
-        return this.#answerRepeat(id, dataset, existing, { size, capacity, params, source });
-      }
+      if (existing) return this.#answerRepeat(id, dataset, existing, want);
       await this.#checkSupported(params);
       const props: Record<string, string> = {
         ...params.properties,
         [MANAGED_PROPERTY]: MANAGED_VALUE,
         [PARAMETERS_PROPERTY]: params.canonical,
-        ...(source ? { [SOURCE_PROPERTY]: `${source.kind}:${source.id}` } : {}),
+        ...(source ? { [SOURCE_PROPERTY]: sourceText } : {}),
       };
       let refquota = size;
       try {
@@ -184,13 +184,21 @@ export class ControllerService {
       } catch (err) {
         if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
         // Made meanwhile outside this plugin: judge it like any repeat.
-      }
-      const created = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
-      if (!created) {
-        throw new CsiError(Code.INTERNAL, `Dataset "${dataset}" vanished after creation`);
+        const made = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+        if (!made) throw new CsiError(Code.INTERNAL, `Dataset "${dataset}" vanished`);
+        return this.#answerRepeat(id, dataset, made, want);
       }
       this.#d.log.info("volume created", { volumeId: id, dataset, refquota });
-      return this.#answerRepeat(id, dataset, created, { size: refquota, capacity, params, source });
+      // Everything the answer needs was just set with the create: no need to read it back.
+      return {
+        volume: this.#volumeMessage(id, {
+          dataset,
+          name,
+          refquota,
+          parameters: params.canonical,
+          source: sourceText,
+        }),
+      };
     });
   }
 
@@ -482,10 +490,10 @@ export class ControllerService {
     dataset: string,
     props: PropertyMap,
     want: {
-      size: number;
       capacity: { requiredBytes: number; limitBytes: number };
       params: VolumeParameters;
-      source: Source | undefined;
+      /** `snapshot:<id>`, `volume:<id>` or "". */
+      source: string;
     },
   ): unknown {
     const conflict = (why: string) =>
@@ -498,8 +506,7 @@ export class ControllerService {
     if (record.parameters !== want.params.canonical) {
       throw conflict(`with other parameters (${record.parameters})`);
     }
-    const source = want.source ? `${want.source.kind}:${want.source.id}` : "";
-    if (record.source !== source) {
+    if (record.source !== want.source) {
       throw conflict(`with another content source (${record.source || "none"})`);
     }
     const { requiredBytes, limitBytes } = want.capacity;
