@@ -237,14 +237,12 @@ export class ControllerService {
 
   async ValidateVolumeCapabilities(req: ValidateVolumeCapabilitiesRequest): Promise<unknown> {
     const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
-    if (!req.volume_capabilities || req.volume_capabilities.length === 0) {
-      throw new CsiError(Code.INVALID_ARGUMENT, "volume_capabilities is required");
-    }
+    const caps = requiredCapabilities(req.volume_capabilities);
     parseVolumeContext(req.volume_context);
     const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
     if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
     checkOwned(dataset, props);
-    for (const cap of req.volume_capabilities) {
+    for (const cap of caps) {
       try {
         checkCapability(cap);
       } catch (err) {
@@ -259,7 +257,7 @@ export class ControllerService {
       confirmed: {
         volume_context: req.volume_context ?? {},
         // Rebuilt rather than echoed: decoded messages carry oneof names that do not encode.
-        volume_capabilities: req.volume_capabilities.map((cap) => ({
+        volume_capabilities: caps.map((cap) => ({
           access_mode: { mode: cap.access_mode?.mode },
           mount: {
             fs_type: cap.mount?.fs_type ?? "",
@@ -693,12 +691,19 @@ export class ControllerService {
   }
 }
 
-/** Checks the capabilities a volume is created with: at least one, each one we serve. */
-function checkCapabilities(caps: readonly VolumeCapability[] | null | undefined): void {
+/** The capabilities of a request, which must name at least one. */
+function requiredCapabilities(
+  caps: readonly VolumeCapability[] | null | undefined,
+): readonly VolumeCapability[] {
   if (!caps || caps.length === 0) {
     throw new CsiError(Code.INVALID_ARGUMENT, "volume_capabilities is required");
   }
-  for (const cap of caps) checkCapability(cap);
+  return caps;
+}
+
+/** Checks the capabilities a volume is created with: at least one, each one we serve. */
+function checkCapabilities(caps: readonly VolumeCapability[] | null | undefined): void {
+  for (const cap of requiredCapabilities(caps)) checkCapability(cap);
 }
 
 /** The content source recorded on a dataset, as a CSI message. */
