@@ -24,6 +24,12 @@ const UNITS: Record<string, number> = {
 };
 
 /**
+ * Smallest volume: ZFS refuses a refquota below what an empty filesystem already uses (it says
+ * "out of space", which would mislead), so no volume is made smaller than this.
+ */
+export const MIN_VOLUME_BYTES = 1024 * 1024;
+
+/**
  * Parses a size into whole bytes (rounded up).
  * @throws {RangeError} for text that is not a positive size below 2^53 bytes
  */

@@ -4,7 +4,7 @@
  */
 
 import { Code, CsiError } from "../errors.ts";
-import { parseSize } from "../size.ts";
+import { MIN_VOLUME_BYTES, parseSize } from "../size.ts";
 
 /** Keys the plugin reads from a volume context. */
 export const CONTEXT_KEYS = {
@@ -46,9 +46,17 @@ export function parseVolumeContext(
   const base = dataset ? { dataset } : {};
   const size = ctx?.[CONTEXT_KEYS.size];
   if (size === undefined || size === "") return base;
+  let sizeBytes: number;
   try {
-    return { ...base, sizeBytes: parseSize(size) };
+    sizeBytes = parseSize(size);
   } catch (err) {
     throw new CsiError(Code.INVALID_ARGUMENT, `volume_context size: ${(err as Error).message}`);
   }
+  if (sizeBytes < MIN_VOLUME_BYTES) {
+    throw new CsiError(
+      Code.OUT_OF_RANGE,
+      `volume_context size "${size}" is below the smallest volume, ${MIN_VOLUME_BYTES} bytes`,
+    );
+  }
+  return { ...base, sizeBytes };
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { Code, CsiError } from "../errors.ts";
+import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import { parseVolumeContext } from "./context.ts";
 
 function assertInvalid(fn: () => unknown, message: string): void {
@@ -25,10 +26,22 @@ Deno.test("parseVolumeContext returns nothing for an empty or missing context", 
 
 Deno.test("parseVolumeContext reads the dataset CreateVolume reports", () => {
   assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/pg" }), { dataset: "tank/nomad/pg" });
-  assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/pg", size: "1K" }), {
+  assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/pg", size: "1M" }), {
     dataset: "tank/nomad/pg",
-    sizeBytes: 1024,
+    sizeBytes: 1048576,
   });
+});
+
+Deno.test("parseVolumeContext refuses a size below the smallest volume with OUT_OF_RANGE", () => {
+  // zfs would answer "out of space" for a refquota below what an empty filesystem uses.
+  for (const size of ["1", "100K", "1048575"]) {
+    assertThrowsCsi(
+      () => parseVolumeContext({ size }),
+      Code.OUT_OF_RANGE,
+      `volume_context size "${size}" is below the smallest volume, 1048576 bytes`,
+    );
+  }
+  assert.deepEqual(parseVolumeContext({ size: "1048576" }), { sizeBytes: 1048576 });
 });
 
 Deno.test("parseVolumeContext refuses unknown keys, naming them", () => {

@@ -69,6 +69,8 @@ import type {
   VolumeContentSource,
 } from "./types.ts";
 import { checkCapability, checkCapacity, required } from "./validate.ts";
+import { fittedSnapshotName, fittedVolumeName, isFormOf } from "../zfs/fit.ts";
+import { MIN_VOLUME_BYTES } from "../size.ts";
 
 /**
  * Controller capabilities; fixed for the life of the process. No PUBLISH_UNPUBLISH_VOLUME:
@@ -87,11 +89,8 @@ export const CONTROLLER_CAPABILITIES = [
   "VOLUME_CONDITION",
 ] as const;
 
-/**
- * Smallest volume: ZFS refuses a refquota below what an empty filesystem already uses, so
- * smaller requests get this much (CSI lets a volume be larger than required_bytes).
- */
-export const MIN_VOLUME_BYTES = 1024 * 1024;
+// Smaller requests get this much (CSI lets a volume be larger than required_bytes).
+export { MIN_VOLUME_BYTES };
 
 /** What the controller service works with. */
 export interface ControllerDeps {
@@ -141,7 +140,11 @@ export class ControllerService {
   }
 
   async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
-    const name = required("name", req.name);
+    const name = fittedVolumeName(
+      required("name", req.name),
+      this.#d.config.parentDataset,
+      this.#d.config.nodeId,
+    );
     const id = volumeIdFor(name, this.#scope);
     const dataset = childDataset(this.#d.config.parentDataset, "Volume name", name);
     checkCapabilities(req.volume_capabilities);
@@ -372,8 +375,8 @@ export class ControllerService {
 
   async CreateSnapshot(req: CreateSnapshotRequest): Promise<unknown> {
     const sourceId = required("source_volume_id", req.source_volume_id);
-    const name = required("name", req.name);
-    const component = encodeName("Snapshot name", name);
+    const requested = required("name", req.name);
+    encodeName("Snapshot name", requested);
     if (Object.keys(req.parameters ?? {}).length > 0) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
@@ -381,13 +384,21 @@ export class ControllerService {
       );
     }
     const { dataset } = resolveVolume(sourceId, this.#scope);
+    const name = fittedSnapshotName(
+      this.#nameOf(dataset),
+      dataset,
+      requested,
+      this.#d.config.nodeId,
+    );
+    const component = encodeName("Snapshot name", name);
     const snapshot = `${dataset}@${component}`;
     if (byteLength(snapshot) > MAX_DATASET_NAME) {
       throw new CsiError(Code.INVALID_ARGUMENT, `Snapshot name "${name}" is too long`);
     }
     // Its id must fit CSI's 128 bytes too (the volume's name, the snapshot's and the node).
     snapshotIdFor(this.#nameOf(dataset), name, this.#scope);
-    return await withLock(this.#d.locks, [dataset, `snapshot:${component}`], async () => {
+    // Locked by the requested name: its shortened form can differ between volumes.
+    return await withLock(this.#d.locks, [dataset, `snapshot:${requested}`], async () => {
       const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
         snapshots: true,
       });
@@ -396,11 +407,14 @@ export class ControllerService {
         if (props) checkOwned(dataset, props);
         throw new CsiError(Code.NOT_FOUND, `Source volume "${sourceId}" not found`);
       }
-      const same = catalog.snapshots.find((s) => s.component === component);
+      // Names are unique across the node's volumes, in full or shortened form.
+      const same = catalog.snapshots.find((s) =>
+        s.dataset === dataset ? s.component === component : isFormOf(s.name, requested)
+      );
       if (same && same.dataset !== dataset) {
         throw new CsiError(
           Code.ALREADY_EXISTS,
-          `A snapshot named "${name}" already exists, of another volume ` +
+          `A snapshot named "${requested}" already exists, of another volume ` +
             `("${this.#volumeIdOfName(same.volumeName)}")`,
         );
       }

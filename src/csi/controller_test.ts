@@ -638,6 +638,21 @@ Deno.test("ControllerService.CreateVolume encodes the name into one dataset comp
   assert.deepEqual(res, { volume: volumeMessage("db[0]@n1", "tank/nomad/db:5b0:5d", 0) });
 });
 
+Deno.test("ControllerService.CreateVolume gives a 128-byte name a shortened dataset, the same on a repeat", async () => {
+  using h = setup();
+  const name = "max-" + "a".repeat(124);
+  const first = await h.controller.CreateVolume(createReq(name));
+  const id = (first as { volume: { volume_id: string } }).volume.volume_id;
+  const short = id.slice(0, -"@n1".length);
+  assert.match(short, /^max-a+-[0-9a-f]{16}$/);
+  assert.ok(name.startsWith(short.slice(0, -17)));
+  assert.ok(new TextEncoder().encode(id).length <= 128);
+  assert.deepEqual(first, { volume: volumeMessage(id, `tank/nomad/${short}`, 64 * MiB) });
+  const mark = h.mark();
+  assert.deepEqual(await h.controller.CreateVolume(createReq(name)), first);
+  assert.deepEqual(h.since(mark), [getState(`tank/nomad/${short}`)]);
+});
+
 Deno.test("ControllerService.CreateVolume repeated for an existing compatible dataset creates nothing and answers the same", async () => {
   using h = setup();
   const req = createReq("v1", { parameters: { compression: "lz4" } });
@@ -1399,6 +1414,29 @@ Deno.test("ControllerService.CreateSnapshot answers ALREADY_EXISTS for the same 
     'A snapshot named "s1" already exists, of another volume ("v1@n1")',
   );
   assert.deepEqual(h.runner.argvs, [catalog(2)]);
+});
+
+Deno.test("ControllerService.CreateSnapshot shortens a name that does not fit, keeps it idempotent and unique across volumes", async () => {
+  using h = setup();
+  const long = "v".repeat(51);
+  addVolume(h.host, long);
+  addVolume(h.host, "v2");
+  const name = "s".repeat(128);
+  const res = await h.controller.CreateSnapshot(snapshotReq(`${long}@n1`, name)) as {
+    snapshot: { snapshot_id: string };
+  };
+  const id = res.snapshot.snapshot_id;
+  assert.equal(new TextEncoder().encode(id).length, 128);
+  const component = id.split("@")[1]!;
+  assert.match(component, /^s+-[0-9a-f]{16}$/);
+  assert.deepEqual(h.runner.argvs[1], ["zfs", "snapshot", `tank/nomad/${long}@${component}`]);
+  assert.deepEqual(await h.controller.CreateSnapshot(snapshotReq(`${long}@n1`, name)), res);
+  // On a volume with a short name the same name fits as it is; it is still the same name.
+  await assertRejectsCsi(
+    h.controller.CreateSnapshot(snapshotReq("v2@n1", name)),
+    Code.ALREADY_EXISTS,
+    new RegExp(`already exists, of another volume \\("${long}@n1"\\)`),
+  );
 });
 
 Deno.test("ControllerService.CreateSnapshot answers NOT_FOUND for a missing source and FAILED_PRECONDITION for a foreign one", async () => {

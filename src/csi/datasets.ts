@@ -104,8 +104,16 @@ export class Datasets {
     dataset: string,
     sizeBytes?: number,
   ): Promise<MountedDataset> {
-    let props = await this.inspect(dataset);
+    // The mount table is read alongside the properties: for a volume that is already mounted
+    // (the usual case) both answers come from one round of processes instead of two.
+    const propsRead = this.inspect(dataset);
+    let tableRead: Promise<MountEntry[]> | undefined = this.#mounter.table();
+    // Awaited below, or dropped when a check fails first: never an unhandled rejection.
+    tableRead.catch(() => {});
+    let props = await propsRead;
     if (!props) {
+      // Read before the dataset existed: read again once it is created and mounted.
+      tableRead = undefined;
       if (sizeBytes === undefined) {
         throw new CsiError(
           Code.NOT_FOUND,
@@ -137,8 +145,9 @@ export class Datasets {
     if (!ds.mounted) {
       await this.#zfs.mount(dataset);
       ds = { ...ds, mounted: true };
+      tableRead = undefined;
     }
-    const table = await this.#mounter.table();
+    const table = await (tableRead ?? this.#mounter.table());
     if (!mountsAt(table, ds.mountpoint).some((e) => isMountOf(e, dataset))) {
       throw new CsiError(
         Code.FAILED_PRECONDITION,

@@ -114,7 +114,13 @@ Deno.test("Datasets.ensureMounted checks ownership when another creator won the 
     assert.equal(err.code, Code.FAILED_PRECONDITION);
     return true;
   });
-  assert.equal(runner.calls.length, 3);
+  // The mount table read alongside the first zfs get is of no use once the dataset is missing.
+  assert.deepEqual(runner.argvs.map((a) => a.slice(0, 2)), [
+    ["zfs", "get"],
+    ["mount"],
+    ["zfs", "create"],
+    ["zfs", "get"],
+  ]);
 });
 
 Deno.test("Datasets.ensureMounted passes on zfs create failures other than exists", async () => {
@@ -139,5 +145,47 @@ Deno.test("Datasets.ensureMounted refuses a dataset with a legacy mountpoint", a
     );
     return true;
   });
-  assert.equal(runner.calls.length, 1);
+  assert.deepEqual(runner.argvs, [[...GET, "t/n/v"], ["mount"]]);
+});
+
+Deno.test("Datasets.ensureMounted reads the mount table alongside the properties of a mounted dataset", async () => {
+  let running = 0;
+  let most = 0;
+  const slow = (stdout: string) => async () => {
+    running++;
+    most = Math.max(most, running);
+    await new Promise((r) => setTimeout(r, 20));
+    running--;
+    return { stdout };
+  };
+  const runner = new FakeRunner()
+    .on(GET, slow(getOutput("t/n/v")))
+    .on(["mount"], slow("t/n/v on /t/n/v type fuse.zfs (rw,relatime)\n"));
+  const ds = await datasets(runner).ensureMounted("v", "t/n/v");
+  assert.equal(ds.mountpoint, "/t/n/v");
+  assert.deepEqual(ds.table.map((e) => e.mountPoint), ["/t/n/v"]);
+  // One zfs get and one mount listing, running at the same time.
+  assert.deepEqual(runner.argvs, [[...GET, "t/n/v"], ["mount"]]);
+  assert.equal(most, 2);
+});
+
+Deno.test("Datasets.ensureMounted reads the mount table again after mounting the dataset", async () => {
+  let mounted = false;
+  const runner = new FakeRunner()
+    .on(GET, () => ({ stdout: getOutput("t/n/v", { mounted: mounted ? "yes" : "no" }) }))
+    .on(["zfs", "mount"], () => {
+      mounted = true;
+      return {};
+    })
+    .on(["mount"], () => ({
+      stdout: mounted ? "t/n/v on /t/n/v type fuse.zfs (rw,relatime)\n" : "",
+    }));
+  const ds = await datasets(runner).ensureMounted("v", "t/n/v");
+  assert.deepEqual(ds.table.map((e) => e.source), ["t/n/v"]);
+  assert.deepEqual(runner.argvs.map((a) => a.slice(0, 2)), [
+    ["zfs", "get"],
+    ["mount"],
+    ["zfs", "mount"],
+    ["mount"],
+  ]);
 });

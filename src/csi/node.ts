@@ -11,7 +11,7 @@ import { KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
-import { checkPathInside } from "../mount/paths.ts";
+import { checkPathInside, mountBetween } from "../mount/paths.ts";
 import { resolveVolume } from "../zfs/ids.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseVolumeContext, type VolumeContext } from "./context.ts";
@@ -57,6 +57,9 @@ export interface NodeDeps {
   /** statfs(2); replaceable in tests. */
   readonly statfs?: (path: string) => Promise<FsStats>;
 }
+
+/** Mount flags that the mount table lists whenever they are in effect. */
+const SHOWN_FLAGS = new Set(["ro", "nosuid", "nodev", "noexec", "noatime", "nodiratime"]);
 
 /** How many mounts stacked at one path an unmount loop removes at most. */
 const MAX_STACKED_MOUNTS = 16;
@@ -119,6 +122,7 @@ export class NodeService {
     const ctx = this.#context(req.volume_context, dataset);
     return await withLock(this.#d.locks, [dataset], async () => {
       const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
+      this.#refuseMountBetween("staging_target_path", staging, ds.table);
       const top = mountsAt(ds.table, staging).at(-1);
       if (top) {
         if (isMountOf(top, dataset)) return {};
@@ -178,9 +182,23 @@ export class NodeService {
           ctx.sizeBytes,
         ));
       }
+      this.#refuseMountBetween("target_path", target, table);
       const top = mountsAt(table, target).at(-1);
       if (top) {
-        if (isMountOf(top, dataset) && top.options.includes("ro") === readOnly) return {};
+        if (isMountOf(top, dataset) && (readOnly || !top.options.includes("ro"))) {
+          // A publish interrupted (by a crash) between its bind and its remount left the bind
+          // without its flags, read-only among them; finish it. Nomad's target path names the
+          // ro/rw usage, so a read-write mount here was never meant to stay read-write.
+          const missing = flags.filter((f) => SHOWN_FLAGS.has(f) && !top.options.includes(f));
+          if (missing.length > 0) {
+            this.#d.log.warn("finishing an interrupted publish: applying its mount flags", {
+              targetPath: target,
+              missing,
+            });
+            await this.#d.mounter.applyFlags(target, flags);
+          }
+          return {};
+        }
         throw new CsiError(
           Code.ALREADY_EXISTS,
           `target_path "${target}" already holds ${
@@ -200,7 +218,11 @@ export class NodeService {
     const { id, dataset } = this.#dataset(req.volume_id);
     const target = await this.#path("target_path", required("target_path", req.target_path));
     return await withLock(this.#d.locks, [dataset], async () => {
-      await this.#unmountAll(target, id, dataset);
+      const table = await this.#d.mounter.table();
+      // Checked before anything is unmounted or removed: the directory removed below could
+      // otherwise be on someone else's filesystem.
+      this.#refuseMountBetween("target_path", target, table);
+      await this.#unmountAll(target, id, dataset, table);
       try {
         await Deno.remove(target);
       } catch (err) {
@@ -215,7 +237,7 @@ export class NodeService {
 
   async NodeGetVolumeStats(req: NodeGetVolumeStatsRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    const path = await this.#path("volume_path", required("volume_path", req.volume_path));
+    const path = await this.#volumePath(req.volume_path, id);
     const props = await this.#d.datasets.inspect(dataset);
     if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
     checkOwned(dataset, props);
@@ -248,11 +270,9 @@ export class NodeService {
 
   async NodeExpandVolume(req: NodeExpandVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    await this.#path("volume_path", required("volume_path", req.volume_path));
+    await this.#volumePath(req.volume_path, id);
     if (req.volume_capability) checkCapability(req.volume_capability);
-    if (!req.capacity_range) {
-      throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
-    }
+    // capacity_range is optional in CSI: without one the volume keeps its size, which is answered.
     const cap = checkCapacity(req.capacity_range);
     return await withLock(this.#d.locks, [dataset], async () => {
       const ds = await this.#d.datasets.get(id, dataset);
@@ -271,15 +291,62 @@ export class NodeService {
     });
   }
 
+  /**
+   * The volume_path of a stats or expand call. A relative path cannot be where the volume is
+   * staged or published, so it holds no volume: NOT_FOUND, like any other path without it.
+   * An empty path, or one outside the base directories, is INVALID_ARGUMENT as elsewhere.
+   */
+  #volumePath(value: unknown, id: string): Promise<string> {
+    const path = required("volume_path", value);
+    if (!path.startsWith("/")) {
+      throw new CsiError(
+        Code.NOT_FOUND,
+        `volume_path ${JSON.stringify(path.slice(0, 200))} is not absolute, so volume "${id}" ` +
+          `is not there`,
+      );
+    }
+    return this.#path("volume_path", path);
+  }
+
+  /**
+   * Refuses a path below another mount inside the base directory (a tmpfs, a bind mount of a
+   * directory elsewhere, a volume's own mount): directories made or removed there would be on
+   * that filesystem, possibly outside the base directory.
+   * @throws {CsiError} INVALID_ARGUMENT naming the mount
+   */
+  #refuseMountBetween(field: string, path: string, table: readonly MountEntry[]): void {
+    const between = mountBetween(
+      path,
+      this.#d.config.stagePublishDirs,
+      table.map((e) => e.mountPoint),
+    );
+    if (between !== undefined) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `${field} "${path}" lies below another mount ("${between}"); it must be a directory ` +
+          `of the base directory's own filesystem`,
+      );
+    }
+  }
+
   /** The mount a process sees at `path`, if any. */
   async #topMount(path: string): Promise<MountEntry | undefined> {
     return mountsAt(await this.#d.mounter.table(), path).at(-1);
   }
 
   /** Unmounts every mount of `dataset` stacked at `path`; refuses to touch anything else. */
-  async #unmountAll(path: string, id: string, dataset: string): Promise<void> {
+  async #unmountAll(
+    path: string,
+    id: string,
+    dataset: string,
+    table?: readonly MountEntry[],
+  ): Promise<void> {
+    // The first round may use a table the caller just read.
+    let known = table;
     for (let i = 0; i < MAX_STACKED_MOUNTS; i++) {
-      const top = await this.#topMount(path);
+      const stack = mountsAt(known ?? await this.#d.mounter.table(), path);
+      known = undefined;
+      const top = stack.at(-1);
       if (!top) return;
       if (!isMountOf(top, dataset)) {
         throw new CsiError(
@@ -288,6 +355,9 @@ export class NodeService {
         );
       }
       await this.#d.mounter.unmount(path);
+      // It was the only mount there: nothing is left to look for, so no second table read.
+      // With more, the table is read again: with shared propagation one umount can remove two.
+      if (stack.length === 1) return;
     }
     throw new CsiError(
       Code.INTERNAL,

@@ -280,8 +280,10 @@ Deno.test("NodeService.NodeStageVolume creates a missing dataset with refquota a
     await h.node.NodeStageVolume(stageReq("v1", staging, { volume_context: { size: "1GiB" } })),
     {},
   );
+  // The first mount table read (alongside the first zfs get) predates the dataset: read again.
   assert.deepEqual(h.runner.argvs, [
     [...GET, "tank/nomad/v1"],
+    ["mount"],
     zfs.create("tank/nomad/v1", MANAGED_OPTION, "refquota=1073741824"),
     [...GET, "tank/nomad/v1"],
     ["mount"],
@@ -299,7 +301,7 @@ Deno.test("NodeService.NodeStageVolume maps a volume id with brackets to its esc
   const staging = `${h.base}/staging/db[0]/rw`;
   await h.node.NodeStageVolume(stageReq("db[0]", staging, { volume_context: { size: "64M" } }));
   assert.deepEqual(
-    h.runner.argvs[1],
+    h.runner.argvs[2],
     zfs.create("tank/nomad/db:5b0:5d", MANAGED_OPTION, "refquota=67108864"),
   );
   assert.deepEqual(h.runner.argvs.at(-1), [
@@ -317,6 +319,7 @@ Deno.test("NodeService.NodeStageVolume mounts an existing unmounted dataset firs
   await h.node.NodeStageVolume(stageReq("v1", staging));
   assert.deepEqual(h.runner.argvs, [
     [...GET, "tank/nomad/v1"],
+    ["mount"],
     ["zfs", "mount", "tank/nomad/v1"],
     ["mount"],
     ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
@@ -360,7 +363,8 @@ Deno.test("NodeService.NodeStageVolume refuses a dataset without the marker and 
     'Dataset "tank/nomad/v1" exists but is not managed by zfs-csi; to hand it over, run ' +
       '"zfs set org.zfs-csi:managed=yes tank/nomad/v1"',
   );
-  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+  // Only reads: the properties and, alongside them, the mount table.
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"], ["mount"]]);
 });
 
 Deno.test("NodeService.NodeStageVolume answers NOT_FOUND for a missing dataset without size", async () => {
@@ -370,7 +374,7 @@ Deno.test("NodeService.NodeStageVolume answers NOT_FOUND for a missing dataset w
     Code.NOT_FOUND,
   );
   assert.match(err.message, /^Volume "v1" not found: dataset "tank\/nomad\/v1" does not exist/);
-  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"], ["mount"]]);
 });
 
 Deno.test("NodeService.NodeStageVolume is OK without mounting when the volume is already staged", async () => {
@@ -507,7 +511,8 @@ Deno.test("NodeService.NodeUnstageVolume unmounts the staging path", async () =>
     await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging }),
     {},
   );
-  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", staging], ["mount"]]);
+  // One mount at the path: unmounted without reading the table again.
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", staging]]);
   assert.equal(h.host.top(staging), undefined);
 });
 
@@ -585,6 +590,32 @@ Deno.test("NodeService.NodePublishVolume readonly binds and then remounts read-o
     Code.ALREADY_EXISTS,
     `target_path "${target}" already holds this volume with a different read-only setting`,
   );
+});
+
+Deno.test("NodeService.NodePublishVolume finishes a publish interrupted before its remount", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  const target = `${h.base}/per-alloc/a1/v1/ro`;
+  // What a crash right after `mount --bind` leaves: the bind, read-write, without its flags.
+  h.host.addMount("tank/nomad/v1", target);
+  const req = publishReq("v1", staging, target, {
+    readonly: true,
+    volume_capability: fsCap("SINGLE_NODE_WRITER", ["nosuid", "noexec"]),
+  });
+  assert.deepEqual(await h.node.NodePublishVolume(req), {});
+  assert.deepEqual(h.runner.argvs, [
+    ["mount"],
+    ["mount", "-o", "remount,bind,ro,nosuid,noexec", target],
+  ]);
+  assert.equal(h.host.mounts.filter((m) => m.mountPoint === target).length, 1);
+  for (const f of ["ro", "nosuid", "noexec"]) {
+    assert.equal(h.host.top(target)?.options.includes(f), true, f);
+  }
+  // Finished: the same call again has nothing left to do.
+  assert.deepEqual(await h.node.NodePublishVolume(req), {});
+  assert.deepEqual(h.runner.argvs.at(-1), ["mount"]);
 });
 
 Deno.test("NodeService.NodePublishVolume applies ro for reader-only modes, before other flags", async () => {
@@ -692,9 +723,8 @@ Deno.test("NodeService.NodeUnpublishVolume unmounts every stacked mount of the v
   h.host.addMount("tank/nomad/v1", target);
   h.host.addMount("tank/nomad/v1", target);
   assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }), {});
-  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"], ["umount", target], [
-    "mount",
-  ]]);
+  // Two mounts: the table is read again after the first umount, not after the last.
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"], ["umount", target]]);
   assert.equal(await isDirectory(target), false);
 });
 
@@ -766,14 +796,22 @@ Deno.test("NodeService.NodeExpandVolume leaves a volume without refquota unlimit
   assert.equal(hasArgv(h.runner.argvs, ["zfs", "set"]), false);
 });
 
-Deno.test("NodeService.NodeExpandVolume refuses missing capacity, block volumes and unknown volumes", async () => {
+Deno.test("NodeService.NodeExpandVolume without capacity_range answers the current size", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
+  const req = { ...expandReq("v1", `${h.base}/p`, "1"), capacity_range: null };
+  assert.deepEqual(await h.node.NodeExpandVolume(req), { capacity_bytes: 209715200 });
+  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+  await assertRejectsCsi(
+    h.node.NodeExpandVolume({ ...req, volume_id: "v2" }),
+    Code.NOT_FOUND,
+    'Volume "v2" not found (no dataset "tank/nomad/v2")',
+  );
+});
+
+Deno.test("NodeService.NodeExpandVolume refuses block volumes, huge sizes and unknown volumes", async () => {
   await using h = await setup();
   const path = `${h.base}/p`;
-  await assertRejectsCsi(
-    h.node.NodeExpandVolume({ ...expandReq("v1", path, "1"), capacity_range: null }),
-    Code.INVALID_ARGUMENT,
-    "capacity_range is required",
-  );
   await assertRejectsCsi(
     h.node.NodeExpandVolume({
       ...expandReq("v1", path, "1"),
@@ -857,4 +895,90 @@ Deno.test("NodeService.NodeGetVolumeStats answers NOT_FOUND for a path not holdi
     Code.NOT_FOUND,
     `volume_path "${target}" does not hold volume "v1"`,
   );
+});
+
+Deno.test("NodeService stats and expand answer NOT_FOUND for a relative volume_path, INVALID_ARGUMENT for none", async () => {
+  await using h = await setup({
+    statfs: () => Promise.reject(new Error("statfs must not be called")),
+  });
+  // A published volume and an unknown one: a relative path holds neither.
+  h.host.addDataset("tank/nomad/v1");
+  h.host.addMount("tank/nomad/v1", `${h.base}/per-alloc/a1/v1/rw`);
+  for (const id of ["v1", "v2"]) {
+    await assertRejectsCsi(
+      h.node.NodeGetVolumeStats({
+        volume_id: id,
+        volume_path: "some/path",
+        staging_target_path: "",
+      }),
+      Code.NOT_FOUND,
+      `volume_path "some/path" is not absolute, so volume "${id}" is not there`,
+    );
+    await assertRejectsCsi(
+      h.node.NodeExpandVolume({ ...expandReq(id, "some/path", "1"), capacity_range: null }),
+      Code.NOT_FOUND,
+      `volume_path "some/path" is not absolute, so volume "${id}" is not there`,
+    );
+    await assertRejectsCsi(
+      h.node.NodeGetVolumeStats({ volume_id: id, volume_path: "", staging_target_path: "" }),
+      Code.INVALID_ARGUMENT,
+      "volume_path is required",
+    );
+    await assertRejectsCsi(
+      h.node.NodeExpandVolume(expandReq(id, "", "1")),
+      Code.INVALID_ARGUMENT,
+      "volume_path is required",
+    );
+  }
+  // Control characters are shown escaped, never written raw into the message or the log.
+  await assertRejectsCsi(
+    h.node.NodeGetVolumeStats({ volume_id: "v1", volume_path: "a\nb", staging_target_path: "" }),
+    Code.NOT_FOUND,
+    'volume_path "a\\nb" is not absolute, so volume "v1" is not there',
+  );
+  // Absolute paths are still held to the base directories.
+  await assertRejectsCsi(
+    h.node.NodeGetVolumeStats({ volume_id: "v1", volume_path: "/etc", staging_target_path: "" }),
+    Code.INVALID_ARGUMENT,
+    /^volume_path "\/etc" is outside the staging\/publish base directories/,
+  );
+  assert.deepEqual(h.runner.argvs, []);
+});
+
+Deno.test("NodeService refuses stage, publish and unpublish paths below another mount in the base dir", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1");
+  const staging = `${h.base}/staging/v1/rw`;
+  h.host.addMount("tank/nomad/v1", staging);
+  // Someone else's mount below the base dir, say a bind mount of a directory elsewhere.
+  const foreign = `${h.base}/per-alloc/bind`;
+  await Deno.mkdir(`${foreign}/empty`, { recursive: true });
+  h.host.addMount("/srv/elsewhere", foreign, "none", ["rw"]);
+  const below = (field: string, path: string, mount: string) =>
+    `${field} "${path}" lies below another mount ("${mount}"); it must be a directory of the ` +
+    `base directory's own filesystem`;
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq("v1", staging, `${foreign}/x`)),
+    Code.INVALID_ARGUMENT,
+    below("target_path", `${foreign}/x`, foreign),
+  );
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq("v1", staging, `${staging}/x`)),
+    Code.INVALID_ARGUMENT,
+    below("target_path", `${staging}/x`, staging),
+  );
+  await assertRejectsCsi(
+    h.node.NodeStageVolume(stageReq("v1", `${foreign}/s`)),
+    Code.INVALID_ARGUMENT,
+    below("staging_target_path", `${foreign}/s`, foreign),
+  );
+  await assertRejectsCsi(
+    h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: `${foreign}/empty` }),
+    Code.INVALID_ARGUMENT,
+    below("target_path", `${foreign}/empty`, foreign),
+  );
+  assert.equal(await isDirectory(`${foreign}/empty`), true, "nothing removed below the mount");
+  assert.equal(await isDirectory(`${foreign}/x`), false, "nothing made below the mount");
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["umount"]), false);
 });

@@ -117,6 +117,13 @@ export class Trash {
         if (!(err instanceof ZfsError) || attempt >= 5) throw err;
         // The same name deleted twice within a second: take the next second's name.
         if (err.kind === "exists") continue;
+        // zfs-fuse now and then fails a rename without a word: it may have renamed all the
+        // same, and otherwise the dataset is still where it was and a retry is safe.
+        if (err.kind === "unknown" && err.stderr.trim() === "") {
+          if (await this.#d.zfs.getProperties(hidden, ["type"])) return hidden;
+          await pause(100 * (attempt + 1));
+          continue;
+        }
         // Right after an unmount, zfs can still call the dataset busy for a moment.
         if (err.kind !== "busy" || isSnapshot) throw err;
         await pause(100 * (attempt + 1));

@@ -341,6 +341,35 @@ Deno.test("Trash.removeVolume retries a rename that finds the dataset busy right
   assert.equal(h.runner.calls.length, 4);
 });
 
+Deno.test("Trash.removeVolume checks and retries a rename that failed without a word", async () => {
+  using h = setup();
+  const first = `tank/nomad/.deleted-${NOW}-v1`;
+  const second = `tank/nomad/.deleted-${NOW + 1}-v1`;
+  h.runner
+    .onExact(["zfs", "unmount", "tank/nomad/v1"], {})
+    .onExact(["zfs", "rename", "tank/nomad/v1", first], fails(""))
+    .onExact(
+      zfsArgv("zfs").get("type", first),
+      fails(
+        `cannot open '${first}': dataset does not exist\n`,
+      ),
+    )
+    .onExact(["zfs", "rename", "tank/nomad/v1", second], fails(""))
+    // The second rename did happen, whatever zfs said.
+    .onExact(zfsArgv("zfs").get("type", second), {
+      stdout: `${second}\ttype\tfilesystem\t-\n`,
+    })
+    .onExact(["zfs", "set", "canmount=noauto", second], {});
+  await h.trash.removeVolume("tank/nomad/v1");
+  assert.deepEqual(h.runner.argvs.slice(1), [
+    ["zfs", "rename", "tank/nomad/v1", first],
+    zfsArgv("zfs").get("type", first),
+    ["zfs", "rename", "tank/nomad/v1", second],
+    zfsArgv("zfs").get("type", second),
+    ["zfs", "set", "canmount=noauto", second],
+  ]);
+});
+
 Deno.test("Trash.removeVolume cuts a long name aside to what zfs accepts", async () => {
   using h = setup();
   const component = "a".repeat(244);

@@ -62,6 +62,14 @@ export class Mounter {
   /** Bind-mounts `source` at `target`, then applies `flags` (for example ["ro"]). */
   async bind(source: string, target: string, flags: readonly string[] = []): Promise<void> {
     await this.#exec(this.#opts.mountPath, bindArgs(source, target), `bind-mount "${target}"`);
+    await this.applyFlags(target, flags);
+  }
+
+  /**
+   * Applies `flags` to the bind mount at `target`; when that fails the mount is undone, so no
+   * writable mount stays where a read-only one was asked for.
+   */
+  async applyFlags(target: string, flags: readonly string[]): Promise<void> {
     if (flags.length === 0) return;
     try {
       await this.#exec(

@@ -74,6 +74,25 @@ Deno.test("Mounter.bind undoes the bind mount when the remount fails", async () 
   ]);
 });
 
+Deno.test("Mounter.applyFlags remounts an existing bind, runs nothing without flags, undoes on failure", async () => {
+  const { runner, mounter } = setup();
+  await mounter.applyFlags("/t", []);
+  assert.deepEqual(runner.argvs, []);
+  runner.on(["/bin/mount", "-o"], {});
+  await mounter.applyFlags("/t", ["ro", "noexec"]);
+  assert.deepEqual(runner.argvs, [["/bin/mount", "-o", "remount,bind,ro,noexec", "/t"]]);
+
+  const failing = setup();
+  failing.runner
+    .on(["/bin/mount", "-o"], { code: 32, stderr: "mount: /t: permission denied.\n" })
+    .on(["/bin/umount"], {});
+  await rejectsWithCode(failing.mounter.applyFlags("/t", ["ro"]), Code.INTERNAL, /^Cannot apply/);
+  assert.deepEqual(failing.runner.argvs, [
+    ["/bin/mount", "-o", "remount,bind,ro", "/t"],
+    ["/bin/umount", "/t"],
+  ]);
+});
+
 Deno.test("Mounter.bind reports the remount failure when undoing also fails", async () => {
   const { runner, mounter, lines } = setup();
   runner

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { Code, CsiError } from "../errors.ts";
-import { checkPathInside } from "./paths.ts";
+import { checkPathInside, mountBetween } from "./paths.ts";
 
 async function tempDir(): Promise<{ path: string } & AsyncDisposable> {
   const path = await Deno.makeTempDir({ prefix: "zfs-csi-paths-" });
@@ -149,4 +149,53 @@ Deno.test("checkPathInside refuses a root that does not exist", async () => {
     checkPathInside("target_path", `${root}/x`, [root]),
     `target_path "${root}/x" is inside base directory "${root}", which does not exist`,
   );
+});
+
+Deno.test("mountBetween finds a mount between the base dir and the path", () => {
+  const roots = ["/csi", "/local/csi"];
+  const mounts = ["/", "/local/csi", "/local/csi/per-alloc/bind", "/csi/staging/v1/rw"];
+  assert.equal(
+    mountBetween("/local/csi/per-alloc/bind/x", roots, mounts),
+    "/local/csi/per-alloc/bind",
+  );
+  assert.equal(
+    mountBetween("/local/csi/per-alloc/bind/x/y", roots, mounts),
+    "/local/csi/per-alloc/bind",
+  );
+  // Below a volume's own staging mount: its data, not a place for a target.
+  assert.equal(mountBetween("/csi/staging/v1/rw/t", roots, mounts), "/csi/staging/v1/rw");
+});
+
+Deno.test("mountBetween ignores the path itself, the base dir and mounts above or beside it", () => {
+  const roots = ["/local/csi"];
+  const mounts = ["/", "/local", "/local/csi", "/local/csi/per-alloc/a1/v/rw", "/local/csi-x"];
+  // The path's own mount (a repeated publish) and the base dir's (a container's bind mount).
+  assert.equal(mountBetween("/local/csi/per-alloc/a1/v/rw", roots, mounts), undefined);
+  assert.equal(mountBetween("/local/csi/per-alloc/a2/v/rw", roots, mounts), undefined);
+  // A mount whose name only shares a prefix is not an ancestor.
+  assert.equal(mountBetween("/local/csi/per-alloc/a1/v/rw-2", roots, mounts), undefined);
+  assert.equal(mountBetween("/local/csi-x/y", roots, mounts), undefined);
+});
+
+Deno.test("checkPathInside accepts a directory a concurrent call creates while it looks", async () => {
+  await using tmp = await tempDir();
+  const root = tmp.path;
+  const target = `${root}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(`${root}/per-alloc/a1/v1`, { recursive: true });
+  // The first realPath of the target finds nothing; by the lstat that follows, a concurrent
+  // publish has made the directory.
+  let created = false;
+  const racing = {
+    realPath: async (p: string) => {
+      if (p === target && !created) {
+        created = true;
+        await Deno.mkdir(target);
+        throw new Deno.errors.NotFound(`no such file: ${p}`);
+      }
+      return await Deno.realPath(p);
+    },
+    lstat: (p: string) => Deno.lstat(p),
+  };
+  assert.equal(await checkPathInside("target_path", target, [root], racing), target);
+  assert.equal(created, true);
 });
