@@ -1,0 +1,234 @@
+# zfs-csi plugin job with the podman driver (nomad-driver-podman), for either layout
+# (README.md, "Which layout"):
+#
+#   nomad job run -var node=node-a zfs-csi-podman.nomad.hcl   # monolith on node-a: zfs-node-a
+#   nomad job run zfs-csi-podman.nomad.hcl                    # node only, every node: zfs
+#
+# The same job as zfs-csi.nomad.hcl with podman instead of docker: see that file for the layouts.
+#
+# Client requirements (see README.md):
+#   - podman (rootful) with its API socket, and nomad-driver-podman in the client's plugin_dir;
+#     the plugin's volumes must be enabled (the default):
+#       plugin "nomad-driver-podman" { config { volumes { enabled = true } } }
+#   - the parent dataset exists and is mounted on the host at parent_mountpoint, on a shared
+#     mount (findmnt -o TARGET,PROPAGATION /tank/nomad shows "shared")
+#   - the image, built on each node with "podman build -f Containerfile -t zfs-csi:0.1.0 ."
+#     (podman names it localhost/zfs-csi:0.1.0), with zfs/zpool matching the host's ZFS module
+
+variable "node" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Empty: the node-only layout, on every node. Otherwise the monolith layout on this node only:
+    the Nomad node name, exactly as "nomad node status" shows it (column Name). It is also the
+    plugin's node id, so it appears in every volume id (<name>@<node>). At most 63 letters,
+    digits and "-_.".
+  EOT
+
+  validation {
+    condition     = var.node == "" || regex_replace(var.node, "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "") == ""
+    error_message = "The node must be empty (node-only layout) or a Nomad node name of 1 to 63 letters, digits and \"-_.\", starting and ending with a letter or digit."
+  }
+}
+
+variable "plugin_id" {
+  type        = string
+  default     = ""
+  description = "Nomad plugin id; volumes name it in plugin_id. Empty: zfs-<node> (monolith) or zfs (node only)."
+}
+
+variable "deleted_retention" {
+  type        = string
+  default     = "7d"
+  description = <<-EOT
+    Monolith only: how long deleted volumes and snapshots are kept, set aside, before they are
+    destroyed: 0 (destroy at once), or a whole number with s, m, h or d, e.g. 90s, 24h, 7d.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.deleted_retention, "^(0|[0-9]{1,6}[smhd])$", "") == ""
+    error_message = "The deleted_retention must be 0 or a whole number with s, m, h or d, e.g. 24h or 7d."
+  }
+}
+
+variable "image" {
+  type        = string
+  default     = "localhost/zfs-csi:0.1.0"
+  description = <<-EOT
+    Image with zfs, zpool, mount and umount on PATH and glibc. The default is built from
+    ../Containerfile and also holds the plugin at /usr/local/bin/zfs-csi. A plain image such as
+    debian:bookworm-slim works too: bind-mount the plugin with binary_path and the host's ZFS
+    userland (programs and libraries) with host_paths.
+  EOT
+}
+
+variable "binary_path" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Host path of the zfs-csi binary to bind-mount over /usr/local/bin/zfs-csi in the container,
+    e.g. "/usr/local/bin/zfs-csi". Empty: use the binary inside the image.
+  EOT
+}
+
+variable "host_paths" {
+  type        = list(string)
+  default     = []
+  description = <<-EOT
+    Host files or directories bind-mounted read-only at the same path, to use the host's ZFS
+    userland in a plain image instead of the image's: the programs and the libraries they link,
+    e.g. ["/usr/sbin/zfs", "/usr/sbin/zpool", "/usr/lib/x86_64-linux-gnu/libzfs.so.4", ...]
+    (see "ldd /usr/sbin/zfs" on the host). They must end up on PATH in the container.
+  EOT
+}
+
+variable "parent_dataset" {
+  type        = string
+  default     = "tank/nomad"
+  description = "Dataset under which every volume is a child dataset (POOL/DATASET, not a whole pool)."
+}
+
+variable "parent_mountpoint" {
+  type        = string
+  default     = "/tank/nomad"
+  description = "Where parent_dataset is mounted on the host (its zfs mountpoint property)."
+}
+
+variable "topology" {
+  type        = map(string)
+  default     = {}
+  description = <<-EOT
+    Extra topology segments of the node(s), e.g. -var 'topology={zone="eu1"}'. The segment
+    org.zfs-csi/node=<node name> is always added by the plugin.
+  EOT
+}
+
+variable "log_level" {
+  type        = string
+  default     = "info"
+  description = "debug, info, warn or error."
+}
+
+variable "datacenters" {
+  type        = list(string)
+  default     = ["*"]
+  description = "Datacenters to run the plugin in (for a monolith, the node must be in one of them)."
+}
+
+locals {
+  # The layout: also the plugin's --mode and the csi_plugin type.
+  mode = var.node != "" ? "monolith" : "node"
+
+  # Literals by the time the job is submitted: variables are resolved by "nomad job run".
+  plugin_id = var.plugin_id != "" ? var.plugin_id : (var.node != "" ? "zfs-${var.node}" : "zfs")
+  # A monolith has one job per plugin id, so running the job for node-b does not replace node-a's.
+  job_id = var.node == "" ? "zfs-csi-node" : (var.plugin_id != "" ? "zfs-csi-${var.plugin_id}" : "zfs-csi-${var.node}")
+
+  # In-task directory of the staging and target paths Nomad sends. The plugin may only write
+  # below /csi and /local/csi inside a container (src/permissions.ts), so keep Nomad's default.
+  # On the host it is <data_dir>/client/csi/<mode>/<plugin id>.
+  stage_publish_base_dir = "/local/csi"
+
+  args = concat(
+    [
+      "--mode", local.mode,
+      "--parent-dataset", var.parent_dataset,
+      # The node name (for a monolith the constraint below makes it equal var.node). It is the
+      # value of the org.zfs-csi/node topology segment, which volumes pin themselves to, and the
+      # suffix of every volume and snapshot id.
+      "--node-id", "${node.unique.name}",
+    ],
+    # Only a controller deletes volumes and snapshots.
+    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention] : [],
+    [
+      "--stage-publish-base-dir", local.stage_publish_base_dir,
+      "--log-level", var.log_level,
+    ],
+    flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
+  )
+}
+
+job "zfs-csi" {
+  id   = local.job_id
+  name = local.job_id
+
+  # Node and monolith CSI plugins are meant to run as system jobs (Nomad stops them last when
+  # the node drains). A monolith belongs to one node and never moves, and a system job, rather
+  # than a service with count = 1, places nothing while that node is down and comes back with
+  # it, with no blocked evaluation or rescheduling in between; the system scheduler may also
+  # preempt other work to make room for it.
+  type        = "system"
+  datacenters = var.datacenters
+
+  # Monolith only: run on that node.
+  dynamic "constraint" {
+    for_each = var.node != "" ? [var.node] : []
+    content {
+      attribute = "${node.unique.name}"
+      value     = constraint.value
+    }
+  }
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+
+  # Place only where the podman driver runs.
+  constraint {
+    attribute = "${attr.driver.podman}"
+    value     = "1"
+  }
+
+  group "plugin" {
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+
+    task "plugin" {
+      driver = "podman"
+
+      config {
+        image = var.image
+        # Explicit, so a plain image without our ENTRYPOINT works too.
+        entrypoint = ["/usr/local/bin/zfs-csi"]
+        args       = local.args
+
+        # mount(2) and /dev/zfs need CAP_SYS_ADMIN and the host's devices.
+        privileged = true
+        # The plugin speaks only over its unix socket.
+        network_mode = "none"
+
+        # host:container:options. The parent dataset's mountpoint at the same path as on the
+        # host; rshared makes the volume mounts zfs makes below it reach the host (and host
+        # mounts reach the plugin). Then, optionally, the plugin binary and the host's ZFS
+        # userland, read-only.
+        volumes = concat(
+          ["${var.parent_mountpoint}:${var.parent_mountpoint}:rw,rshared"],
+          [for p in compact([var.binary_path]) : "${p}:/usr/local/bin/zfs-csi:ro"],
+          [for p in var.host_paths : "${p}:${p}:ro"],
+        )
+
+        # Nomad itself mounts the host's /dev, mount_dir and stage_publish_base_dir (the last
+        # two with bidirectional propagation) into every CSI plugin task.
+      }
+
+      csi_plugin {
+        id                     = local.plugin_id
+        type                   = local.mode
+        mount_dir              = "/csi" # CSI_ENDPOINT = unix:///csi/csi.sock
+        stage_publish_base_dir = local.stage_publish_base_dir
+      }
+
+      resources {
+        cpu = 100
+        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # controller's zfs listings.
+        memory = local.mode == "monolith" ? 192 : 128
+      }
+    }
+  }
+}
