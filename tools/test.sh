@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests (no --allow-run, which proves they start no program), then the
-# integration tests on a real ZFS pool (zfs-fuse is installed and started if zfs is missing).
-# Ends with one summary line "tests: N passed, N failed" over both runs.
+# integration tests on a real ZFS pool (zfs-fuse is installed and started if zfs is missing),
+# then the CSI conformance suite (tests/conformance/csi_sanity.sh) and the end-to-end run under
+# a real Nomad agent (tests/e2e/nomad_e2e.sh). Ends with csi-sanity's counts, the e2e's checks
+# and one line "tests: N passed, N failed" over the deno runs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 deno=./tools/deno
@@ -11,17 +13,23 @@ trap 'rm -f "$log"' EXIT
 status=0
 
 echo "== unit tests (no subprocesses allowed)"
-$deno test --frozen --allow-read --allow-write=/tmp --allow-env src/ tools/ 2>&1 | tee -a "$log" || status=1
+$deno test --frozen --allow-read --allow-write=/tmp --allow-env src/ tools/ bench/ 2>&1 | tee -a "$log" || status=1
 
 echo "== integration tests (real ZFS pool, plugin run with its production permission flags)"
 if tools/zfs-env.sh ensure; then
   $deno test --frozen --allow-run --allow-read --allow-write --allow-env --allow-sys \
     tests/ 2>&1 | tee -a "$log" || status=1
+  echo "== conformance (csi-sanity against the plugin as it ships)"
+  tests/conformance/csi_sanity.sh 2>&1 | tee -a "$log" || status=1
+  echo "== end to end under a real Nomad agent (tests/e2e)"
+  tests/e2e/nomad_e2e.sh 2>&1 | tee -a "$log" || status=1
 else
   echo "integration tests cannot run: no ZFS on this machine (see above)"
   status=1
 fi
 
+grep -E '^csi-sanity: ([0-9]|not run)' "$log" | tail -n 1
+grep -E '^nomad-e2e: ' "$log" | tail -n 1
 # deno test ends each run with "ok | N passed (S steps) | M failed (...)"; add both runs up.
 awk '/^(ok|FAILED) \| [0-9]+ passed/ {
   for (i = 1; i <= NF; i++) { if ($i == "passed") p += $(i-1); if ($i == "failed") f += $(i-1) }
