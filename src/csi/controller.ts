@@ -166,8 +166,13 @@ export class ControllerService {
     const want = { capacity, params, source: sourceText };
     const keys = source ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#d.locks, keys, async () => {
-      const existing = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
-      if (existing) return this.#answerRepeat(id, dataset, existing, want);
+      // A plain create goes straight to `zfs create`: zfs refuses a name that exists without
+      // changing it, and the refusal leads to the repeat check below, so a new volume costs one
+      // process. A clone looks first, since its hidden snapshot would be a change.
+      if (source) {
+        const existing = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+        if (existing) return this.#answerRepeat(id, dataset, existing, want);
+      }
       await this.#checkSupported(params);
       const props: Record<string, string> = {
         ...params.properties,
@@ -186,7 +191,7 @@ export class ControllerService {
         }
       } catch (err) {
         if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
-        // Made meanwhile outside this plugin: judge it like any repeat.
+        // A repeat, or a dataset made by someone else: judge it like any repeat.
         const made = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
         if (!made) throw new CsiError(Code.INTERNAL, `Dataset "${dataset}" vanished`);
         return this.#answerRepeat(id, dataset, made, want);
@@ -208,12 +213,17 @@ export class ControllerService {
   async DeleteVolume(req: DeleteVolumeRequest): Promise<unknown> {
     const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
     return await withLock(this.#d.locks, [dataset], async () => {
-      const tree = await this.#d.zfs.getTree(dataset, 1, ["type", "mountpoint", MANAGED_PROPERTY]);
+      // Both reads at once: a delete waits for one process fewer (a repeat for a volume already
+      // gone reads the mount table in vain, which is cheap).
+      const [tree, table] = await Promise.all([
+        this.#d.zfs.getTree(dataset, 1, ["type", "mountpoint", MANAGED_PROPERTY]),
+        this.#d.mounter.table(),
+      ]);
       const props = tree?.get(dataset);
       if (!tree || !props) return {};
       checkOwned(dataset, props);
       const mountpoint = props.get("mountpoint")?.value ?? "";
-      const users = (await this.#d.mounter.table())
+      const users = table
         .filter((e) => isMountOf(e, dataset) && e.mountPoint !== mountpoint)
         .map((e) => e.mountPoint);
       if (users.length > 0) {

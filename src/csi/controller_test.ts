@@ -60,12 +60,8 @@ const setAside = (dataset: string, hidden: string) => [
 const params = (json = "{}") => `${PARAMS}=${json}`;
 /** The `-o` options of a volume made with no parameters: ours, and recorded as none. */
 const OURS = [MANAGED_OPTION, params()] as const;
-/** What a CreateVolume that creates `dataset` runs: a look, the create, and a look again. */
-/** A new volume's commands: its state is read once, then it is created (and not read back). */
-const created = (dataset: string, ...options: string[]) => [
-  getState(dataset),
-  zfs.create(dataset, ...options),
-];
+/** A new volume's commands: the create alone (a repeat is told by zfs's refusal). */
+const created = (dataset: string, ...options: string[]) => [zfs.create(dataset, ...options)];
 
 interface Prop {
   value: string;
@@ -650,43 +646,71 @@ Deno.test("ControllerService.CreateVolume gives a 128-byte name a shortened data
   assert.deepEqual(first, { volume: volumeMessage(id, `tank/nomad/${short}`, 64 * MiB) });
   const mark = h.mark();
   assert.deepEqual(await h.controller.CreateVolume(createReq(name)), first);
-  assert.deepEqual(h.since(mark), [getState(`tank/nomad/${short}`)]);
+  // zfs refuses the create of the same shortened name, and the repeat is judged from its state.
+  assert.deepEqual(h.since(mark), [
+    zfs.create(`tank/nomad/${short}`, ...OURS, "refquota=67108864"),
+    getState(`tank/nomad/${short}`),
+  ]);
 });
 
-Deno.test("ControllerService.CreateVolume repeated for an existing compatible dataset creates nothing and answers the same", async () => {
+Deno.test("ControllerService.CreateVolume repeated for an existing compatible dataset: zfs refuses the create, nothing changes, and the answer is the same", async () => {
   using h = setup();
   const req = createReq("v1", { parameters: { compression: "lz4" } });
   const first = await h.controller.CreateVolume(req);
   const mark = h.mark();
   const second = await h.controller.CreateVolume(req);
-  assert.deepEqual(h.since(mark), [getState("tank/nomad/v1")]);
+  const lz4 = ["compression=lz4", MANAGED_OPTION, params('{"compression":"lz4"}')];
+  const refused = zfs.create("tank/nomad/v1", ...lz4, "refquota=67108864");
+  assert.deepEqual(h.since(mark), [refused, getState("tank/nomad/v1")]);
   assert.deepEqual(second, first);
   // A smaller or equal request, and a limit the volume fits in, are the same volume too.
   const third = await h.controller.CreateVolume(
     createReq("v1", { parameters: { compression: "lz4" }, capacity_range: range(MiB, 64 * MiB) }),
   );
   assert.deepEqual(third, first);
-  assert.deepEqual(h.since(mark), [getState("tank/nomad/v1"), getState("tank/nomad/v1")]);
+  assert.deepEqual(h.since(mark), [
+    refused,
+    getState("tank/nomad/v1"),
+    zfs.create("tank/nomad/v1", ...lz4, "refquota=1048576"),
+    getState("tank/nomad/v1"),
+  ]);
+  // The refused creates left the volume as it was.
+  assert.equal(h.host.value("tank/nomad/v1", "refquota"), "67108864");
 });
 
 Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for other parameters, capacity or source, writing nothing", async () => {
   using h = setup();
   await h.controller.CreateVolume(createReq("v1", { parameters: { compression: "lz4" } }));
-  const cases: [string, CreateVolumeRequest, RegExp][] = [
+  const lz4 = ["compression=lz4", MANAGED_OPTION, params('{"compression":"lz4"}')];
+  // A plain create is tried, refused by zfs (no write), then judged from the state; a clone
+  // reads the state first and gets no further.
+  const cases: [string, CreateVolumeRequest, RegExp, string[][]][] = [
     [
       "other parameters",
       createReq("v1", { parameters: { compression: "gzip" } }),
       /^Volume "v1@n1" already exists with other parameters \(\{"compression":"lz4"\}\)$/,
+      [
+        zfs.create(
+          "tank/nomad/v1",
+          "compression=gzip",
+          MANAGED_OPTION,
+          params('{"compression":"gzip"}'),
+          "refquota=67108864",
+        ),
+        getState("tank/nomad/v1"),
+      ],
     ],
     [
       "no parameters",
       createReq("v1"),
       /^Volume "v1@n1" already exists with other parameters/,
+      [zfs.create("tank/nomad/v1", ...OURS, "refquota=67108864"), getState("tank/nomad/v1")],
     ],
     [
       "more capacity",
       createReq("v1", { parameters: { compression: "lz4" }, capacity_range: range(128 * MiB) }),
       /^Volume "v1@n1" already exists with another capacity \(67108864 bytes\)$/,
+      [zfs.create("tank/nomad/v1", ...lz4, "refquota=134217728"), getState("tank/nomad/v1")],
     ],
     [
       "a lower limit",
@@ -695,18 +719,24 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for other param
         capacity_range: range(0, 32 * MiB),
       }),
       /^Volume "v1@n1" already exists with another capacity \(67108864 bytes\)$/,
+      [zfs.create("tank/nomad/v1", ...lz4, "refquota=33554432"), getState("tank/nomad/v1")],
     ],
     [
       "a content source",
       cloneReq("v1", fromSnapshot("src@s1@n1"), { parameters: { compression: "lz4" } }),
       /^Volume "v1@n1" already exists with another content source \(none\)$/,
+      [getState("tank/nomad/v1")],
     ],
   ];
-  for (const [what, req, message] of cases) {
+  for (const [what, req, message, argvs] of cases) {
     const mark = h.mark();
     await assertRejectsCsi(h.controller.CreateVolume(req), Code.ALREADY_EXISTS, message);
-    assert.deepEqual(h.since(mark), [getState("tank/nomad/v1")], what);
+    assert.deepEqual(h.since(mark), argvs, what);
   }
+  // The volume is as the first call made it.
+  assert.equal(h.host.value("tank/nomad/v1", "compression"), "lz4");
+  assert.equal(h.host.value("tank/nomad/v1", PARAMS), '{"compression":"lz4"}');
+  assert.equal(h.host.value("tank/nomad/v1", "refquota"), "67108864");
 });
 
 Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for an unlimited volume asked with a capacity", async () => {
@@ -718,7 +748,11 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for an unlimite
     Code.ALREADY_EXISTS,
     'Volume "v1@n1" already exists with another capacity (unlimited)',
   );
-  assert.deepEqual(h.since(mark), [getState("tank/nomad/v1")]);
+  assert.deepEqual(h.since(mark), [
+    zfs.create("tank/nomad/v1", ...OURS, "refquota=67108864"),
+    getState("tank/nomad/v1"),
+  ]);
+  assert.equal(h.host.value("tank/nomad/v1", "refquota"), "0");
 });
 
 Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for a foreign dataset of the same name", async () => {
@@ -729,15 +763,20 @@ Deno.test("ControllerService.CreateVolume answers ALREADY_EXISTS for a foreign d
     Code.ALREADY_EXISTS,
     'Volume "v1@n1" already exists as dataset "tank/nomad/v1", which zfs-csi does not manage',
   );
-  assert.deepEqual(h.runner.argvs, [getState("tank/nomad/v1")]);
+  // zfs refuses the create; the foreign dataset is only read, never changed.
+  assert.deepEqual(h.runner.argvs, [
+    zfs.create("tank/nomad/v1", ...OURS, "refquota=67108864"),
+    getState("tank/nomad/v1"),
+  ]);
   assert.equal(h.host.value("tank/nomad/v1", MANAGED_PROPERTY), undefined);
+  assert.equal(h.host.value("tank/nomad/v1", PARAMS), undefined);
 });
 
 Deno.test("ControllerService.CreateVolume rounds required_bytes below 1 MiB up to MIN_VOLUME_BYTES", async () => {
   using h = setup();
   assert.equal(MIN_VOLUME_BYTES, 1048576);
   const res = await h.controller.CreateVolume(createReq("v1", { capacity_range: range(1000) }));
-  assert.deepEqual(h.runner.argvs[1], zfs.create("tank/nomad/v1", ...OURS, "refquota=1048576"));
+  assert.deepEqual(h.runner.argvs, created("tank/nomad/v1", ...OURS, "refquota=1048576"));
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", MIN_VOLUME_BYTES) });
   // The repeat of that request is the same volume.
   assert.deepEqual(
@@ -768,7 +807,7 @@ Deno.test("ControllerService.CreateVolume with only a limit creates a volume of 
   const res = await h.controller.CreateVolume(
     createReq("v1", { capacity_range: range(0, 32 * MiB) }),
   );
-  assert.deepEqual(h.runner.argvs[1], zfs.create("tank/nomad/v1", ...OURS, "refquota=33554432"));
+  assert.deepEqual(h.runner.argvs, created("tank/nomad/v1", ...OURS, "refquota=33554432"));
   assert.deepEqual(res, { volume: volumeMessage("v1@n1", "tank/nomad/v1", 32 * MiB) });
 });
 
@@ -799,8 +838,8 @@ for (
     using h = setup();
     await h.controller.CreateVolume(createReq("v1", { parameters }));
     assert.deepEqual(
-      h.runner.argvs[1],
-      zfs.create("tank/nomad/v1", MANAGED_OPTION, params(json), ...sizes),
+      h.runner.argvs,
+      created("tank/nomad/v1", MANAGED_OPTION, params(json), ...sizes),
     );
   });
 }
@@ -837,7 +876,6 @@ Deno.test("ControllerService.CreateVolume asks once whether zfs knows an OpenZFS
   };
   await h.controller.CreateVolume(createReq("v1", { parameters }));
   assert.deepEqual(h.runner.argvs, [
-    getState("tank/nomad/v1"),
     getProps("encryption,keyformat,keylocation", "tank/nomad"),
     zfs.create(
       "tank/nomad/v1",
@@ -853,12 +891,20 @@ Deno.test("ControllerService.CreateVolume asks once whether zfs knows an OpenZFS
   ]);
   const mark = h.mark();
   await h.controller.CreateVolume(createReq("v2", { parameters }));
-  const calls = h.since(mark);
-  assert.deepEqual(calls.map((a) => a.slice(0, 2)), [
-    ["zfs", "get"],
-    ["zfs", "create"],
+  // Remembered: the next volume is the create alone.
+  assert.deepEqual(h.since(mark), [
+    zfs.create(
+      "tank/nomad/v2",
+      "encryption=aes-256-gcm",
+      "keyformat=passphrase",
+      "keylocation=file:///etc/zfs/keys/v1",
+      MANAGED_OPTION,
+      params(
+        '{"encryption":"aes-256-gcm","keyformat":"passphrase","keylocation":"file:///etc/zfs/keys/v1"}',
+      ),
+      "refquota=67108864",
+    ),
   ]);
-  assert.deepEqual(calls[0], getState("tank/nomad/v2"));
 });
 
 Deno.test("ControllerService.CreateVolume refuses an OpenZFS-only parameter that zfs does not know with INVALID_ARGUMENT", async () => {
@@ -878,10 +924,7 @@ Deno.test("ControllerService.CreateVolume refuses an OpenZFS-only parameter that
       'Parameter "encryption" is not supported by the ZFS on node "n1" (it needs OpenZFS)',
     );
     // Not remembered as supported: asked again, and never created.
-    assert.deepEqual(h.since(mark), [
-      getState("tank/nomad/v1"),
-      getProps("encryption", "tank/nomad"),
-    ]);
+    assert.deepEqual(h.since(mark), [getProps("encryption", "tank/nomad")]);
   }
   assert.ok(!h.host.has("tank/nomad/v1"));
 });
@@ -903,7 +946,6 @@ Deno.test("ControllerService.CreateVolume names every OpenZFS-only parameter zfs
       '"n1" (it needs OpenZFS)',
   );
   assert.deepEqual(h.runner.argvs, [
-    getState("tank/nomad/v1"),
     getProps("encryption,keyformat,keylocation,relatime", "tank/nomad"),
     getProps("keyformat,keylocation,relatime", "tank/nomad"),
     getProps("keylocation,relatime", "tank/nomad"),
@@ -912,7 +954,16 @@ Deno.test("ControllerService.CreateVolume names every OpenZFS-only parameter zfs
   // relatime was found supported: a create asking only for it needs no question.
   const mark = h.mark();
   await h.controller.CreateVolume(createReq("v1", { parameters: { relatime: "on" } }));
-  assert.deepEqual(h.since(mark).map((a) => a[1]), ["get", "create"]);
+  assert.deepEqual(
+    h.since(mark),
+    created(
+      "tank/nomad/v1",
+      MANAGED_OPTION,
+      params('{"relatime":"on"}'),
+      "refquota=67108864",
+      "relatime=on",
+    ),
+  );
 });
 
 Deno.test("ControllerService.CreateVolume from a snapshot clones it with the properties and records the source", async () => {
@@ -1100,12 +1151,13 @@ Deno.test("ControllerService.CreateVolume answers RESOURCE_EXHAUSTED for requisi
 Deno.test("ControllerService.CreateVolume answers ABORTED to a second call for the same name while the first is in flight", async () => {
   const held = gate();
   const entered = gate();
+  const create = zfs.create("tank/nomad/v1", ...OURS, "refquota=67108864");
   using h = setup({
     before: (runner, host) =>
-      runner.onExact(getState("tank/nomad/v1"), async (argv) => {
+      runner.onExact(create, async (argv) => {
         entered.open();
         await held.promise;
-        return host().get(argv);
+        return host().create(argv);
       }, { times: 1 }),
   });
   const first = h.controller.CreateVolume(createReq("v1"));
@@ -1123,7 +1175,8 @@ Deno.test("ControllerService.CreateVolume answers ABORTED to a second call for t
   );
   held.open();
   assert.deepEqual(await first, { volume: volumeMessage("v1@n1", "tank/nomad/v1", 64 * MiB) });
-  assert.deepEqual(h.runner.argvs.map((a) => a[1]), ["get", "create"]);
+  // The refused calls ran nothing: only the first call's create.
+  assert.deepEqual(h.runner.argvs, [create]);
   assert.equal(h.locks.isHeld("tank/nomad/v1"), false);
 });
 
@@ -1140,8 +1193,12 @@ Deno.test("ControllerService.CreateVolume judges a dataset made meanwhile by som
     Code.ALREADY_EXISTS,
     /which zfs-csi does not manage/,
   );
-  // Only this race reads the dataset back after the create.
-  assert.deepEqual(h.runner.argvs.map((a) => a[1]), ["get", "create", "get"]);
+  // The refused create is judged from the dataset's state, read after it; nothing is written.
+  assert.deepEqual(h.runner.argvs, [
+    zfs.create("tank/nomad/v1", ...OURS, "refquota=67108864"),
+    getState("tank/nomad/v1"),
+  ]);
+  assert.equal(h.host.value("tank/nomad/v1", MANAGED_PROPERTY), undefined);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1150,14 +1207,15 @@ Deno.test("ControllerService.CreateVolume judges a dataset made meanwhile by som
 Deno.test("ControllerService.DeleteVolume of a missing volume succeeds without a destructive call", async () => {
   using h = setup();
   assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v9@n1")), {});
-  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/v9")]);
+  // The mount table is read beside the dataset, so a delete waits for one process fewer.
+  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/v9"), ["mount"]]);
 });
 
 Deno.test("ControllerService.DeleteVolume never reaches a hidden dataset through a volume id", async () => {
   using h = setup();
   h.host.addFilesystem("tank/nomad/.deleted-1699990000-v0", { mounted: false });
   assert.deepEqual(await h.controller.DeleteVolume(volumeRef(".deleted-1699990000-v0")), {});
-  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/:2edeleted-1699990000-v0")]);
+  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/:2edeleted-1699990000-v0"), ["mount"]]);
   assert.ok(h.host.has("tank/nomad/.deleted-1699990000-v0"));
 });
 
@@ -1169,7 +1227,7 @@ Deno.test("ControllerService.DeleteVolume refuses a foreign dataset with FAILED_
     Code.FAILED_PRECONDITION,
     /^Dataset "tank\/nomad\/v1" exists but is not managed by zfs-csi/,
   );
-  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/v1")]);
+  assert.deepEqual(h.runner.argvs, [deleteTree("tank/nomad/v1"), ["mount"]]);
   assert.ok(h.host.has("tank/nomad/v1"));
 });
 
@@ -1275,7 +1333,7 @@ Deno.test("ControllerService.DeleteVolume with a retention unmounts, renames asi
   // A repeat finds nothing and does nothing.
   const mark = h.mark();
   assert.deepEqual(await h.controller.DeleteVolume(volumeRef("v1@n1")), {});
-  assert.deepEqual(h.since(mark), [deleteTree("tank/nomad/v1")]);
+  assert.deepEqual(h.since(mark), [deleteTree("tank/nomad/v1"), ["mount"]]);
 });
 
 Deno.test("ControllerService.DeleteVolume with retention 0 unmounts and destroys recursively", async () => {
