@@ -42,7 +42,8 @@ zpool list || true
 
 step "./tools/deno task test"
 rc=0
-./tools/deno task test 2>&1 | tee "$out/test.log" || rc=$?
+# No Go in the VM: csi-sanity and Nomad (built with Go) run on the host only.
+ZFS_CSI_TEST_PARTS="unit integration" ./tools/deno task test 2>&1 | tee "$out/test.log" || rc=$?
 echo "$rc" >"$out/test.rc"
 step "deno task test exit code: $rc"
 
