@@ -76,10 +76,23 @@ export class TestPool implements AsyncDisposable {
     for (const m of mounts) {
       if (!m.startsWith(this.mountRoot)) await tryRun("umount", m);
     }
-    for (let i = 0; i < 20; i++) {
+    let destroyed = false;
+    let last = "";
+    for (let i = 0; i < 20 && !destroyed; i++) {
       const r = await tryRun("zpool", "destroy", "-f", this.pool);
-      if (r.code === 0 || /no such pool/.test(r.stderr)) break;
-      await new Promise((res) => setTimeout(res, 250));
+      destroyed = r.code === 0 || /no such pool/.test(r.stderr);
+      last = r.stderr.trim();
+      if (!destroyed) await new Promise((res) => setTimeout(res, 250));
+    }
+    if (!destroyed) {
+      // zfs-fuse can call a pool with many datasets busy until its daemon restarts.
+      await Deno.stderr.write(
+        new TextEncoder().encode(
+          `test pool ${this.pool} (${this.dir}) was left behind: ${last}; ` +
+            `zpool destroy -f ${this.pool} (after restarting zfs-fuse if it stays busy)\n`,
+        ),
+      );
+      return;
     }
     await Deno.remove(this.dir, { recursive: true }).catch(() => {});
   }
