@@ -78,11 +78,18 @@ agent_pid=""
 
 nomad() { "$nomad_bin" "$@"; }
 
-# Processes whose command line names our temporary directory: the plugins and Nomad's executors.
+# Processes whose command line names our temporary directory (the plugins and Nomad's
+# executors) or that hold a file open in the agent's data directory (Nomad's logmon, which
+# outlives a dev agent). Not the pool image: zfs-fuse's daemon holds that one.
 our_pids() {
   local p
   for p in /proc/[0-9]*; do
-    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$tmp/"; then echo "${p#/proc/}"; fi
+    [ "${p#/proc/}" = "$$" ] && continue
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$tmp/"; then
+      echo "${p#/proc/}"
+    elif find "$p/fd" -maxdepth 1 -lname "$data_dir/*" 2>/dev/null | grep -q .; then
+      echo "${p#/proc/}"
+    fi
   done
 }
 
