@@ -16,7 +16,6 @@ import {
   qualifiedVolumeId,
   resolveSnapshot,
   resolveVolume,
-  snapshotIdFor,
   snapshotIdOf,
   volumeIdFor,
 } from "../zfs/ids.ts";
@@ -394,19 +393,11 @@ export class ControllerService {
       );
     }
     const { dataset } = resolveVolume(sourceId, this.#scope);
-    const name = fittedSnapshotName(
-      this.#nameOf(dataset),
-      dataset,
-      requested,
-      this.#d.config.nodeId,
-    );
+    const volumeName = this.#nameOf(dataset);
+    // The name as used: its id and ZFS name fit their limits (fittedSnapshotName sees to both).
+    const name = fittedSnapshotName(volumeName, dataset, requested, this.#d.config.nodeId);
     const component = encodeName("Snapshot name", name);
     const snapshot = `${dataset}@${component}`;
-    if (byteLength(snapshot) > MAX_DATASET_NAME) {
-      throw new CsiError(Code.INVALID_ARGUMENT, `Snapshot name "${name}" is too long`);
-    }
-    // Its id must fit CSI's 128 bytes too (the volume's name, the snapshot's and the node).
-    snapshotIdFor(this.#nameOf(dataset), name, this.#scope);
     // Locked by the requested name: its shortened form can differ between volumes.
     return await withLock(this.#d.locks, [dataset, `snapshot:${requested}`], async () => {
       const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
@@ -438,7 +429,6 @@ export class ControllerService {
       if (!props) {
         throw new CsiError(Code.INTERNAL, `Snapshot "${snapshot}" vanished after creation`);
       }
-      const volumeName = this.#nameOf(dataset);
       this.#d.log.info("snapshot created", { snapshot });
       return {
         snapshot: this.#snapshotMessage({

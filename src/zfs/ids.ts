@@ -125,21 +125,6 @@ export function volumeIdFor(name: string, scope: IdScope): string {
 }
 
 /**
- * The id CreateSnapshot returns for snapshot `name` of the volume named `volumeName`.
- * @throws {CsiError} INVALID_ARGUMENT when the name is invalid or the id would be too long
- */
-export function snapshotIdFor(volumeName: string, name: string, scope: IdScope): string {
-  encodeName("Snapshot name", name);
-  const id = qualifiedSnapshotId(volumeName, name, scope.nodeId);
-  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
-    throw invalid(
-      `Snapshot name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
-    );
-  }
-  return id;
-}
-
-/**
  * The node-qualified id of the volume held by a child `dataset` of the parent, or undefined
  * for datasets that hold no volume (foreign names, hidden ones).
  */
