@@ -5,6 +5,8 @@
  * floor the plugin's latency is measured against.
  */
 
+import { PURGE_PROPERTIES } from "../src/csi/trash.ts";
+
 /** The programs the plugin may run (src/permissions.ts). */
 export const PROGRAMS = ["zfs", "zpool", "mount", "umount"] as const;
 
@@ -75,8 +77,9 @@ export function isBackground(argv: readonly string[], parentDataset: string): bo
   if (argv[0] === "zpool") return true;
   if (argv[0] !== "zfs" || argv[1] !== "get") return false;
   const props = argv.at(-2) ?? "";
+  // The purge's listing adds "clones" where this ZFS has it.
   return argv.at(-1) === parentDataset &&
-    (props === "type,mounted,mountpoint" || props === "type,creation,defer_destroy");
+    (props === "type,mounted,mountpoint" || props.startsWith(PURGE_PROPERTIES.join(",")));
 }
 
 /** A named group of commands timed together (one CSI call's worth). */

@@ -1,3 +1,4 @@
+import { PURGE_PROPERTIES } from "../src/csi/trash.ts";
 import assert from "node:assert/strict";
 import {
   floorScript,
@@ -53,7 +54,7 @@ Deno.test("background commands are the health check's and the purge's", () => {
       "-d",
       "2",
       ...get.slice(3),
-      "type,creation,defer_destroy",
+      PURGE_PROPERTIES.join(","),
       parent,
     ], parent),
     true,

@@ -36,7 +36,10 @@ plugin_id = "zfs"
 #                      refuses with FAILED_PRECONDITION naming both nodes, instead of using or
 #                      creating a dataset of the same name there. It is also the form
 #                      "nomad volume create" gives its volumes.
-#   "pg-data"          the dataset <parent_dataset>/pg-data on whichever node is asked.
+#   "pg-data"          the dataset <parent_dataset>/pg-data on whichever node is asked. Calls
+#                      that change or delete the volume (delete, expand, snapshots) refuse it
+#                      unless the plugin runs with --node-local-plugin-id (one node per
+#                      plugin id, as the shipped monolith jobs do).
 #   "tank/nomad/pg-data"
 #                      the same dataset by its full name (a direct child of the parent
 #                      dataset; "tank/nomad/pg-data@node-1" works too).

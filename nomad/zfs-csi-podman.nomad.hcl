@@ -138,8 +138,9 @@ locals {
       # suffix of every volume and snapshot id.
       "--node-id", "${node.unique.name}",
     ],
-    # Only a controller deletes volumes and snapshots.
-    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention] : [],
+    # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
+    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       "--stage-publish-base-dir", local.stage_publish_base_dir,
       "--log-level", var.log_level,

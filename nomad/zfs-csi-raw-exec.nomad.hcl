@@ -124,8 +124,9 @@ locals {
       # suffix of every volume and snapshot id.
       "--node-id", "${node.unique.name}",
     ],
-    # Only a controller deletes volumes and snapshots.
-    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention] : [],
+    # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
+    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       # Must equal csi_plugin.stage_publish_base_dir: the plugin refuses paths outside it.
       "--stage-publish-base-dir", local.stage_publish_base_dir,

@@ -4,6 +4,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { type ParameterPolicy, resolveParameterPolicy } from "./csi/parameters.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
 import { checkDatasetName } from "./zfs/names.ts";
@@ -39,6 +40,13 @@ export interface Config {
   readonly stagePublishDirs: readonly string[];
   /** Time limit of one zfs/mount command. */
   readonly commandTimeoutMs: number;
+  /**
+   * The plugin id is this node's alone, so a volume id without a node can only mean this node:
+   * controller calls that change a volume accept such ids (see src/zfs/ids.ts).
+   */
+  readonly nodeLocalPluginId: boolean;
+  /** Which CreateVolume parameters and values volume creators may use. */
+  readonly parameterPolicy: ParameterPolicy;
 }
 
 /** What the command line asks for. */
@@ -82,6 +90,16 @@ Options:
   --mount PATH                mount program (default: mount from PATH)
   --umount PATH               umount program (default: umount from PATH)
   --command-timeout SECONDS   time limit of one zfs or mount command (default: 60)
+  --node-local-plugin-id      no other node runs this plugin id (one plugin id per node): let
+                              controller calls that delete, grow, snapshot or clone a volume
+                              take ids without "@<node>" (refused otherwise)
+  --allow-parameter N=V[|V]   volume creators may set parameter N to these values, or to any
+                              with N=*; replaces N's default limit; repeatable. N may also be
+                              module:* (user properties) or * (every parameter)
+  --deny-parameter N          volume creators may not set parameter N (or module:*, or *);
+                              repeatable
+  --key-dir DIR               keylocation may name files strictly below DIR (file:///DIR/...);
+                              without it, and without --allow-parameter keylocation=..., none
   -h, --help                  show this help
   --version                   show the version
 
@@ -201,6 +219,10 @@ export function parseConfig(
         "mount": { type: "string" },
         "umount": { type: "string" },
         "command-timeout": { type: "string" },
+        "node-local-plugin-id": { type: "boolean" },
+        "allow-parameter": { type: "string", multiple: true },
+        "deny-parameter": { type: "string", multiple: true },
+        "key-dir": { type: "string" },
         "help": { type: "boolean", short: "h" },
         "version": { type: "boolean" },
       },
@@ -261,6 +283,18 @@ export function parseConfig(
     absoluteDir("--stage-publish-base-dir", d)
   );
 
+  const keyDir = values["key-dir"];
+  let parameterPolicy: ParameterPolicy;
+  try {
+    parameterPolicy = resolveParameterPolicy({
+      allow: values["allow-parameter"] ?? [],
+      deny: values["deny-parameter"] ?? [],
+      keyDir: keyDir === undefined ? undefined : absoluteDir("--key-dir", keyDir),
+    });
+  } catch (err) {
+    throw err instanceof ConfigError ? err : new ConfigError((err as Error).message);
+  }
+
   const config: Config = {
     mode: mode as PluginMode,
     deletedRetentionSeconds,
@@ -276,6 +310,8 @@ export function parseConfig(
     umountPath: program("--umount", values.umount ?? "umount"),
     stagePublishDirs: Object.freeze([...new Set(dirs)]),
     commandTimeoutMs: Math.round(timeoutSeconds * 1000),
+    nodeLocalPluginId: values["node-local-plugin-id"] === true,
+    parameterPolicy,
   };
   return { kind: "run", config: Object.freeze(config) };
 }

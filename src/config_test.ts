@@ -59,6 +59,8 @@ Deno.test("parseConfig fills every field with its default", () => {
     umountPath: "umount",
     stagePublishDirs: [DEFAULT_STAGE_PUBLISH_DIR],
     commandTimeoutMs: 60_000,
+    nodeLocalPluginId: false,
+    parameterPolicy: { rules: {}, keyDir: undefined },
   });
   assert.equal(Object.isFrozen(config), true);
   assert.equal(Object.isFrozen(config.topology), true);
@@ -93,6 +95,13 @@ Deno.test("parseConfig takes every option", () => {
     "node",
     "--deleted-retention",
     "36h",
+    "--node-local-plugin-id",
+    "--allow-parameter",
+    "setuid=on",
+    "--deny-parameter",
+    "dedup",
+    "--key-dir",
+    "/etc/zfs/keys/",
   ]);
   assert.deepEqual(config, {
     mode: "node",
@@ -109,6 +118,11 @@ Deno.test("parseConfig takes every option", () => {
     umountPath: "/usr/bin/umount",
     stagePublishDirs: ["/var/lib/nomad/client/csi", "/opt/nomad/csi"],
     commandTimeoutMs: 2500,
+    nodeLocalPluginId: true,
+    parameterPolicy: {
+      rules: { setuid: { kind: "allow", values: ["on"] }, dedup: { kind: "deny" } },
+      keyDir: "/etc/zfs/keys",
+    },
   });
 });
 
@@ -261,4 +275,74 @@ Deno.test("parseConfig removes duplicate stage-publish dirs", () => {
       .stagePublishDirs,
     ["/a"],
   );
+});
+
+Deno.test("parseConfig resolves the parameter policy from repeated flags", () => {
+  const config = run([
+    ...REQUIRED,
+    "--allow-parameter",
+    "compression=lz4|zstd",
+    "--allow-parameter=compression=off",
+    "--allow-parameter",
+    "com.sun:*=*",
+    "--deny-parameter",
+    "com.example:*",
+    "--deny-parameter",
+    "*",
+    "--key-dir",
+    "//run//keys",
+  ]);
+  assert.deepEqual(config.parameterPolicy, {
+    rules: {
+      compression: { kind: "allow", values: ["lz4", "zstd", "off"] },
+      "com.sun:*": { kind: "allow", values: "any" },
+      "com.example:*": { kind: "deny" },
+      "*": { kind: "deny" },
+    },
+    keyDir: "/run/keys",
+  });
+  assert.equal(Object.isFrozen(config.parameterPolicy), true);
+  assert.equal(Object.isFrozen(config.parameterPolicy.rules), true);
+});
+
+Deno.test("parseConfig refuses unknown parameter names and bad values in the policy flags", () => {
+  const table: ReadonlyArray<readonly [readonly string[], string | RegExp]> = [
+    [
+      ["--allow-parameter", "mountpoint=/etc"],
+      '--allow-parameter "mountpoint=/etc": "mountpoint" is not a parameter zfs-csi accepts ' +
+      "(a ZFS property of the README's list, quota, refreservation, module:name, module:* or *)",
+    ],
+    [["--allow-parameter", "compresion=lz4"], /"compresion" is not a parameter zfs-csi accepts/],
+    [["--allow-parameter", "setuid"], /^--allow-parameter "setuid" is not of the form NAME=VALUE/],
+    [["--allow-parameter", "setuid=yes"], /is not a value zfs accepts for setuid$/],
+    [["--deny-parameter", "sharenfs"], /^--deny-parameter "sharenfs": "sharenfs" is not a/],
+    [
+      ["--allow-parameter", "exec=on", "--deny-parameter", "exec"],
+      '--allow-parameter and --deny-parameter both name "exec"',
+    ],
+    [
+      ["--key-dir", "etc/keys"],
+      '--key-dir "etc/keys" must be an absolute path without "." or ".."',
+    ],
+    [["--key-dir", "/etc/../keys"], /^--key-dir "\/etc\/\.\.\/keys" must be an absolute path/],
+    [["--key-dir", "/"], '--key-dir must not be "/"'],
+    [
+      ["--key-dir", "/keys", "--deny-parameter", "keylocation"],
+      "--key-dir is given, but --deny-parameter keylocation refuses every key",
+    ],
+  ];
+  for (const [extra, message] of table) fails([...REQUIRED, ...extra], message);
+});
+
+Deno.test("parseConfig lists the parameter policy flags in its help", () => {
+  for (const flag of ["--allow-parameter N=V[|V]", "--deny-parameter N", "--key-dir DIR"]) {
+    assert.ok(USAGE.includes(flag), flag);
+  }
+});
+
+Deno.test("parseConfig takes --node-local-plugin-id as a flag without a value, off by default", () => {
+  assert.equal(run(REQUIRED).nodeLocalPluginId, false);
+  assert.equal(run([...REQUIRED, "--node-local-plugin-id"]).nodeLocalPluginId, true);
+  fails([...REQUIRED, "--node-local-plugin-id=yes"], /node-local-plugin-id/);
+  assert.ok(USAGE.includes("--node-local-plugin-id"));
 });

@@ -56,20 +56,42 @@ export type ZfsErrorKind =
   | "invalid"
   | "unsupported"
   | "timeout"
+  | "unavailable"
   | "unknown";
+
+/** More about a {@linkcode ZfsError}. */
+export interface ZfsErrorOptions extends ErrorOptions {
+  /**
+   * What went wrong in words a client can act on, sent instead of zfs's first stderr line
+   * (which for some failures says little, such as "connect: No such file or directory").
+   */
+  readonly detail?: string;
+}
 
 /** A failed zfs or zpool command, classified by {@linkcode ZfsErrorKind}. */
 export class ZfsError extends Error {
   readonly kind: ZfsErrorKind;
   readonly argv: readonly string[];
   readonly stderr: string;
+  readonly detail: string | undefined;
 
-  constructor(kind: ZfsErrorKind, argv: readonly string[], stderr: string) {
-    super(`Command "${argv.join(" ")}" failed (${kind}): ${stderr.trim() || "no output"}`);
+  constructor(
+    kind: ZfsErrorKind,
+    argv: readonly string[],
+    stderr: string,
+    options: ZfsErrorOptions = {},
+  ) {
+    const said = stderr.trim() || "no output";
+    super(
+      `Command "${argv.join(" ")}" failed (${kind}): ` +
+        (options.detail === undefined ? said : `${options.detail} (zfs said: ${said})`),
+      options,
+    );
     this.name = "ZfsError";
     this.kind = kind;
     this.argv = argv;
     this.stderr = stderr;
+    this.detail = options.detail;
   }
 }
 
@@ -84,6 +106,8 @@ const zfsKindToCode: Record<ZfsErrorKind, GrpcCode> = {
   invalid: Code.INVALID_ARGUMENT,
   unsupported: Code.INVALID_ARGUMENT,
   timeout: Code.DEADLINE_EXCEEDED,
+  // ZFS could not see the pool or could not be reached: worth retrying once it is back.
+  unavailable: Code.UNAVAILABLE,
   unknown: Code.INTERNAL,
 };
 
@@ -95,8 +119,9 @@ export interface GrpcStatus {
 
 /**
  * Maps any thrown value to a gRPC status. CsiError keeps its code and message; ZfsError maps by
- * kind and names the failed zfs operation; anything else is INTERNAL with a generic message, so
- * internals only reach the log, never the client.
+ * kind and names the failed zfs operation, with its detail or else zfs's first stderr line;
+ * anything else is INTERNAL with a generic message, so internals only reach the log, never the
+ * client.
  */
 export function toGrpcStatus(err: unknown): GrpcStatus {
   if (err instanceof CsiError) return { code: err.code, details: err.message };
@@ -105,7 +130,7 @@ export function toGrpcStatus(err: unknown): GrpcStatus {
     return {
       code: zfsKindToCode[err.kind],
       details: `ZFS operation "${op}" failed (${err.kind.replace("_", " ")}): ${
-        firstLine(err.stderr)
+        err.detail ?? firstLine(err.stderr)
       }`,
     };
   }

@@ -16,6 +16,7 @@ Deno.test("toGrpcStatus maps each ZfsError kind to its gRPC code", () => {
     ["invalid", Code.INVALID_ARGUMENT],
     ["unsupported", Code.INVALID_ARGUMENT],
     ["timeout", Code.DEADLINE_EXCEEDED],
+    ["unavailable", Code.UNAVAILABLE],
     ["unknown", Code.INTERNAL],
   ];
   for (const [kind, code] of table) {
@@ -34,6 +35,29 @@ Deno.test("toGrpcStatus names the zfs operation and the first stderr line of a Z
     details:
       `ZFS operation "/sbin/zfs create" failed (not found): cannot create 'tank/nomad/a/b': parent does not exist`,
   });
+});
+
+Deno.test("toGrpcStatus sends a ZfsError's detail instead of zfs's first line, which ZfsError keeps in its message", () => {
+  const cause = new Error("first read");
+  const err = new ZfsError(
+    "unavailable",
+    ["zfs", "get", "-Hp", "type", "t/n/v"],
+    "connect: No such file or directory\nPlease make sure that the zfs-fuse daemon is running.\n",
+    { detail: "ZFS cannot be reached; this command changed nothing", cause },
+  );
+  assert.deepEqual(toGrpcStatus(err), {
+    code: Code.UNAVAILABLE,
+    details: `ZFS operation "zfs get" failed (unavailable): ` +
+      `ZFS cannot be reached; this command changed nothing`,
+  });
+  assert.equal(err.detail, "ZFS cannot be reached; this command changed nothing");
+  assert.equal(err.cause, cause);
+  assert.equal(
+    err.message,
+    `Command "zfs get -Hp type t/n/v" failed (unavailable): ZFS cannot be reached; this ` +
+      `command changed nothing (zfs said: connect: No such file or directory\n` +
+      `Please make sure that the zfs-fuse daemon is running.)`,
+  );
 });
 
 Deno.test("toGrpcStatus sends a generic INTERNAL message for any other error", () => {

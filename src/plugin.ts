@@ -63,6 +63,8 @@ export async function startPlugin(
     zpoolPath: config.zpoolPath,
     timeoutMs: config.commandTimeoutMs,
     log,
+    // "Does not exist" below the parent counts only while the parent is visible.
+    anchor: config.parentDataset,
   });
   const mounter = new Mounter(runner, {
     mountPath: config.mountPath,

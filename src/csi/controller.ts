@@ -9,7 +9,6 @@ import { Code, CsiError, ZfsError } from "../errors.ts";
 import { type KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
-import { isMountOf } from "../mount/mountinfo.ts";
 import {
   type IdScope,
   qualifiedSnapshotId,
@@ -23,10 +22,13 @@ import {
   byteLength,
   childDataset,
   cloneSnapshotComponent,
+  encodeComponent,
   encodeName,
   MANAGED_PROPERTY,
   MANAGED_VALUE,
   MAX_DATASET_NAME,
+  NAME_PROPERTY,
+  STAGED_PROPERTY,
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
@@ -46,11 +48,14 @@ import { type HealthChecker, storageProblem } from "./health.ts";
 import { paginate } from "./paging.ts";
 import {
   checkSizes,
-  isKnownParameter,
+  parametersRefusal,
   parseParameters,
   sizeOf,
   type VolumeParameters,
 } from "./parameters.ts";
+import { checkRecordedName, checkRetry } from "./tenancy.ts";
+import { obstacleMessage } from "./subtree.ts";
+import { planSize } from "./sizing.ts";
 import { checkRequisite, nodeIsIn } from "./topology.ts";
 import type { Trash } from "./trash.ts";
 import type {
@@ -118,6 +123,9 @@ const VOLUME_STATE = [
   "quota",
   "refreservation",
   "mountpoint",
+  // What tells a retried CreateVolume from a second volume of the same name (tenancy.ts).
+  NAME_PROPERTY,
+  STAGED_PROPERTY,
 ] as const;
 
 /** The CSI Controller service handlers. */
@@ -129,7 +137,11 @@ export class ControllerService {
 
   constructor(deps: ControllerDeps) {
     this.#d = deps;
-    this.#scope = { parentDataset: deps.config.parentDataset, nodeId: deps.config.nodeId };
+    this.#scope = {
+      parentDataset: deps.config.parentDataset,
+      nodeId: deps.config.nodeId,
+      nodeLocal: deps.config.nodeLocalPluginId,
+    };
   }
 
   ControllerGetCapabilities(): Promise<unknown> {
@@ -139,16 +151,14 @@ export class ControllerService {
   }
 
   async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
-    const name = fittedVolumeName(
-      required("name", req.name),
-      this.#d.config.parentDataset,
-      this.#d.config.nodeId,
-    );
+    const requested = required("name", req.name);
+    // The name as used: the requested one, or its shortened form when it does not fit.
+    const name = fittedVolumeName(requested, this.#d.config.parentDataset, this.#d.config.nodeId);
     const id = volumeIdFor(name, this.#scope);
     const dataset = childDataset(this.#d.config.parentDataset, "Volume name", name);
     checkCapabilities(req.volume_capabilities);
     const capacity = checkCapacity(req.capacity_range);
-    const params = parseParameters(req.parameters);
+    const params = parseParameters(req.parameters, this.#d.config.parameterPolicy);
     checkRequisite(req.accessibility_requirements, this.#d.config.topology, this.#d.config.nodeId);
     let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
     if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
@@ -162,7 +172,7 @@ export class ControllerService {
     const source = this.#source(req.volume_content_source);
     checkSizes(params, size);
     const sourceText = source ? `${source.kind}:${source.id}` : "";
-    const want = { capacity, params, source: sourceText };
+    const want = { name: requested, capacity, params, source: sourceText };
     const keys = source ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#d.locks, keys, async () => {
       // A plain create goes straight to `zfs create`: zfs refuses a name that exists without
@@ -176,6 +186,8 @@ export class ControllerService {
       const props: Record<string, string> = {
         ...params.properties,
         [MANAGED_PROPERTY]: MANAGED_VALUE,
+        // The name in full: a repeat compares it, and a shortened dataset name keeps it readable.
+        [NAME_PROPERTY]: requested,
         [PARAMETERS_PROPERTY]: params.canonical,
         ...(source ? { [SOURCE_PROPERTY]: sourceText } : {}),
       };
@@ -210,20 +222,26 @@ export class ControllerService {
   }
 
   async DeleteVolume(req: DeleteVolumeRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope, {
+      mutating: true,
+    });
     return await withLock(this.#d.locks, [dataset], async () => {
       // Both reads at once: a delete waits for one process fewer (a repeat for a volume already
-      // gone reads the mount table in vain, which is cheap).
-      const [tree, table] = await Promise.all([
-        this.#d.zfs.getTree(dataset, 1, ["type", "mountpoint", MANAGED_PROPERTY]),
+      // gone reads the mount table in vain, which is cheap). The dataset's whole subtree is
+      // read: nothing in it that the plugin did not make is ever destroyed.
+      const [found, table] = await Promise.all([
+        this.#d.trash.inspect(dataset),
         this.#d.mounter.table(),
       ]);
-      const props = tree?.get(dataset);
-      if (!tree || !props) return {};
+      if (!found) return {};
+      const { props, check } = found;
       checkOwned(dataset, props);
       const mountpoint = props.get("mountpoint")?.value ?? "";
+      // Judged by the filesystem type of the ZFS that runs here: a user's FUSE mount named
+      // like the dataset never holds a volume "in use".
+      const judge = this.#d.mounter.judge();
       const users = table
-        .filter((e) => isMountOf(e, dataset) && e.mountPoint !== mountpoint)
+        .filter((e) => judge.isMountOf(e, dataset) && e.mountPoint !== mountpoint)
         .map((e) => e.mountPoint);
       if (users.length > 0) {
         throw new CsiError(
@@ -232,7 +250,7 @@ export class ControllerService {
             `stop the jobs using it first`,
         );
       }
-      const snapshots = [...tree.keys()]
+      const snapshots = check.csiSnapshots
         .map((n) => snapshotIdOf(n, this.#scope))
         .filter((s): s is string => s !== undefined);
       if (snapshots.length > 0) {
@@ -242,7 +260,13 @@ export class ControllerService {
             `delete them first (nomad volume snapshot delete)`,
         );
       }
-      await this.#d.trash.removeVolume(dataset);
+      if (check.obstacles.length > 0) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          obstacleMessage(`Volume "${id}" is not deleted`, dataset, check.obstacles),
+        );
+      }
+      await this.#d.trash.removeVolume(dataset, found);
       return {};
     });
   }
@@ -262,9 +286,8 @@ export class ControllerService {
         throw err;
       }
     }
-    for (const key of Object.keys(req.parameters ?? {})) {
-      if (!isKnownParameter(key)) return { message: `Parameter "${key}" is not supported` };
-    }
+    const refusal = parametersRefusal(req.parameters, this.#d.config.parameterPolicy);
+    if (refusal !== undefined) return { message: refusal };
     return {
       confirmed: {
         volume_context: req.volume_context ?? {},
@@ -321,7 +344,7 @@ export class ControllerService {
         return none;
       }
     }
-    parseParameters(req.parameters);
+    parseParameters(req.parameters, this.#d.config.parameterPolicy);
     if (req.accessible_topology && !nodeIsIn(req.accessible_topology, this.#d.config.topology)) {
       return none;
     }
@@ -341,7 +364,9 @@ export class ControllerService {
   }
 
   async ControllerExpandVolume(req: ControllerExpandVolumeRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope, {
+      mutating: true,
+    });
     if (!req.capacity_range) {
       throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
     }
@@ -351,34 +376,24 @@ export class ControllerService {
       const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
       if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
       checkOwned(dataset, props);
-      const current = parseBytes(props.get("refquota")?.value ?? "0");
-      const answer = (bytes: number) => ({
-        capacity_bytes: String(bytes),
+      // Reconciled on every call, "already at size" too: a call that failed half way (no room
+      // for the refreservation) is finished by its retry, and a repeat sets nothing.
+      const plan = planSize(id, props, capacity);
+      if (plan.changes.length > 0) {
+        await this.#d.zfs.setProperties(dataset, plan.changes);
+        this.#d.log.info("volume sized", {
+          volumeId: id,
+          set: Object.fromEntries(plan.changes),
+        });
+      }
+      return {
+        // Unlimited already holds any size (as far as the pool has room).
+        capacity_bytes: String(
+          plan.refquota || Math.max(capacity.requiredBytes, capacity.limitBytes),
+        ),
         // A refquota applies at once on every node: there is nothing for a node to do.
         node_expansion_required: false,
-      });
-      if (current === 0) {
-        // Unlimited already holds any size (as far as the pool has room).
-        return answer(Math.max(capacity.requiredBytes, capacity.limitBytes));
-      }
-      if (capacity.limitBytes > 0 && current > capacity.limitBytes) {
-        throw new CsiError(
-          Code.OUT_OF_RANGE,
-          `Volume "${id}" has ${current} bytes; shrinking to ${capacity.limitBytes} is not supported`,
-        );
-      }
-      const target = capacity.requiredBytes;
-      if (target <= current) return answer(current);
-      const params = storedParameters(props, this.#d.log);
-      const quota = parseBytes(props.get("quota")?.value ?? "0");
-      // The quota keeps the snapshot headroom it had above the capacity.
-      if (quota > 0) await this.#d.zfs.set(dataset, "quota", String(quota + target - current));
-      await this.#d.zfs.set(dataset, "refquota", String(target));
-      if (params?.refreservation?.kind === "capacity") {
-        await this.#d.zfs.set(dataset, "refreservation", String(target));
-      }
-      this.#d.log.info("volume expanded", { volumeId: id, from: current, to: target });
-      return answer(target);
+      };
     });
   }
 
@@ -392,11 +407,11 @@ export class ControllerService {
         `Snapshot parameters are not supported (got ${Object.keys(req.parameters).join(", ")})`,
       );
     }
-    const { dataset } = resolveVolume(sourceId, this.#scope);
+    const { dataset } = resolveVolume(sourceId, this.#scope, { mutating: true });
     const volumeName = this.#nameOf(dataset);
     // The name as used: its id and ZFS name fit their limits (fittedSnapshotName sees to both).
     const name = fittedSnapshotName(volumeName, dataset, requested, this.#d.config.nodeId);
-    const component = encodeName("Snapshot name", name);
+    const component = encodeComponent("Snapshot name", name);
     const snapshot = `${dataset}@${component}`;
     // Locked by the requested name: its shortened form can differ between volumes.
     return await withLock(this.#d.locks, [dataset, `snapshot:${requested}`], async () => {
@@ -448,7 +463,7 @@ export class ControllerService {
     const id = required("snapshot_id", req.snapshot_id);
     let ref;
     try {
-      ref = resolveSnapshot(id, this.#scope);
+      ref = resolveSnapshot(id, this.#scope, { mutating: true });
     } catch (err) {
       // An id this plugin could never have made names nothing: deleting nothing succeeds.
       if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) return {};
@@ -496,12 +511,18 @@ export class ControllerService {
     };
   }
 
-  /** Answers a CreateVolume whose dataset exists: the same volume again, or ALREADY_EXISTS. */
+  /**
+   * Answers a CreateVolume whose dataset exists: the same volume again, or ALREADY_EXISTS. It is
+   * the same volume only if it fits the request and the request can still be a retry of the
+   * create that made it (tenancy.ts).
+   */
   #answerRepeat(
     id: string,
     dataset: string,
     props: PropertyMap,
     want: {
+      /** The name as requested (not shortened). */
+      name: string;
       capacity: { requiredBytes: number; limitBytes: number };
       params: VolumeParameters;
       /** `snapshot:<id>`, `volume:<id>` or "". */
@@ -515,6 +536,7 @@ export class ControllerService {
     }
     const record = volumeRecord(this.#d.config.parentDataset, dataset, props);
     if (!record) throw conflict(`as dataset "${dataset}", which is not a filesystem`);
+    checkRecordedName(id, dataset, want.name, props);
     if (record.parameters !== want.params.canonical) {
       throw conflict(`with other parameters (${record.parameters})`);
     }
@@ -529,6 +551,8 @@ export class ControllerService {
     ) {
       throw conflict(`with another capacity (${r === 0 ? "unlimited" : `${r} bytes`})`);
     }
+    checkRetry(id, want.name, props, Math.floor(Date.now() / 1000));
+    this.#d.log.info("CreateVolume repeated: answered with the volume it made", { volumeId: id });
     return { volume: this.#volumeMessage(id, record) };
   }
 
@@ -539,7 +563,7 @@ export class ControllerService {
       const id = required("volume_content_source.snapshot.snapshot_id", src.snapshot.snapshot_id);
       let ref;
       try {
-        ref = resolveSnapshot(id, this.#scope);
+        ref = resolveSnapshot(id, this.#scope, { mutating: true });
       } catch (err) {
         if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
           throw new CsiError(Code.NOT_FOUND, `Snapshot "${id}" not found: ${err.message}`);
@@ -552,7 +576,7 @@ export class ControllerService {
       const id = required("volume_content_source.volume.volume_id", src.volume.volume_id);
       let dataset;
       try {
-        dataset = resolveVolume(id, this.#scope).dataset;
+        dataset = resolveVolume(id, this.#scope, { mutating: true }).dataset;
       } catch (err) {
         if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
           throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found: ${err.message}`);
@@ -725,16 +749,4 @@ function contentSourceOf(source: string): Record<string, unknown> | undefined {
   if (source.startsWith("snapshot:")) return { snapshot: { snapshot_id: source.slice(9) } };
   if (source.startsWith("volume:")) return { volume: { volume_id: source.slice(7) } };
   return undefined;
-}
-
-/** The parameters recorded on a volume, or undefined when they cannot be read back. */
-function storedParameters(props: PropertyMap, log: Logger): VolumeParameters | undefined {
-  const text = props.get(PARAMETERS_PROPERTY)?.value;
-  if (!text || text === "-") return undefined;
-  try {
-    return parseParameters(JSON.parse(text) as Record<string, string>);
-  } catch (err) {
-    log.warn("recorded volume parameters are unreadable", { parameters: text, error: err });
-    return undefined;
-  }
 }

@@ -5,8 +5,8 @@
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Mounter } from "../mount/mounter.ts";
-import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
-import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
+import { describeMount, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
+import { MANAGED_PROPERTY, MANAGED_VALUE, STAGED_PROPERTY } from "../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
@@ -19,12 +19,15 @@ export const VOLUME_PROPERTIES = [
   "used",
   "available",
   MANAGED_PROPERTY,
+  STAGED_PROPERTY,
 ] as const;
 
 /** A dataset known to be mounted, with the mount table that showed it. */
 export interface MountedDataset extends VolumeDataset {
   /** The mount table as read to verify the mount; callers reuse it rather than read it again. */
   readonly table: readonly MountEntry[];
+  /** The dataset's {@linkcode VOLUME_PROPERTIES}, as read before it was mounted. */
+  readonly props: PropertyMap;
 }
 
 /** What the node needs to know about a volume's dataset. */
@@ -95,9 +98,10 @@ export class Datasets {
 
   /**
    * The dataset of a volume, created if missing (with `sizeBytes` as refquota), mounted at its
-   * own mountpoint and visible in this mount namespace.
-   * @throws {CsiError} NOT_FOUND if missing without a size, FAILED_PRECONDITION if not ours or
-   *   not mountable here
+   * own mountpoint, visible in this mount namespace, and the top mount there (what a bind mount
+   * of the mountpoint takes).
+   * @throws {CsiError} NOT_FOUND if missing without a size, FAILED_PRECONDITION if not ours, not
+   *   mountable here, or covered by another mount
    */
   async ensureMounted(
     volumeId: string,
@@ -148,13 +152,27 @@ export class Datasets {
       tableRead = undefined;
     }
     const table = await (tableRead ?? this.#mounter.table());
-    if (!mountsAt(table, ds.mountpoint).some((e) => isMountOf(e, dataset))) {
+    this.#mounter.learnZfsType(table, dataset, ds.mountpoint);
+    const judge = this.#mounter.judge();
+    const here = mountsAt(table, ds.mountpoint);
+    if (!here.some((e) => judge.isMountOf(e, dataset))) {
       throw new CsiError(
         Code.FAILED_PRECONDITION,
         `Dataset "${dataset}" is mounted at "${ds.mountpoint}" but the plugin cannot see it there: ` +
           `bind-mount the parent dataset's mountpoint into the plugin task with shared propagation`,
       );
     }
-    return { ...ds, table };
+    // A bind mount of the mountpoint takes what a process sees there: the top mount. Anything
+    // stacked on the dataset (an admin's bind mount, a user's FUSE mount, another dataset with
+    // the same mountpoint) would be handed to the job instead of the volume.
+    const top = here.at(-1)!;
+    if (!judge.isMountOf(top, dataset)) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Dataset "${dataset}" is mounted at "${ds.mountpoint}", but another mount lies on top ` +
+          `of it there: ${describeMount(top)}; unmount that (umount "${ds.mountpoint}") and retry`,
+      );
+    }
+    return { ...ds, table, props };
   }
 }

@@ -160,7 +160,7 @@ Deno.test("Datasets.ensureMounted reads the mount table alongside the properties
   };
   const runner = new FakeRunner()
     .on(GET, slow(getOutput("t/n/v")))
-    .on(["mount"], slow("t/n/v on /t/n/v type fuse.zfs (rw,relatime)\n"));
+    .on(["mount"], slow("t/n/v on /t/n/v type fuse.zfs (rw,relatime,user_id=0,group_id=0)\n"));
   const ds = await datasets(runner).ensureMounted("v", "t/n/v");
   assert.equal(ds.mountpoint, "/t/n/v");
   assert.deepEqual(ds.table.map((e) => e.mountPoint), ["/t/n/v"]);
@@ -178,7 +178,7 @@ Deno.test("Datasets.ensureMounted reads the mount table again after mounting the
       return {};
     })
     .on(["mount"], () => ({
-      stdout: mounted ? "t/n/v on /t/n/v type fuse.zfs (rw,relatime)\n" : "",
+      stdout: mounted ? "t/n/v on /t/n/v type fuse.zfs (rw,relatime,user_id=0,group_id=0)\n" : "",
     }));
   const ds = await datasets(runner).ensureMounted("v", "t/n/v");
   assert.deepEqual(ds.table.map((e) => e.source), ["t/n/v"]);
@@ -188,4 +188,75 @@ Deno.test("Datasets.ensureMounted reads the mount table again after mounting the
     ["zfs", "mount"],
     ["mount"],
   ]);
+});
+
+/** A runner whose zfs reports t/n/v mounted at /t/n/v and whose mount table is `lines`. */
+function mountedWith(lines: readonly string[]): FakeRunner {
+  return new FakeRunner()
+    .on(GET, { stdout: getOutput("t/n/v") })
+    .onExact(["mount"], { stdout: lines.map((l) => l + "\n").join("") });
+}
+
+Deno.test("Datasets.ensureMounted refuses a dataset with another mount stacked on its mountpoint", async () => {
+  const own = "t/n/v on /t/n/v type zfs (rw,xattr,noacl)";
+  const cases: ReadonlyArray<readonly [string, string, string]> = [
+    [
+      "an admin's bind mount of another directory",
+      "/dev/vda on /t/n/v type ext4 (rw,relatime)",
+      '"/dev/vda" (ext4)',
+    ],
+    [
+      "a user's FUSE mount named like the dataset",
+      "t/n/v on /t/n/v type fuse.zfs (rw,nosuid,nodev,relatime,user_id=1000,group_id=1000)",
+      '"t/n/v" (fuse.zfs, user_id=1000)',
+    ],
+    [
+      "a received copy with the same mountpoint",
+      "t/n/copy on /t/n/v type zfs (rw,xattr,noacl)",
+      '"t/n/copy" (zfs)',
+    ],
+  ];
+  for (const [name, onTop, shown] of cases) {
+    const runner = mountedWith([own, onTop]);
+    await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v"), (err: unknown) => {
+      assert.ok(err instanceof CsiError, name);
+      assert.equal(err.code, Code.FAILED_PRECONDITION, name);
+      assert.equal(
+        err.message,
+        `Dataset "t/n/v" is mounted at "/t/n/v", but another mount lies on top of it there: ` +
+          `${shown}; unmount that (umount "/t/n/v") and retry`,
+        name,
+      );
+      return true;
+    });
+    // Nothing but the two reads.
+    assert.deepEqual(runner.argvs, [[...GET, "t/n/v"], ["mount"]], name);
+  }
+  // The dataset on top of something else at its mountpoint is fine: a bind takes the top.
+  const ok = await datasets(mountedWith(["/dev/vda on /t/n/v type ext4 (rw)", own]))
+    .ensureMounted("v", "t/n/v");
+  assert.equal(ok.mountpoint, "/t/n/v");
+});
+
+Deno.test("Datasets.ensureMounted does not take a user's FUSE mount for the dataset", async () => {
+  // zfs says mounted, but all the plugin sees there is a FUSE mount a user made with its name.
+  const runner = mountedWith([
+    "t/n/v on /t/n/v type fuse.zfs (rw,nosuid,nodev,relatime,user_id=1000,group_id=1000)",
+  ]);
+  await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v"), (err: unknown) => {
+    assert.ok(err instanceof CsiError);
+    assert.equal(err.code, Code.FAILED_PRECONDITION);
+    assert.match(err.message, /but the plugin cannot see it there/);
+    return true;
+  });
+});
+
+Deno.test("Datasets.ensureMounted learns which type ZFS mounts as from the dataset's own mount", async () => {
+  const runner = mountedWith([
+    "t/n/v on /t/n/v type zfs (rw,xattr,noacl)",
+    "t/n/v on /local/csi/staging/v/rw type fuse.zfs (rw,relatime,user_id=0,group_id=0)",
+  ]);
+  const { zfs, mounter } = fakeTools(runner);
+  await new Datasets(zfs, mounter).ensureMounted("v", "t/n/v");
+  assert.equal(mounter.judge().fsType, "zfs");
 });

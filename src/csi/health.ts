@@ -6,7 +6,7 @@
 
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
-import { isMountOf, mountsAt } from "../mount/mountinfo.ts";
+import { mountsAt } from "../mount/mountinfo.ts";
 import { poolOf } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
@@ -160,7 +160,10 @@ export class HealthChecker {
         checkedAt: now,
       };
     }
-    if (!mountsAt(table, mountpoint).some((e) => isMountOf(e, this.#parent))) {
+    // The parent's own mount shows which filesystem type the running ZFS mounts as.
+    this.#mounter.learnZfsType(table, this.#parent, mountpoint);
+    const judge = this.#mounter.judge();
+    if (!mountsAt(table, mountpoint).some((e) => judge.isMountOf(e, this.#parent))) {
       return {
         ...base,
         ready: false,

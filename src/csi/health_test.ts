@@ -8,6 +8,7 @@ import {
   mountLine,
   type Responder,
 } from "../../tests/support/fake_runner.ts";
+import type { Mounter } from "../mount/mounter.ts";
 import { HealthChecker, type HealthOptions } from "./health.ts";
 
 const PARENT_GET = [
@@ -34,7 +35,12 @@ const VISIBLE: FakeResponse = {
 function setup(
   script: { pool?: Responder; parent?: Responder; mounts?: Responder },
   opts: HealthOptions = { ttlMs: 10_000, checkTimeoutMs: 400, maxWaitMs: 300 },
-): { runner: FakeRunner; health: HealthChecker; logs: () => Record<string, unknown>[] } {
+): {
+  runner: FakeRunner;
+  health: HealthChecker;
+  mounter: Mounter;
+  logs: () => Record<string, unknown>[];
+} {
   const runner = new FakeRunner()
     .on(["zpool", "list"], script.pool ?? { stdout: "tank\tONLINE\n" })
     .on(PARENT_GET, script.parent ?? parentProps())
@@ -46,6 +52,7 @@ function setup(
   return {
     runner,
     health,
+    mounter,
     logs: () =>
       lines.map((l) => JSON.parse(l)).filter((r) => r.msg !== "exec" && r.msg !== "exec done"),
   };
@@ -65,7 +72,11 @@ Deno.test("HealthChecker.refresh is ready when the pool is online and the parent
   assert.deepEqual(runner.calls[0]?.options, { timeoutMs: 400 });
   assert.deepEqual(runner.calls[1]?.options, { timeoutMs: 400 });
   assert.equal(health.last, status);
-  assert.deepEqual(logs().map((r) => [r.level, r.msg]), [["info", "plugin healthy"]]);
+  // The parent's own mount tells which type the running ZFS mounts as.
+  assert.deepEqual(logs().map((r) => [r.level, r.msg]), [
+    ["info", "ZFS mounts datasets with this filesystem type"],
+    ["info", "plugin healthy"],
+  ]);
 });
 
 Deno.test("HealthChecker.refresh explains each way of not being ready", async () => {
@@ -167,4 +178,24 @@ Deno.test("HealthChecker.status answers a stale result at once and refreshes it 
   const third = await health.status();
   assert.equal(third.ready, false);
   assert.equal(third.reason, 'Pool "tank" is SUSPENDED');
+});
+
+Deno.test("HealthChecker learns the ZFS mount type from the parent's mount", async () => {
+  const { health, mounter } = setup({});
+  assert.equal(mounter.judge().fsType, undefined);
+  await health.refresh();
+  assert.equal(mounter.judge().fsType, "zfs");
+});
+
+Deno.test("HealthChecker does not take a user's FUSE mount at the parent's mountpoint for it", async () => {
+  const { health, mounter } = setup({
+    mounts: {
+      stdout: "tank/nomad on /tank/nomad type fuse.zfs " +
+        "(rw,nosuid,nodev,relatime,user_id=1000,group_id=1000)\n",
+    },
+  });
+  const status = await health.refresh();
+  assert.equal(status.ready, false);
+  assert.match(status.reason, /not visible to the plugin/);
+  assert.equal(mounter.judge().fsType, undefined);
 });

@@ -4,19 +4,22 @@
  * read from the mount table every time: no state survives in memory, none is needed.
  */
 
-import { statfs } from "node:fs/promises";
+import { rmdir, statfs } from "node:fs/promises";
 import type { Config } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
 import { KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
-import { isMountOf, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
+import { describeMount, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
 import { checkPathInside, mountBetween } from "../mount/paths.ts";
 import { resolveVolume } from "../zfs/ids.ts";
+import { STAGED_PROPERTY } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseVolumeContext, type VolumeContext } from "./context.ts";
 import { checkOwned, type Datasets } from "./datasets.ts";
 import { type HealthChecker, storageProblem } from "./health.ts";
+import { planSize, SIZE_STATE } from "./sizing.ts";
+import { stagedAt } from "./tenancy.ts";
 import type {
   NodeExpandVolumeRequest,
   NodeGetVolumeStatsRequest,
@@ -114,36 +117,44 @@ export class NodeService {
 
   async NodeStageVolume(req: NodeStageVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    const staging = await this.#path(
-      "staging_target_path",
-      required("staging_target_path", req.staging_target_path),
-    );
+    const stagingArg = required("staging_target_path", req.staging_target_path);
     checkCapability(req.volume_capability);
     const ctx = this.#context(req.volume_context, dataset);
     return await withLock(this.#d.locks, [dataset], async () => {
+      // Paths are checked under the lock, right before the mounts they guard.
+      const staging = await this.#path("staging_target_path", stagingArg);
+      // Also checks that the dataset itself is the top mount at its mountpoint: the bind below
+      // takes whatever is on top there.
       const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
       this.#refuseMountBetween("staging_target_path", staging, ds.table);
       const top = mountsAt(ds.table, staging).at(-1);
       if (top) {
-        if (isMountOf(top, dataset)) return {};
+        if (this.#d.mounter.judge().isMountOf(top, dataset)) return {};
         throw new CsiError(
           Code.ALREADY_EXISTS,
           `staging_target_path "${staging}" already holds another mount ("${top.source}")`,
         );
       }
+      // The first stage marks the volume as used: a CreateVolume of its name is then no retry
+      // (tenancy.ts). Set before the bind, so that a failed set fails the stage, to be retried.
+      if (stagedAt(ds.props) === undefined) {
+        await this.#d.zfs.set(dataset, STAGED_PROPERTY, String(Math.floor(Date.now() / 1000)));
+      }
       await this.#ensureDirectory(staging, 0o700);
-      await this.#d.mounter.bind(ds.mountpoint, staging);
+      await this.#bindChecked("staging_target_path", ds.mountpoint, staging, [], {
+        id,
+        dataset,
+        before: ds.table,
+      });
       return {};
     });
   }
 
   async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    const staging = await this.#path(
-      "staging_target_path",
-      required("staging_target_path", req.staging_target_path),
-    );
+    const stagingArg = required("staging_target_path", req.staging_target_path);
     return await withLock(this.#d.locks, [dataset], async () => {
+      const staging = await this.#path("staging_target_path", stagingArg);
       await this.#unmountAll(staging, id, dataset);
       return {};
     });
@@ -151,24 +162,30 @@ export class NodeService {
 
   async NodePublishVolume(req: NodePublishVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    const target = await this.#path("target_path", required("target_path", req.target_path));
-    const staging = req.staging_target_path
-      ? await this.#path("staging_target_path", req.staging_target_path)
-      : undefined;
-    if (staging !== undefined && staging === target) {
-      throw new CsiError(Code.INVALID_ARGUMENT, "target_path must differ from staging_target_path");
-    }
+    const targetArg = required("target_path", req.target_path);
+    const stagingArg = req.staging_target_path || undefined;
     const cap = checkCapability(req.volume_capability);
     const ctx = this.#context(req.volume_context, dataset);
     const readOnly = req.readonly === true || cap.readOnlyMode || cap.flags.includes("ro");
     const flags = [...(readOnly ? ["ro"] : []), ...cap.flags.filter((f) => f !== "ro")];
     return await withLock(this.#d.locks, [dataset], async () => {
+      // Paths are checked under the lock, right before the mounts they guard.
+      const target = await this.#path("target_path", targetArg);
+      const staging = stagingArg === undefined
+        ? undefined
+        : await this.#path("staging_target_path", stagingArg);
+      if (staging !== undefined && staging === target) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          "target_path must differ from staging_target_path",
+        );
+      }
       let source: string;
       let table: readonly MountEntry[];
       if (staging !== undefined) {
         table = await this.#d.mounter.table();
         const staged = mountsAt(table, staging).at(-1);
-        if (!staged || !isMountOf(staged, dataset)) {
+        if (!staged || !this.#d.mounter.judge().isMountOf(staged, dataset)) {
           throw new CsiError(
             Code.FAILED_PRECONDITION,
             `Volume "${id}" is not staged at "${staging}"; call NodeStageVolume first`,
@@ -183,9 +200,11 @@ export class NodeService {
         ));
       }
       this.#refuseMountBetween("target_path", target, table);
+      // Asked after ensureMounted, which may just have learned the type ZFS mounts as.
+      const judge = this.#d.mounter.judge();
       const top = mountsAt(table, target).at(-1);
       if (top) {
-        if (isMountOf(top, dataset) && (readOnly || !top.options.includes("ro"))) {
+        if (judge.isMountOf(top, dataset) && (readOnly || !top.options.includes("ro"))) {
           // A publish interrupted (by a crash) between its bind and its remount left the bind
           // without its flags, read-only among them; finish it. Nomad's target path names the
           // ro/rw usage, so a read-write mount here was never meant to stay read-write.
@@ -202,35 +221,29 @@ export class NodeService {
         throw new CsiError(
           Code.ALREADY_EXISTS,
           `target_path "${target}" already holds ${
-            isMountOf(top, dataset)
+            judge.isMountOf(top, dataset)
               ? "this volume with a different read-only setting"
               : `another mount ("${top.source}")`
           }`,
         );
       }
       await this.#ensureDirectory(target, 0o750);
-      await this.#d.mounter.bind(source, target, flags);
+      await this.#bindChecked("target_path", source, target, flags, { id, dataset, before: table });
       return {};
     });
   }
 
   async NodeUnpublishVolume(req: NodeUnpublishVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    const target = await this.#path("target_path", required("target_path", req.target_path));
+    const targetArg = required("target_path", req.target_path);
     return await withLock(this.#d.locks, [dataset], async () => {
+      const target = await this.#path("target_path", targetArg);
       const table = await this.#d.mounter.table();
       // Checked before anything is unmounted or removed: the directory removed below could
       // otherwise be on someone else's filesystem.
       this.#refuseMountBetween("target_path", target, table);
       await this.#unmountAll(target, id, dataset, table);
-      try {
-        await Deno.remove(target);
-      } catch (err) {
-        if (!(err instanceof Deno.errors.NotFound)) {
-          // Never delete content: a non-empty directory stays for the operator to look at.
-          this.#d.log.warn("target path left in place", { targetPath: target, error: err });
-        }
-      }
+      await this.#removeTarget(target);
       return {};
     });
   }
@@ -242,7 +255,7 @@ export class NodeService {
     if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
     checkOwned(dataset, props);
     const top = await this.#topMount(path);
-    if (!top || !isMountOf(top, dataset)) {
+    if (!top || !this.#d.mounter.judge().isMountOf(top, dataset)) {
       throw new CsiError(Code.NOT_FOUND, `volume_path "${path}" does not hold volume "${id}"`);
     }
     const s = await this.#statfs(path);
@@ -270,24 +283,27 @@ export class NodeService {
 
   async NodeExpandVolume(req: NodeExpandVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
-    await this.#volumePath(req.volume_path, id);
+    const path = await this.#volumePath(req.volume_path, id);
     if (req.volume_capability) checkCapability(req.volume_capability);
     // capacity_range is optional in CSI: without one the volume keeps its size, which is answered.
     const cap = checkCapacity(req.capacity_range);
     return await withLock(this.#d.locks, [dataset], async () => {
-      const ds = await this.#d.datasets.get(id, dataset);
-      const current = ds.refquota;
-      if (cap.limitBytes > 0 && current > cap.limitBytes) {
-        throw new CsiError(
-          Code.OUT_OF_RANGE,
-          `Volume "${id}" has ${current} bytes; shrinking to ${cap.limitBytes} is not supported`,
-        );
+      const [props, top] = await Promise.all([
+        this.#d.zfs.getProperties(dataset, SIZE_STATE),
+        this.#topMount(path),
+      ]);
+      if (!props) {
+        throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found (no dataset "${dataset}")`);
       }
-      if (cap.requiredBytes > current && current > 0) {
-        await this.#d.zfs.set(dataset, "refquota", String(cap.requiredBytes));
-        return { capacity_bytes: cap.requiredBytes };
+      checkOwned(dataset, props);
+      // The path names the volume's use on this node: grow nothing through a path of another.
+      if (!top || !this.#d.mounter.judge().isMountOf(top, dataset)) {
+        throw new CsiError(Code.NOT_FOUND, `volume_path "${path}" does not hold volume "${id}"`);
       }
-      return { capacity_bytes: current };
+      // The same targets as ControllerExpandVolume: quota and refreservation follow as well.
+      const plan = planSize(id, props, cap);
+      await this.#d.zfs.setProperties(dataset, plan.changes);
+      return { capacity_bytes: plan.refquota };
     });
   }
 
@@ -348,7 +364,7 @@ export class NodeService {
       known = undefined;
       const top = stack.at(-1);
       if (!top) return;
-      if (!isMountOf(top, dataset)) {
+      if (!this.#d.mounter.judge().isMountOf(top, dataset)) {
         throw new CsiError(
           Code.FAILED_PRECONDITION,
           `"${path}" holds a mount of "${top.source}", not of volume "${id}"; leaving it alone`,
@@ -365,6 +381,96 @@ export class NodeService {
     );
   }
 
+  /**
+   * Bind-mounts `source` at `target` (applying `flags`), then reads the mount table to make sure
+   * the mount landed at `target` and shows the volume's dataset. The kernel follows a symlink
+   * that was swapped into the path after it was checked, and a bind takes whatever lies on top
+   * of `source` by then; either way the new mount is unmounted again and the call fails.
+   * @throws {CsiError} INVALID_ARGUMENT when the mount landed elsewhere, FAILED_PRECONDITION
+   *   when it shows another filesystem
+   */
+  async #bindChecked(
+    field: string,
+    source: string,
+    target: string,
+    flags: readonly string[],
+    volume: { id: string; dataset: string; before: readonly MountEntry[] },
+  ): Promise<void> {
+    const { id, dataset, before } = volume;
+    await this.#d.mounter.bind(source, target, flags);
+    const after = await this.#d.mounter.table();
+    const judge = this.#d.mounter.judge();
+    const here = mountsAt(after, target);
+    const top = here.at(-1);
+    if (top && judge.isMountOf(top, dataset)) return;
+    if (top) {
+      // Nothing was mounted at the target before (the callers check), so a single mount there
+      // is the one just made: it took another filesystem than the volume's.
+      if (here.length === 1) await this.#undoMount(target, "it shows another filesystem");
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `The bind mount of volume "${id}" at ${field} "${target}" shows ${describeMount(top)}, ` +
+          `not dataset "${dataset}"${here.length === 1 ? "; it was unmounted again" : ""}`,
+      );
+    }
+    // Nothing at the target: the kernel put the mount wherever a swapped-in symlink led.
+    const strays = addedMounts(before, after).filter((e) =>
+      judge.isMountOf(e, dataset) && e.mountPoint !== target &&
+      mountsAt(after, e.mountPoint).at(-1) === e
+    );
+    for (const stray of strays) {
+      await this.#undoMount(stray.mountPoint, `it was meant for ${field} "${target}"`);
+    }
+    const where = strays.length > 0
+      ? `at ${strays.map((e) => `"${e.mountPoint}"`).join(", ")} and was unmounted again`
+      : "elsewhere";
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `${field} "${target}" changed while volume "${id}" was being mounted there: the mount ` +
+        `landed ${where} (is a directory on the way a symbolic link now?)`,
+    );
+  }
+
+  /** Unmounts a mount the plugin just made by mistake; a failure is logged, not thrown. */
+  async #undoMount(path: string, reason: string): Promise<void> {
+    this.#d.log.error("undoing a mount made in error", { path, reason });
+    await this.#d.mounter.unmount(path).catch((err) =>
+      this.#d.log.error("cannot undo a mount", { path, error: err })
+    );
+  }
+
+  /**
+   * Removes the target directory once nothing is mounted there, only if it is an empty
+   * directory: a regular file, a symlink or a directory with content is never deleted, only
+   * logged (Nomad removes a leftover target directory itself).
+   */
+  async #removeTarget(target: string): Promise<void> {
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.lstat(target);
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) {
+        this.#d.log.warn("target path left in place", { targetPath: target, error: err });
+      }
+      return;
+    }
+    if (!info.isDirectory) {
+      this.#d.log.warn("target path is not a directory; left in place", {
+        targetPath: target,
+        kind: info.isFile ? "regular file" : info.isSymlink ? "symbolic link" : "special file",
+      });
+      return;
+    }
+    try {
+      // rmdir(2) removes an empty directory and nothing else, even if the path was swapped for a
+      // file since the lstat.
+      await rmdir(target);
+    } catch (err) {
+      if ((err as { code?: unknown }).code === "ENOENT") return;
+      this.#d.log.warn("target path left in place", { targetPath: target, error: err });
+    }
+  }
+
   /** Creates `path` as a directory if missing; refuses anything that is not a directory. */
   async #ensureDirectory(path: string, mode: number): Promise<void> {
     try {
@@ -377,4 +483,17 @@ export class NodeService {
       throw new CsiError(Code.INVALID_ARGUMENT, `"${path}" exists and is not a directory`);
     }
   }
+}
+
+/** The entries of `after` that `before` did not have (each entry counted as often as listed). */
+function addedMounts(before: readonly MountEntry[], after: readonly MountEntry[]): MountEntry[] {
+  const key = (e: MountEntry) => `${e.mountPoint}\0${e.source}\0${e.fsType}`;
+  const seen = new Map<string, number>();
+  for (const e of before) seen.set(key(e), (seen.get(key(e)) ?? 0) + 1);
+  return after.filter((e) => {
+    const n = seen.get(key(e)) ?? 0;
+    if (n === 0) return true;
+    seen.set(key(e), n - 1);
+    return false;
+  });
 }

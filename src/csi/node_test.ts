@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Code } from "../errors.ts";
-import { MANAGED_PROPERTY } from "../zfs/names.ts";
+import { MANAGED_PROPERTY, STAGED_PROPERTY } from "../zfs/names.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import {
   type FakeResponse,
@@ -13,6 +13,7 @@ import { type FakeServices, fakeServices, fsCap } from "../../tests/support/serv
 import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
 import { type FsStats, NodeService } from "./node.ts";
+import { SIZE_STATE } from "./sizing.ts";
 import type {
   NodeExpandVolumeRequest,
   NodePublishVolumeRequest,
@@ -22,6 +23,13 @@ import type {
 const PARENT = "tank/nomad";
 const zfs = zfsArgv("zfs");
 const GET = zfs.get(VOLUME_PROPERTIES.join(","));
+/** The `zfs set` with which the first stage marks a volume as used, at the time it recorded. */
+const markStaged = (h: { host: FakeHost }, dataset: string) => [
+  "zfs",
+  "set",
+  `${STAGED_PROPERTY}=${h.host.datasets.get(dataset)?.stagedAt}`,
+  dataset,
+];
 
 /** A dataset as the fake zfs knows it. */
 interface FakeDataset {
@@ -30,6 +38,8 @@ interface FakeDataset {
   mountpoint: string;
   mounted: boolean;
   refquota: number;
+  /** The staged marker's value, once a stage has set it. */
+  stagedAt?: string;
 }
 
 interface FakeMount {
@@ -55,8 +65,8 @@ class FakeHost {
       .on(["zfs", "mount"], (argv) => this.zfsMount(argv))
       .on(["zfs", "set"], (argv) => this.zfsSet(argv))
       .onExact(["mount"], () => ({ stdout: this.mountList() }))
-      .on(["mount", "--bind"], (argv) => this.bind(argv))
-      .on(["mount", "-o"], (argv) => this.remount(argv))
+      .on(["mount", "-c", "--bind"], (argv) => this.bind(argv))
+      .on(["mount", "-c", "-o"], (argv) => this.remount(argv))
       .on(["umount"], (argv) => this.umount(argv));
   }
 
@@ -102,6 +112,7 @@ class FakeHost {
         row("used", "98304", "-"),
         row("available", "1073643520", "-"),
         row(MANAGED_PROPERTY, ds.managed ? "yes" : "-", ds.managed ? "local" : "-"),
+        row(STAGED_PROPERTY, ds.stagedAt ?? "-", ds.stagedAt ? "local" : "-"),
       ].join("\n") + "\n",
     };
   }
@@ -137,13 +148,17 @@ class FakeHost {
   zfsSet(argv: readonly string[]): FakeResponse {
     const [k, v] = argv[2]!.split("=");
     const ds = this.datasets.get(argv[3]!)!;
+    if (k === STAGED_PROPERTY) {
+      ds.stagedAt = v!;
+      return {};
+    }
     assert.equal(k, "refquota");
     ds.refquota = Number(v);
     return {};
   }
 
   bind(argv: readonly string[]): FakeResponse {
-    const [, , source, target] = argv;
+    const [source, target] = argv.slice(-2);
     const from = this.top(source!);
     if (!from) {
       return { code: 32, stderr: `mount: ${target}: special device ${source} does not exist.\n` };
@@ -153,7 +168,7 @@ class FakeHost {
   }
 
   remount(argv: readonly string[]): FakeResponse {
-    const [, , options, target] = argv;
+    const [options, target] = argv.slice(-2);
     const top = this.top(target!);
     if (!top) return { code: 32, stderr: `mount: ${target}: mount point not mounted.\n` };
     const flags = options!.split(",").filter((f) => f !== "remount" && f !== "bind");
@@ -162,7 +177,7 @@ class FakeHost {
   }
 
   umount(argv: readonly string[]): FakeResponse {
-    const target = argv[1]!;
+    const target = argv.at(-1)!;
     const top = this.top(target);
     if (!top) return { code: 32, stderr: `umount: ${target}: not mounted.\n` };
     this.mounts.splice(this.mounts.lastIndexOf(top), 1);
@@ -287,7 +302,10 @@ Deno.test("NodeService.NodeStageVolume creates a missing dataset with refquota a
     zfs.create("tank/nomad/v1", MANAGED_OPTION, "refquota=1073741824"),
     [...GET, "tank/nomad/v1"],
     ["mount"],
-    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+    markStaged(h, "tank/nomad/v1"),
+    ["mount", "-c", "--bind", "/mnt/tank/nomad/v1", staging],
+    // Read again to check that the bind landed at the staging path and shows the dataset.
+    ["mount"],
   ]);
   assert.equal(await isDirectory(staging), true);
   assert.equal((await Deno.lstat(staging)).mode! & 0o777, 0o700);
@@ -304,8 +322,9 @@ Deno.test("NodeService.NodeStageVolume maps a volume id with brackets to its esc
     h.runner.argvs[2],
     zfs.create("tank/nomad/db:5b0:5d", MANAGED_OPTION, "refquota=67108864"),
   );
-  assert.deepEqual(h.runner.argvs.at(-1), [
+  assert.deepEqual(h.runner.argvs.at(-2), [
     "mount",
+    "-c",
     "--bind",
     "/mnt/tank/nomad/db:5b0:5d",
     staging,
@@ -322,7 +341,9 @@ Deno.test("NodeService.NodeStageVolume mounts an existing unmounted dataset firs
     ["mount"],
     ["zfs", "mount", "tank/nomad/v1"],
     ["mount"],
-    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+    markStaged(h, "tank/nomad/v1"),
+    ["mount", "-c", "--bind", "/mnt/tank/nomad/v1", staging],
+    ["mount"],
   ]);
 });
 
@@ -336,7 +357,9 @@ Deno.test("NodeService.NodeStageVolume stages a created volume by its node-quali
   assert.deepEqual(h.runner.argvs, [
     [...GET, "tank/nomad/v1"],
     ["mount"],
-    ["mount", "--bind", "/mnt/tank/nomad/v1", staging],
+    markStaged(h, "tank/nomad/v1"),
+    ["mount", "-c", "--bind", "/mnt/tank/nomad/v1", staging],
+    ["mount"],
   ]);
 });
 
@@ -384,7 +407,7 @@ Deno.test("NodeService.NodeStageVolume is OK without mounting when the volume is
   h.host.addMount("tank/nomad/v1", staging);
   assert.deepEqual(await h.node.NodeStageVolume(stageReq("v1", staging)), {});
   assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"], ["mount"]]);
-  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
 });
 
 Deno.test("NodeService.NodeStageVolume twice binds only once", async () => {
@@ -393,7 +416,7 @@ Deno.test("NodeService.NodeStageVolume twice binds only once", async () => {
   const req = stageReq("v1", staging, { volume_context: { size: "1G" } });
   await h.node.NodeStageVolume(req);
   await h.node.NodeStageVolume(req);
-  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "--bind"])).length, 1);
+  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "-c", "--bind"])).length, 1);
   assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["zfs", "create"])).length, 1);
 });
 
@@ -408,7 +431,7 @@ Deno.test("NodeService.NodeStageVolume answers ALREADY_EXISTS when another mount
     Code.ALREADY_EXISTS,
     `staging_target_path "${staging}" already holds another mount ("tank/nomad/v2")`,
   );
-  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
 });
 
 Deno.test("NodeService.NodeStageVolume answers FAILED_PRECONDITION when the dataset mount is not visible", async () => {
@@ -470,7 +493,9 @@ Deno.test("NodeService.NodeStageVolume refuses bad ids, paths and contexts befor
   assert.deepEqual(h.runner.argvs, []);
 });
 
-Deno.test("NodeService.NodeStageVolume answers ABORTED to a concurrent call on the same volume", async () => {
+Deno.test("NodeService.NodeStageVolume waits for a concurrent call on the same volume, then finds it staged", async () => {
+  // Nomad before 1.11 sends overlapping calls for one volume and fails the allocation on any
+  // error, ABORTED included: the second call waits its turn instead.
   const held = gate();
   const reached = Promise.withResolvers<void>();
   await using h = await setup({
@@ -486,20 +511,23 @@ Deno.test("NodeService.NodeStageVolume answers ABORTED to a concurrent call on t
   const staging = `${h.base}/staging/v1/rw`;
   const first = h.node.NodeStageVolume(stageReq("v1", staging));
   await reached.promise;
-  await assertRejectsCsi(
-    h.node.NodeStageVolume(stageReq("v1", staging)),
-    Code.ABORTED,
-    'An operation is already in progress for "tank/nomad/v1"; retry later',
-  );
+  let secondDone = false;
+  const second = h.node.NodeStageVolume(stageReq("v1", staging)).finally(() => secondDone = true);
   // Another volume is not blocked.
   h.host.addDataset("tank/nomad/v2");
   await h.node.NodeStageVolume(stageReq("v2", `${h.base}/staging/v2/rw`));
+  assert.equal(secondDone, false, "the second call waits while the first holds the volume");
+  assert.equal(h.locks.waiting("tank/nomad/v1"), 1);
   held.open();
   assert.deepEqual(await first, {});
+  assert.deepEqual(await second, {}, "then it finds the volume staged: OK");
   assert.equal(h.host.top(staging)?.source, "tank/nomad/v1");
+  assert.equal(
+    h.runner.argvs.filter((a) => a[0] === "mount" && a.includes(staging)).length,
+    1,
+    "one bind mount at the staging path, not two",
+  );
   assert.equal(h.locks.isHeld("tank/nomad/v1"), false);
-  // Once the first call is done, the volume can be worked on again.
-  assert.deepEqual(await h.node.NodeStageVolume(stageReq("v1", staging)), {});
 });
 
 Deno.test("NodeService.NodeUnstageVolume unmounts the staging path", async () => {
@@ -512,7 +540,7 @@ Deno.test("NodeService.NodeUnstageVolume unmounts the staging path", async () =>
     {},
   );
   // One mount at the path: unmounted without reading the table again.
-  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", staging]]);
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", "-c", staging]]);
   assert.equal(h.host.top(staging), undefined);
 });
 
@@ -549,7 +577,7 @@ Deno.test("NodeService.NodePublishVolume refuses a staging path holding another 
     h.node.NodePublishVolume(publishReq("v1", staging, `${h.base}/per-alloc/a1/v1/rw`)),
     Code.FAILED_PRECONDITION,
   );
-  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
 });
 
 Deno.test("NodeService.NodePublishVolume bind-mounts the staging path at the target", async () => {
@@ -559,12 +587,17 @@ Deno.test("NodeService.NodePublishVolume bind-mounts the staging path at the tar
   h.host.addMount("tank/nomad/v1", staging);
   const target = `${h.base}/per-alloc/a1/v1/rw`;
   assert.deepEqual(await h.node.NodePublishVolume(publishReq("v1", staging, target)), {});
-  assert.deepEqual(h.runner.argvs, [["mount"], ["mount", "--bind", staging, target]]);
+  assert.deepEqual(h.runner.argvs, [
+    ["mount"],
+    ["mount", "-c", "--bind", staging, target],
+    // Read again to check that the bind landed at the target and shows the dataset.
+    ["mount"],
+  ]);
   assert.equal(await isDirectory(target), true);
   assert.equal(h.host.top(target)?.source, "tank/nomad/v1");
   // Again: already published the same way, nothing to do.
   assert.deepEqual(await h.node.NodePublishVolume(publishReq("v1", staging, target)), {});
-  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "--bind"])).length, 1);
+  assert.equal(h.runner.argvs.filter((a) => hasPrefix(a, ["mount", "-c", "--bind"])).length, 1);
 });
 
 Deno.test("NodeService.NodePublishVolume readonly binds and then remounts read-only", async () => {
@@ -576,8 +609,9 @@ Deno.test("NodeService.NodePublishVolume readonly binds and then remounts read-o
   await h.node.NodePublishVolume(publishReq("v1", staging, target, { readonly: true }));
   assert.deepEqual(h.runner.argvs, [
     ["mount"],
-    ["mount", "--bind", staging, target],
-    ["mount", "-o", "remount,bind,ro", target],
+    ["mount", "-c", "--bind", staging, target],
+    ["mount", "-c", "-o", "remount,bind,ro", target],
+    ["mount"],
   ]);
   assert.equal(h.host.top(target)?.options.includes("ro"), true);
   // The same call again is OK; asking for read-write at that target is a conflict.
@@ -607,7 +641,7 @@ Deno.test("NodeService.NodePublishVolume finishes a publish interrupted before i
   assert.deepEqual(await h.node.NodePublishVolume(req), {});
   assert.deepEqual(h.runner.argvs, [
     ["mount"],
-    ["mount", "-o", "remount,bind,ro,nosuid,noexec", target],
+    ["mount", "-c", "-o", "remount,bind,ro,nosuid,noexec", target],
   ]);
   assert.equal(h.host.mounts.filter((m) => m.mountPoint === target).length, 1);
   for (const f of ["ro", "nosuid", "noexec"]) {
@@ -627,13 +661,19 @@ Deno.test("NodeService.NodePublishVolume applies ro for reader-only modes, befor
   await h.node.NodePublishVolume(publishReq("v1", staging, target, {
     volume_capability: fsCap("MULTI_NODE_READER_ONLY", ["nosuid", "nodev"]),
   }));
-  assert.deepEqual(h.runner.argvs.at(-1), ["mount", "-o", "remount,bind,ro,nosuid,nodev", target]);
+  assert.deepEqual(h.runner.argvs.at(-2), [
+    "mount",
+    "-c",
+    "-o",
+    "remount,bind,ro,nosuid,nodev",
+    target,
+  ]);
 });
 
 Deno.test("NodeService.NodePublishVolume undoes the bind when the read-only remount fails", async () => {
   await using h = await setup({
     before: (runner) => {
-      runner.on(["mount", "-o"], { code: 32, stderr: "mount: /x: permission denied.\n" });
+      runner.on(["mount", "-c", "-o"], { code: 32, stderr: "mount: /x: permission denied.\n" });
     },
   });
   h.host.addDataset("tank/nomad/v1");
@@ -646,9 +686,9 @@ Deno.test("NodeService.NodePublishVolume undoes the bind when the read-only remo
     /^Cannot apply mount flags "ro"/,
   );
   assert.deepEqual(h.runner.argvs.slice(-3), [
-    ["mount", "--bind", staging, target],
-    ["mount", "-o", "remount,bind,ro", target],
-    ["umount", target],
+    ["mount", "-c", "--bind", staging, target],
+    ["mount", "-c", "-o", "remount,bind,ro", target],
+    ["umount", "-c", target],
   ]);
   assert.equal(h.host.top(target), undefined);
 });
@@ -665,7 +705,7 @@ Deno.test("NodeService.NodePublishVolume answers ALREADY_EXISTS when another mou
     Code.ALREADY_EXISTS,
     `target_path "${target}" already holds another mount ("tmpfs")`,
   );
-  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
 });
 
 Deno.test("NodeService.NodePublishVolume refuses a target equal to the staging path", async () => {
@@ -724,7 +764,12 @@ Deno.test("NodeService.NodeUnpublishVolume unmounts every stacked mount of the v
   h.host.addMount("tank/nomad/v1", target);
   assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }), {});
   // Two mounts: the table is read again after the first umount, not after the last.
-  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"], ["umount", target]]);
+  assert.deepEqual(h.runner.argvs, [
+    ["mount"],
+    ["umount", "-c", target],
+    ["mount"],
+    ["umount", "-c", target],
+  ]);
   assert.equal(await isDirectory(target), false);
 });
 
@@ -738,7 +783,7 @@ Deno.test("NodeService.NodeUnpublishVolume stops at a foreign mount below the vo
     Code.FAILED_PRECONDITION,
     /holds a mount of "tmpfs"/,
   );
-  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", target], ["mount"]]);
+  assert.deepEqual(h.runner.argvs, [["mount"], ["umount", "-c", target], ["mount"]]);
 });
 
 Deno.test("NodeService.NodeUnpublishVolume of a busy target answers FAILED_PRECONDITION", async () => {
@@ -756,24 +801,82 @@ Deno.test("NodeService.NodeUnpublishVolume of a busy target answers FAILED_PRECO
   );
 });
 
+/** What NodeExpandVolume reads of a volume: its size properties and recorded parameters. */
+const sizeState = (dataset: string) => zfs.get(SIZE_STATE.join(","), dataset);
+
 Deno.test("NodeService.NodeExpandVolume raises refquota to the required bytes", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
   const path = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", path);
   assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, "314572800")), {
     capacity_bytes: 314572800,
   });
   assert.deepEqual(h.runner.argvs, [
-    [...GET, "tank/nomad/v1"],
+    sizeState("tank/nomad/v1"),
+    ["mount"],
     ["zfs", "set", "refquota=314572800", "tank/nomad/v1"],
   ]);
   assert.equal(h.host.datasets.get("tank/nomad/v1")?.refquota, 314572800);
+});
+
+Deno.test("NodeService.NodeExpandVolume sets quota and refreservation as the recorded parameters say", async () => {
+  const MiB = 1024 * 1024;
+  const props = [
+    ["type", "filesystem", "-"],
+    [MANAGED_PROPERTY, "yes", "local"],
+    ["org.zfs-csi:parameters", '{"quota":"capacity","refreservation":"capacity"}', "local"],
+    ["refquota", String(64 * MiB), "local"],
+    ["quota", String(64 * MiB), "local"],
+    ["refreservation", String(64 * MiB), "local"],
+  ];
+  await using h = await setup({
+    before: (runner) =>
+      runner
+        .onExact(sizeState("tank/nomad/v1"), {
+          stdout: props.map((p) => `tank/nomad/v1\t${p.join("\t")}\n`).join(""),
+        })
+        .on(["zfs", "set"], {}),
+  });
+  h.host.addDataset("tank/nomad/v1", { refquota: 64 * MiB });
+  const path = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", path);
+  assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, String(128 * MiB))), {
+    capacity_bytes: 128 * MiB,
+  });
+  assert.deepEqual(h.runner.argvs.at(-1), [
+    "zfs",
+    "set",
+    `quota=${128 * MiB}`,
+    `refquota=${128 * MiB}`,
+    `refreservation=${128 * MiB}`,
+    "tank/nomad/v1",
+  ]);
+});
+
+Deno.test("NodeService.NodeExpandVolume answers NOT_FOUND for a volume_path that does not hold the volume", async () => {
+  await using h = await setup();
+  h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
+  h.host.addDataset("tank/nomad/v2", { refquota: 209715200 });
+  const empty = `${h.base}/per-alloc/a1/v1/rw`;
+  const other = `${h.base}/per-alloc/a2/v2/rw`;
+  h.host.addMount("tank/nomad/v2", other);
+  for (const path of [empty, other]) {
+    await assertRejectsCsi(
+      h.node.NodeExpandVolume(expandReq("v1", path, "314572800")),
+      Code.NOT_FOUND,
+      `volume_path "${path}" does not hold volume "v1"`,
+    );
+  }
+  assert.equal(hasArgv(h.runner.argvs, ["zfs", "set"]), false);
+  assert.equal(h.host.datasets.get("tank/nomad/v1")?.refquota, 209715200);
 });
 
 Deno.test("NodeService.NodeExpandVolume never shrinks a volume", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
   const path = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.addMount("tank/nomad/v1", path);
   assert.deepEqual(await h.node.NodeExpandVolume(expandReq("v1", path, "104857600")), {
     capacity_bytes: 209715200,
   });
@@ -789,6 +892,7 @@ Deno.test("NodeService.NodeExpandVolume never shrinks a volume", async () => {
 Deno.test("NodeService.NodeExpandVolume leaves a volume without refquota unlimited", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { refquota: 0 });
+  h.host.addMount("tank/nomad/v1", `${h.base}/p`);
   assert.deepEqual(
     await h.node.NodeExpandVolume(expandReq("v1", `${h.base}/p`, "104857600")),
     { capacity_bytes: 0 },
@@ -799,9 +903,10 @@ Deno.test("NodeService.NodeExpandVolume leaves a volume without refquota unlimit
 Deno.test("NodeService.NodeExpandVolume without capacity_range answers the current size", async () => {
   await using h = await setup();
   h.host.addDataset("tank/nomad/v1", { refquota: 209715200 });
+  h.host.addMount("tank/nomad/v1", `${h.base}/p`);
   const req = { ...expandReq("v1", `${h.base}/p`, "1"), capacity_range: null };
   assert.deepEqual(await h.node.NodeExpandVolume(req), { capacity_bytes: 209715200 });
-  assert.deepEqual(h.runner.argvs, [[...GET, "tank/nomad/v1"]]);
+  assert.deepEqual(h.runner.argvs, [sizeState("tank/nomad/v1"), ["mount"]]);
   await assertRejectsCsi(
     h.node.NodeExpandVolume({ ...req, volume_id: "v2" }),
     Code.NOT_FOUND,
@@ -979,6 +1084,6 @@ Deno.test("NodeService refuses stage, publish and unpublish paths below another 
   );
   assert.equal(await isDirectory(`${foreign}/empty`), true, "nothing removed below the mount");
   assert.equal(await isDirectory(`${foreign}/x`), false, "nothing made below the mount");
-  assert.equal(hasArgv(h.runner.argvs, ["mount", "--bind"]), false);
+  assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
   assert.equal(hasArgv(h.runner.argvs, ["umount"]), false);
 });

@@ -4,6 +4,7 @@
  */
 
 import type * as grpc from "@grpc/grpc-js";
+import { runInCall } from "../call_context.ts";
 import { Code, codeName, CsiError, toGrpcStatus, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 
@@ -39,7 +40,17 @@ function requestFields(req: Record<string, unknown>): Record<string, unknown> {
   return out;
 }
 
-/** Wraps `fn` as the grpc-js handler of `method`. */
+/** How a call names itself to calls that wait for it: the method and what it is about. */
+function operation(method: string, fields: Record<string, unknown>): string {
+  const about = fields.volumeId ?? fields.name ?? fields.sourceVolumeId ?? fields.snapshotId;
+  return typeof about === "string" ? `${method} "${about}"` : method;
+}
+
+/**
+ * Wraps `fn` as the grpc-js handler of `method`. `fn` runs inside a call context
+ * (src/call_context.ts) whose signal aborts when the client cancels the call or goes away, so a
+ * call still waiting for a volume's lock stops waiting.
+ */
 export function unary(
   method: string,
   fn: AsyncHandler,
@@ -49,16 +60,29 @@ export function unary(
     const started = performance.now();
     const req = call.request ?? {};
     const fields = { method, ...requestFields(req) };
+    const cancelled = new AbortController();
+    // grpc-js emits "cancelled" when the client cancels, its deadline passes or it disconnects.
+    if (typeof call.on === "function") {
+      call.on("cancelled", () => cancelled.abort(new Error(`${method} cancelled by the client`)));
+    }
+    let lockWaitMs = 0;
+    const ctx = {
+      operation: operation(method, fields),
+      signal: cancelled.signal,
+      waited: (ms: number) => void (lockWaitMs += ms),
+    };
+    // Logged only for calls that had to wait for another call on the same volume.
+    const waitField = () => lockWaitMs > 0 ? { lockWaitMs: Math.round(lockWaitMs * 10) / 10 } : {};
     let result: Promise<unknown>;
     try {
-      result = (fn as (r: unknown) => Promise<unknown>)(req);
+      result = runInCall(ctx, () => (fn as (r: unknown) => Promise<unknown>)(req));
     } catch (err) {
       result = Promise.reject(err);
     }
     result.then(
       (response) => {
         const durationMs = Math.round((performance.now() - started) * 10) / 10;
-        const line = { ...fields, durationMs, code: "OK" };
+        const line = { ...fields, durationMs, ...waitField(), code: "OK" };
         if (CHATTY.has(method)) log.debug("rpc", line);
         else log.info("rpc", line);
         callback(null, response);
@@ -66,7 +90,13 @@ export function unary(
       (err: unknown) => {
         const status = toGrpcStatus(err);
         const durationMs = Math.round((performance.now() - started) * 10) / 10;
-        const line = { ...fields, durationMs, code: codeName(status.code), error: status.details };
+        const line = {
+          ...fields,
+          durationMs,
+          ...waitField(),
+          code: codeName(status.code),
+          error: status.details,
+        };
         if (status.code === Code.INTERNAL && !(err instanceof CsiError)) {
           log.error("rpc", { ...line, cause: describe(err) });
         } else {

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { Code, CsiError, ZfsError } from "../errors.ts";
+import { KeyedLock, withLock } from "../lock.ts";
 import { Logger } from "../log.ts";
 import { unary } from "./handler.ts";
 
@@ -12,9 +14,14 @@ interface Outcome {
   readonly response: unknown;
 }
 
-function invoke(handler: Handler, request: Record<string, unknown>): Promise<Outcome> {
+/** Calls `handler` as grpc-js would; `events` stands in for the call's event emitter. */
+function invoke(
+  handler: Handler,
+  request: Record<string, unknown>,
+  events?: EventEmitter,
+): Promise<Outcome> {
   return new Promise((resolve) => {
-    const call = { request } as unknown as Call;
+    const call = (events ? Object.assign(events, { request }) : { request }) as unknown as Call;
     const callback = ((error: Outcome["error"], response: unknown) =>
       resolve({ error, response })) as unknown as Callback;
     handler(call, callback);
@@ -120,4 +127,70 @@ Deno.test("unary turns a handler that throws synchronously into an error status"
     {},
   );
   assert.deepEqual(outcome.error, { code: Code.INVALID_ARGUMENT, details: "bad" });
+});
+
+Deno.test("unary names the call to those that wait for its volume, and logs how long a call waited", async () => {
+  const { log, records } = logger();
+  const locks = new KeyedLock();
+  const { promise: release, resolve: open } = Promise.withResolvers<void>();
+  const holder = invoke(
+    unary("NodeUnpublishVolume", () => withLock(locks, ["tank/nomad/v1"], () => release), log),
+    { volume_id: "v1@n1", target_path: "/t" },
+  );
+  const refused = await invoke(
+    unary(
+      "NodePublishVolume",
+      () => withLock(locks, ["tank/nomad/v1"], () => Promise.resolve({}), { timeoutMs: 20 }),
+      log,
+    ),
+    { volume_id: "v1@n1" },
+  );
+  assert.equal(refused.error?.code, Code.UNAVAILABLE);
+  assert.match(refused.error?.details ?? "", /is held by NodeUnpublishVolume "v1@n1"/);
+  const waiter = invoke(
+    unary(
+      "NodeStageVolume",
+      () => withLock(locks, ["tank/nomad/v1"], () => Promise.resolve({})),
+      log,
+    ),
+    { volume_id: "v1@n1" },
+  );
+  await new Promise((r) => setTimeout(r, 15));
+  open();
+  assert.deepEqual(await holder, { error: null, response: undefined });
+  assert.deepEqual(await waiter, { error: null, response: {} });
+  const lines = records();
+  const of = (method: string) => lines.find((l) => l.method === method)!;
+  assert.equal(of("NodePublishVolume").code, "UNAVAILABLE");
+  assert.ok((of("NodePublishVolume").lockWaitMs as number) >= 15, "the refused call waited");
+  assert.ok((of("NodeStageVolume").lockWaitMs as number) >= 10, "the later call waited its turn");
+  assert.equal("lockWaitMs" in of("NodeUnpublishVolume"), false, "the first call did not wait");
+});
+
+Deno.test("unary stops a call's wait for a lock when the client cancels it", async () => {
+  const { log, records } = logger();
+  const locks = new KeyedLock();
+  const held = locks.tryAcquire(["tank/nomad/v1"])!;
+  const events = new EventEmitter();
+  let ran = false;
+  const outcome = invoke(
+    unary("NodeStageVolume", () =>
+      withLock(locks, ["tank/nomad/v1"], () => {
+        ran = true;
+        return Promise.resolve({});
+      }), log),
+    { volume_id: "v1@n1" },
+    events,
+  );
+  await new Promise((r) => setTimeout(r, 5));
+  assert.equal(locks.waiting("tank/nomad/v1"), 1);
+  events.emit("cancelled");
+  assert.deepEqual((await outcome).error, {
+    code: Code.CANCELLED,
+    details: 'Call cancelled while waiting for "tank/nomad/v1"',
+  });
+  assert.equal(locks.waiting("tank/nomad/v1"), 0);
+  assert.equal(ran, false);
+  assert.equal(records()[0]!.code, "CANCELLED");
+  held.release();
 });

@@ -1,26 +1,38 @@
 /**
  * mount and umount for the node service, through the same command runner as zfs. Bind mounts
  * only; never a lazy or forced unmount, so a busy filesystem is an error, not a surprise.
+ *
+ * Every path is passed with `-c` (--no-canonicalize; util-linux has it, 2.38 in Debian bookworm
+ * too): mount and umount then hand the exact path the plugin checked to the kernel, rather than
+ * resolving symlinks in it themselves first and acting on wherever it led by then. The kernel
+ * still follows a symlink swapped into the path meanwhile; the node service checks afterwards
+ * that a mount landed where it was asked for (see README, "Threat model").
  */
 
 import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { CommandRunner } from "../run.ts";
-import { type MountEntry, parseMountList } from "./mountinfo.ts";
+import {
+  type MountEntry,
+  MountJudge,
+  parseMountList,
+  type ZfsFsType,
+  zfsTypeAt,
+} from "./mountinfo.ts";
 
 /** Bind-mount `source` onto `target`. */
 export function bindArgs(source: string, target: string): string[] {
-  return ["--bind", source, target];
+  return ["-c", "--bind", source, target];
 }
 
 /** Re-applies per-mount flags (ro, nosuid, ...) to an existing bind mount. */
 export function remountArgs(target: string, flags: readonly string[]): string[] {
-  return ["-o", ["remount", "bind", ...flags].join(","), target];
+  return ["-c", "-o", ["remount", "bind", ...flags].join(","), target];
 }
 
 /** Unmount one mount at `target`: no -l, no -f. */
 export function umountArgs(target: string): string[] {
-  return [target];
+  return ["-c", target];
 }
 
 /** Where mount, umount and the mount table are. */
@@ -35,6 +47,7 @@ export interface MounterOptions {
 export class Mounter {
   readonly #runner: CommandRunner;
   readonly #opts: MounterOptions;
+  #judge = new MountJudge();
 
   constructor(runner: CommandRunner, opts: MounterOptions) {
     this.#runner = runner;
@@ -44,6 +57,31 @@ export class Mounter {
   /** The current mount table of this process's mount namespace. */
   async table(): Promise<MountEntry[]> {
     return parseMountList(await this.#exec(this.#opts.mountPath, [], "list mounts"));
+  }
+
+  /**
+   * Which entries of a mount table are ZFS mounts: of the type the running ZFS mounts as once
+   * {@linkcode learnZfsType} has seen it, and before that "zfs" or a "fuse.zfs" made by root.
+   */
+  judge(): MountJudge {
+    return this.#judge;
+  }
+
+  /**
+   * Learns the type the running ZFS mounts as from `dataset`, which zfs has just reported
+   * mounted at `mountpoint` (see {@linkcode zfsTypeAt}). Once learned, it stays for the life of
+   * the process: the ZFS in use does not change under a running plugin.
+   */
+  learnZfsType(table: readonly MountEntry[], dataset: string, mountpoint: string): void {
+    if (this.#judge.fsType !== undefined) return;
+    const fsType: ZfsFsType | undefined = zfsTypeAt(table, dataset, mountpoint);
+    if (fsType === undefined) return;
+    this.#judge = new MountJudge(fsType);
+    this.#opts.log.info("ZFS mounts datasets with this filesystem type", {
+      fsType,
+      dataset,
+      mountpoint,
+    });
   }
 
   /** Runs mount or umount; returns stdout, or throws a CsiError naming what failed. */

@@ -1,5 +1,14 @@
 import assert from "node:assert/strict";
-import { isMountOf, isZfsMount, type MountEntry, mountsAt, parseMountList } from "./mountinfo.ts";
+import {
+  describeMount,
+  isMountOf,
+  isZfsMount,
+  type MountEntry,
+  MountJudge,
+  mountsAt,
+  parseMountList,
+  zfsTypeAt,
+} from "./mountinfo.ts";
 
 function fixture(name: string): Promise<string> {
   return Deno.readTextFile(new URL(`../../tests/fixtures/${name}`, import.meta.url));
@@ -76,12 +85,20 @@ Deno.test("parseMountList throws a SyntaxError for a line in another format", ()
   }
 });
 
-function entry(source: string, mountPoint: string, fsType = "fuse.zfs"): MountEntry {
-  return { source, mountPoint, fsType, options: ["rw"] };
+function entry(
+  source: string,
+  mountPoint: string,
+  fsType = "fuse.zfs",
+  options: readonly string[] = ZFS_FUSE_OPTIONS,
+): MountEntry {
+  return { source, mountPoint, fsType, options };
 }
 
+/** What `fusermount` lists for a FUSE filesystem a user (uid 1000) mounts as `-o fsname=...`. */
+const USER_FUSE_OPTIONS = ["rw", "nosuid", "nodev", "relatime", "user_id=1000", "group_id=1000"];
+
 Deno.test("isMountOf matches ZFS mounts of the dataset only", () => {
-  assert.equal(isMountOf(entry("tank/v", "/a", "zfs"), "tank/v"), true);
+  assert.equal(isMountOf(entry("tank/v", "/a", "zfs", ["rw"]), "tank/v"), true);
   assert.equal(isMountOf(entry("tank/v", "/a", "fuse.zfs"), "tank/v"), true);
   assert.equal(isMountOf(entry("tank/v", "/a", "tmpfs"), "tank/v"), false);
   assert.equal(isMountOf(entry("tank/v", "/a", "fuse"), "tank/v"), false);
@@ -135,3 +152,85 @@ Deno.test("parseMountList reads bind mounts captured on OpenZFS 2.1", async () =
   assert.equal(isMountOf(ro[0]!, "tpool/nomad/db:5b0:5d"), true);
   assert.deepEqual(ro[0]!.options, ["ro", "xattr", "noacl"]);
 });
+
+// Any user who can run fusermount can mount a FUSE filesystem with `-o fsname=tank/v,subtype=zfs`:
+// it lists as "tank/v on ... type fuse.zfs", but fusermount always writes the user's own user_id.
+Deno.test("isMountOf and isZfsMount never take a user's FUSE mount named like a dataset", () => {
+  const fake = entry("tank/nomad/web", "/home/u/fake", "fuse.zfs", USER_FUSE_OPTIONS);
+  assert.equal(isZfsMount(fake), false);
+  assert.equal(isMountOf(fake, "tank/nomad/web"), false);
+  for (const fsType of [undefined, "zfs", "fuse.zfs"] as const) {
+    assert.equal(new MountJudge(fsType).isMountOf(fake, "tank/nomad/web"), false, String(fsType));
+  }
+  // A FUSE mount that does not say who mounted it is not taken either.
+  assert.equal(
+    isMountOf(entry("tank/nomad/web", "/x", "fuse.zfs", ["rw"]), "tank/nomad/web"),
+    false,
+  );
+});
+
+Deno.test("MountJudge of a known type takes only that type", () => {
+  const kernel = entry("tank/v", "/a", "zfs", ["rw", "xattr"]);
+  const daemon = entry("tank/v", "/a", "fuse.zfs");
+  const openzfs = new MountJudge("zfs");
+  assert.equal(openzfs.isMountOf(kernel, "tank/v"), true);
+  // On OpenZFS, a fuse.zfs mount is never ZFS's, whoever made it.
+  assert.equal(openzfs.isMountOf(daemon, "tank/v"), false);
+  const zfsFuse = new MountJudge("fuse.zfs");
+  assert.equal(zfsFuse.isMountOf(daemon, "tank/v"), true);
+  assert.equal(zfsFuse.isMountOf(kernel, "tank/v"), false);
+  for (const judge of [openzfs, zfsFuse, new MountJudge()]) {
+    assert.equal(judge.isMountOf(entry("tank/v", "/a", "tmpfs", ["rw"]), "tank/v"), false);
+    assert.equal(judge.isMountOf(entry("tank/v", "/a", "fuse", ["user_id=0"]), "tank/v"), false);
+  }
+});
+
+// DeleteVolume counts the mounts of a volume's dataset anywhere but at its own mountpoint as uses.
+Deno.test("an in-use check on an OpenZFS host ignores a fuse.zfs mount named like the volume", () => {
+  const table = parseMountList(
+    "tank/nomad/web on /tank/nomad/web type zfs (rw,relatime,xattr,noacl)\n" +
+      "tank/nomad/web on /home/u/fake type fuse.zfs (rw,nosuid,nodev,relatime,user_id=1000,group_id=1000)\n" +
+      "tank/nomad/web on /srv/fake type fuse.zfs (rw,relatime,user_id=0,group_id=0,allow_other)\n",
+  );
+  const uses = (judge: MountJudge) =>
+    table.filter((e) => judge.isMountOf(e, "tank/nomad/web") && e.mountPoint !== "/tank/nomad/web")
+      .map((e) => e.mountPoint);
+  // The user's fake never counts; once the type is known, not even root's does.
+  assert.deepEqual(uses(new MountJudge()), ["/srv/fake"]);
+  assert.deepEqual(uses(new MountJudge(zfsTypeAt(table, "tank/nomad/web", "/tank/nomad/web"))), []);
+  assert.equal(table.filter((e) => isMountOf(e, "tank/nomad/web")).length, 2);
+});
+
+Deno.test("zfsTypeAt reads the type from the oldest mount of the dataset at its mountpoint", () => {
+  const stacked = parseMountList(
+    "tank/v on /tank/v type zfs (rw,xattr)\n" +
+      "tank/v on /tank/v type fuse.zfs (rw,nosuid,nodev,user_id=1000,group_id=1000)\n",
+  );
+  assert.equal(zfsTypeAt(stacked, "tank/v", "/tank/v"), "zfs");
+  const zfsFuse = parseMountList(
+    mountLineOf("tank/v", "/tank/v") + "\n" + "tank/v on /tank/v type zfs (rw)\n",
+  );
+  assert.equal(zfsTypeAt(zfsFuse, "tank/v", "/tank/v"), "fuse.zfs");
+  // Only a user's FUSE mount there, another dataset, another path, or nothing: unknown.
+  assert.equal(zfsTypeAt(stacked.slice(1), "tank/v", "/tank/v"), undefined);
+  assert.equal(zfsTypeAt(stacked, "tank/w", "/tank/v"), undefined);
+  assert.equal(zfsTypeAt(stacked, "tank/v", "/elsewhere"), undefined);
+  assert.equal(zfsTypeAt([], "tank/v", "/tank/v"), undefined);
+  assert.equal(
+    zfsTypeAt(parseMountList("/dev/sda1 on /tank/v type ext4 (rw)\n"), "/dev/sda1", "/tank/v"),
+    undefined,
+  );
+});
+
+Deno.test("describeMount names the source, the type and who mounted a FUSE filesystem", () => {
+  assert.equal(
+    describeMount(entry("tank/x", "/a", "fuse.zfs", USER_FUSE_OPTIONS)),
+    '"tank/x" (fuse.zfs, user_id=1000)',
+  );
+  assert.equal(describeMount(entry("/dev/vda", "/a", "ext4", ["rw"])), '"/dev/vda" (ext4)');
+  assert.equal(describeMount(entry("tank/x", "/a", "zfs", ["rw"])), '"tank/x" (zfs)');
+});
+
+function mountLineOf(source: string, mountPoint: string): string {
+  return `${source} on ${mountPoint} type fuse.zfs (${ZFS_FUSE_OPTIONS.join(",")})`;
+}

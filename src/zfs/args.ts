@@ -68,6 +68,26 @@ export function setArgs(dataset: string, name: string, value: string): string[] 
   return ["set", `${name}=${value}`, dataset];
 }
 
+/** ZFS properties to set, in the order they are to be set. */
+export type PropertyList = ReadonlyArray<readonly [name: string, value: string]>;
+
+/**
+ * `zfs set` of several properties in one call, in the order given (OpenZFS; older releases
+ * such as zfs-fuse take one per call and read the rest as dataset names).
+ * @throws {RangeError} for an empty list or a property named twice
+ * @throws {TypeError} for a name or value {@linkcode checkProperty} refuses
+ */
+export function setManyArgs(dataset: string, props: PropertyList): string[] {
+  if (props.length === 0) throw new RangeError(`No properties to set on "${dataset}"`);
+  const names = new Set<string>();
+  for (const [name, value] of props) {
+    checkProperty(name, value);
+    if (names.has(name)) throw new RangeError(`Property "${name}" is set twice`);
+    names.add(name);
+  }
+  return ["set", ...props.map(([name, value]) => `${name}=${value}`), dataset];
+}
+
 /** `zfs mount` of one filesystem at its own mountpoint. */
 export function mountArgs(dataset: string): string[] {
   return ["mount", dataset];

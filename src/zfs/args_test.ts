@@ -12,6 +12,7 @@ import {
   propertyArgs,
   renameArgs,
   setArgs,
+  setManyArgs,
   snapshotArgs,
   unmountArgs,
 } from "./args.ts";
@@ -286,5 +287,49 @@ Deno.test("renameArgs refuses renaming between a snapshot and a dataset", () => 
   assertTypeError(
     () => renameArgs("tank/nomad/v", "tank/nomad/v@s1"),
     'Cannot rename "tank/nomad/v" to "tank/nomad/v@s1": both or neither must be snapshots',
+  );
+});
+
+Deno.test("setManyArgs sets several properties in one call, in the order given", () => {
+  assertBuilds([
+    [
+      "one property",
+      () => setManyArgs("tank/nomad/v", [["refquota", "1073741824"]]),
+      ["set", "refquota=1073741824", "tank/nomad/v"],
+    ],
+    [
+      "several, order kept (not sorted)",
+      () =>
+        setManyArgs("tank/nomad/v", [
+          ["quota", "2147483648"],
+          ["refquota", "1073741824"],
+          ["refreservation", "none"],
+        ]),
+      ["set", "quota=2147483648", "refquota=1073741824", "refreservation=none", "tank/nomad/v"],
+    ],
+    [
+      "a value with a space stays one argument",
+      () => setManyArgs("tank/nomad/v", [["org.zfs-csi:note", "a b"], ["atime", "off"]]),
+      ["set", "org.zfs-csi:note=a b", "atime=off", "tank/nomad/v"],
+    ],
+  ]);
+});
+
+Deno.test("setManyArgs refuses nothing to set, a property twice, and injected names", () => {
+  assert.throws(() => setManyArgs("t/v", []), {
+    name: "RangeError",
+    message: 'No properties to set on "t/v"',
+  });
+  assert.throws(() => setManyArgs("t/v", [["quota", "1"], ["quota", "2"]]), {
+    name: "RangeError",
+    message: 'Property "quota" is set twice',
+  });
+  assertTypeError(
+    () => setManyArgs("t/v", [["quota", "1"], ["-o", "x"]]),
+    'Invalid ZFS property name "-o"',
+  );
+  assertTypeError(
+    () => setManyArgs("t/v", [["quota", "1\nx"]]),
+    'Value of ZFS property "quota" contains control characters',
   );
 });

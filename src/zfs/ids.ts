@@ -3,7 +3,10 @@
  * ids that name their node (`pg-data@node-a`), so a plugin on another node, which Nomad may
  * ask (it sends controller calls to one controller per plugin id), can say where the volume
  * lives instead of acting on a dataset of the same name. Ids without a node (volumes an
- * operator registers) mean "on whichever node is asked".
+ * operator registers) mean "on whichever node is asked": fine for node calls and for
+ * controller calls that only read, but a controller call that changes, deletes or copies a
+ * volume by such an id is refused, unless every node has its own plugin id
+ * ({@linkcode IdScope.nodeLocal}), so that only this node is ever asked.
  *
  * - volume id:   `<name>` or `<name>@<node>` (or the full dataset name `<parent>/<child>`)
  * - snapshot id: `<volume>@<snapshot>` or `<volume>@<snapshot>@<node>`
@@ -15,7 +18,7 @@ import {
   byteLength,
   datasetForVolume,
   decodeComponent,
-  encodeName,
+  encodeComponent,
   MAX_VOLUME_ID_BYTES,
   volumeForDataset,
 } from "./names.ts";
@@ -24,6 +27,21 @@ import {
 export interface IdScope {
   readonly parentDataset: string;
   readonly nodeId: string;
+  /**
+   * Whether this plugin's plugin id is used on this node only (`--node-local-plugin-id`), so
+   * that an id without a node can only mean this node, even for calls that change a volume.
+   */
+  readonly nodeLocal?: boolean;
+}
+
+/** How an id is about to be used. */
+export interface ResolveOptions {
+  /**
+   * The call changes, deletes or copies the volume or snapshot (DeleteVolume,
+   * ControllerExpandVolume, CreateSnapshot, DeleteSnapshot, a CreateVolume source): an id
+   * without a node is refused unless {@linkcode IdScope.nodeLocal}.
+   */
+  readonly mutating?: boolean;
 }
 
 /** A volume id resolved on this node. */
@@ -67,16 +85,39 @@ function checkNode(kind: string, id: string, node: string, scope: IdScope): void
 }
 
 /**
- * The dataset of a volume id, after checking that the volume lives on this node.
- * @throws {CsiError} INVALID_ARGUMENT for malformed ids, FAILED_PRECONDITION for another node's
+ * Refuses a mutating call on an id that names no node, unless the plugin id is node-local:
+ * Nomad sends controller calls for a plugin id to one controller, the lowest node id's, so with
+ * a plugin id shared by several nodes a node-less id could name another node's volume.
  */
-export function resolveVolume(id: string, scope: IdScope): VolumeRef {
+function checkNodeless(kind: string, id: string, example: string, scope: IdScope): void {
+  if (scope.nodeLocal) return;
+  throw new CsiError(
+    Code.FAILED_PRECONDITION,
+    `${kind} id "${id}" names no node, and this plugin (node "${scope.nodeId}") changes, ` +
+      `deletes or copies nothing by such an id: with a plugin id shared by several nodes, ` +
+      `Nomad sends every controller call to one of them, which may not hold it. Use the id ` +
+      `with the node that holds it, e.g. "${example}" (register the volume with that ` +
+      `external_id), or, if each node runs its own plugin id, start the plugin with ` +
+      `--node-local-plugin-id`,
+  );
+}
+
+/**
+ * The dataset of a volume id, after checking that the volume lives on this node.
+ * @throws {CsiError} INVALID_ARGUMENT for malformed ids, FAILED_PRECONDITION for another node's,
+ *   or for an id without a node in a mutating call (see {@linkcode ResolveOptions})
+ */
+export function resolveVolume(id: string, scope: IdScope, opts: ResolveOptions = {}): VolumeRef {
   if (id.length === 0) throw invalid("Volume id is empty");
   if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(`Volume id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
   }
   const at = id.indexOf("@");
-  if (at < 0) return { id, dataset: datasetForVolume(scope.parentDataset, id) };
+  if (at < 0) {
+    const dataset = datasetForVolume(scope.parentDataset, id);
+    if (opts.mutating) checkNodeless("Volume", id, `${id}@${scope.nodeId}`, scope);
+    return { id, dataset };
+  }
   const name = id.slice(0, at);
   const node = id.slice(at + 1);
   if (name === "" || node.includes("@")) {
@@ -88,9 +129,14 @@ export function resolveVolume(id: string, scope: IdScope): VolumeRef {
 
 /**
  * The snapshot an id names, after checking that it lives on this node.
- * @throws {CsiError} INVALID_ARGUMENT for malformed ids, FAILED_PRECONDITION for another node's
+ * @throws {CsiError} INVALID_ARGUMENT for malformed ids, FAILED_PRECONDITION for another node's,
+ *   or for an id without a node in a mutating call (see {@linkcode ResolveOptions})
  */
-export function resolveSnapshot(id: string, scope: IdScope): SnapshotRef {
+export function resolveSnapshot(
+  id: string,
+  scope: IdScope,
+  opts: ResolveOptions = {},
+): SnapshotRef {
   if (id.length === 0) throw invalid("Snapshot id is empty");
   if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(`Snapshot id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
@@ -105,16 +151,20 @@ export function resolveSnapshot(id: string, scope: IdScope): SnapshotRef {
   }
   if (node !== undefined) checkNode("Snapshot", id, node, scope);
   const dataset = datasetForVolume(scope.parentDataset, volume);
-  const component = encodeName("Snapshot name", snapshotName);
+  const component = encodeComponent("Snapshot name", snapshotName);
+  if (node === undefined && opts.mutating) {
+    checkNodeless("Snapshot", id, `${id}@${scope.nodeId}`, scope);
+  }
   return { id, dataset, component, snapshot: `${dataset}@${component}` };
 }
 
 /**
- * The id CreateVolume returns for a new volume named `name` on this node.
+ * The id CreateVolume returns for a new volume named `name` (as fitted: shortened names too)
+ * on this node.
  * @throws {CsiError} INVALID_ARGUMENT when the name is invalid or the id would be too long
  */
 export function volumeIdFor(name: string, scope: IdScope): string {
-  encodeName("Volume name", name);
+  encodeComponent("Volume name", name);
   const id = qualifiedVolumeId(name, scope.nodeId);
   if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(

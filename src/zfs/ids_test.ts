@@ -283,3 +283,79 @@ Deno.test("snapshotIdOf and resolveSnapshot round trip", () => {
     assert.equal(resolveSnapshot(id, scope).snapshot, snapshot, id);
   }
 });
+
+Deno.test("resolveVolume and resolveSnapshot take the shortened names CreateVolume answers with", () => {
+  const hash = "0123456789abcdef";
+  assertResolves(`pg-data..${hash}@node-a`, `tank/nomad/pg-data..${hash}`);
+  assertResolves(`db[0]..${hash}`, `tank/nomad/db:5b0:5d..${hash}`);
+  assert.equal(volumeIdFor(`pg-data..${hash}`, scope), `pg-data..${hash}@node-a`);
+  assert.deepEqual(resolveSnapshot(`pg..${hash}@s..${hash}@node-a`, scope), {
+    id: `pg..${hash}@s..${hash}@node-a`,
+    dataset: `tank/nomad/pg..${hash}`,
+    component: `s..${hash}`,
+    snapshot: `tank/nomad/pg..${hash}@s..${hash}`,
+  });
+  assert.equal(
+    snapshotIdOf(`tank/nomad/pg..${hash}@s..${hash}`, scope),
+    `pg..${hash}@s..${hash}@node-a`,
+  );
+  assert.equal(volumeIdOfDataset(`tank/nomad/pg..${hash}`, scope), `pg..${hash}@node-a`);
+});
+
+Deno.test("resolveVolume refuses an id without a node in a mutating call, naming what to do", () => {
+  for (const id of ["cache", "tank/nomad/cache"]) {
+    assertThrowsCsi(
+      () => resolveVolume(id, scope, { mutating: true }),
+      Code.FAILED_PRECONDITION,
+      new RegExp(
+        `^Volume id "${id}" names no node, and this plugin \\(node "node-a"\\) changes, ` +
+          `deletes or copies nothing by such an id: .* e\\.g\\. "${id}@node-a" .*` +
+          `--node-local-plugin-id$`,
+      ),
+      id,
+    );
+    // Reading calls and node calls take it; so does a mutating call on a node-local plugin id.
+    assertResolves(id, "tank/nomad/cache");
+    assert.deepEqual(resolveVolume(id, { ...scope, nodeLocal: true }, { mutating: true }), {
+      id,
+      dataset: "tank/nomad/cache",
+    });
+  }
+  assert.deepEqual(resolveVolume("cache@node-a", scope, { mutating: true }), {
+    id: "cache@node-a",
+    dataset: "tank/nomad/cache",
+  });
+  // A malformed id is still INVALID_ARGUMENT, another node's still FAILED_PRECONDITION.
+  assertThrowsCsi(
+    () => resolveVolume("a/b", scope, { mutating: true }),
+    Code.INVALID_ARGUMENT,
+    'Volume id "a/b" must not contain "/"',
+  );
+  assertThrowsCsi(
+    () => resolveVolume("cache@node-b", scope, { mutating: true }),
+    Code.FAILED_PRECONDITION,
+    /lives on node "node-b"/,
+  );
+});
+
+Deno.test("resolveSnapshot refuses volume@snapshot without a node in a mutating call", () => {
+  assertThrowsCsi(
+    () => resolveSnapshot("pg@snap1", scope, { mutating: true }),
+    Code.FAILED_PRECONDITION,
+    /^Snapshot id "pg@snap1" names no node, .* e\.g\. "pg@snap1@node-a" /,
+  );
+  assert.equal(resolveSnapshot("pg@snap1", scope).snapshot, "tank/nomad/pg@snap1");
+  assert.equal(
+    resolveSnapshot("pg@snap1", { ...scope, nodeLocal: true }, { mutating: true }).snapshot,
+    "tank/nomad/pg@snap1",
+  );
+  assert.equal(
+    resolveSnapshot("pg@snap1@node-a", scope, { mutating: true }).snapshot,
+    "tank/nomad/pg@snap1",
+  );
+  // An id that cannot name a snapshot at all stays INVALID_ARGUMENT (DeleteSnapshot answers OK).
+  assertThrowsCsi(
+    () => resolveSnapshot("reallyfakesnapshotid", scope, { mutating: true }),
+    Code.INVALID_ARGUMENT,
+  );
+});

@@ -9,6 +9,16 @@ import { Code, CsiError } from "../errors.ts";
 export const MANAGED_PROPERTY = "org.zfs-csi:managed";
 /** Value of {@linkcode MANAGED_PROPERTY} on datasets we own. */
 export const MANAGED_VALUE = "yes";
+/**
+ * User property holding the name CreateVolume was asked for, in full (a shortened dataset name
+ * keeps only a prefix of it). A repeated CreateVolume compares it with the name it is given.
+ */
+export const NAME_PROPERTY = "org.zfs-csi:name";
+/**
+ * User property a node sets, to the unix seconds of the moment, the first time it stages a
+ * volume: a volume that has been in use is never handed out again by a repeated CreateVolume.
+ */
+export const STAGED_PROPERTY = "org.zfs-csi:staged-at";
 
 /** ZFS refuses names of 256 bytes or more. */
 export const MAX_DATASET_NAME = 255;
@@ -71,12 +81,41 @@ export function encodeVolumeId(id: string): string {
 }
 
 /**
+ * Separates the prefix of a shortened name from its hash (see fit.ts). No name a client sends
+ * contains it ({@linkcode encodeName} refuses ".."), so a shortened name never equals one.
+ */
+export const SHORTENED_SEPARATOR = "..";
+/** The shortened shape: a prefix, the separator, and 16 hex digits. */
+const SHORTENED = /^(.+)\.\.([0-9a-f]{16})$/s;
+
+/** The prefix and hash of a name in the shortened shape, or undefined for any other name. */
+export function splitShortened(name: string): { prefix: string; hash: string } | undefined {
+  const m = SHORTENED.exec(name);
+  return m ? { prefix: m[1]!, hash: m[2]! } : undefined;
+}
+
+/**
  * Encodes any name given by a client (a volume id, a volume name, a snapshot name) as one
  * dataset or snapshot component, as {@linkcode encodeVolumeId} describes. `what` starts the
- * error messages.
+ * error messages. Names in the shortened shape are refused with every other name holding "..":
+ * only the plugin makes them.
  * @throws {CsiError} INVALID_ARGUMENT for names that are empty, too long or could escape
  */
 export function encodeName(what: string, id: string): string {
+  return encodeChecked(what, id, false);
+}
+
+/**
+ * Encodes a name the plugin may have made itself: anything {@linkcode encodeName} takes, and a
+ * shortened name (`<prefix>..<16 hex digits>`, the prefix a valid name), whose component is the
+ * encoded prefix, ".." and the hash. For ids, which carry the names the plugin answered with.
+ * @throws {CsiError} INVALID_ARGUMENT as {@linkcode encodeName}
+ */
+export function encodeComponent(what: string, name: string): string {
+  return encodeChecked(what, name, true);
+}
+
+function encodeChecked(what: string, id: string, shortened: boolean): string {
   if (id.length === 0) throw invalid(`${what} is empty`);
   if (encoder.encode(id).length > MAX_VOLUME_ID_BYTES) {
     throw invalid(`${what} is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
@@ -88,10 +127,12 @@ export function encodeName(what: string, id: string): string {
   for (const bad of ["/", "@", "%"]) {
     if (id.includes(bad)) throw invalid(`${what} "${id}" must not contain "${bad}"`);
   }
-  if (id.includes("..")) throw invalid(`${what} "${id}" must not contain ".."`);
+  const short = shortened ? splitShortened(id) : undefined;
+  const body = short ? short.prefix : id;
+  if (body.includes("..")) throw invalid(`${what} "${id}" must not contain ".."`);
   let out = "";
   let first = true;
-  for (const ch of id) {
+  for (const ch of body) {
     // A leading "." is escaped too, so names beginning with "." stay free for our own use.
     if (PLAIN.test(ch) && !(first && ch === ".")) {
       out += ch;
@@ -100,12 +141,12 @@ export function encodeName(what: string, id: string): string {
     }
     first = false;
   }
-  return out;
+  return short ? `${out}${SHORTENED_SEPARATOR}${short.hash}` : out;
 }
 
 /**
- * Reverses {@linkcode encodeVolumeId}. Returns undefined for a component that no volume id
- * encodes to (so foreign datasets are never mistaken for volumes).
+ * Reverses {@linkcode encodeComponent} (and so {@linkcode encodeVolumeId}). Returns undefined
+ * for a component that no id encodes to (so foreign datasets are never mistaken for volumes).
  */
 export function decodeComponent(component: string): string | undefined {
   if (!COMPONENT.test(component)) return undefined;
@@ -129,7 +170,7 @@ export function decodeComponent(component: string): string | undefined {
     return undefined;
   }
   try {
-    return encodeVolumeId(id) === component ? id : undefined;
+    return encodeComponent("Volume id", id) === component ? id : undefined;
   } catch {
     return undefined;
   }
@@ -150,12 +191,12 @@ export function datasetForVolume(parent: string, id: string): string {
 }
 
 /**
- * The child of `parent` that `name` encodes to (see {@linkcode encodeName}); `what` starts the
- * error messages. Unlike {@linkcode datasetForVolume}, a full dataset name is no alias here.
+ * The child of `parent` that `name` encodes to (see {@linkcode encodeComponent}: shortened
+ * names too); `what` starts the error messages. Unlike {@linkcode datasetForVolume}, a full dataset name is no alias here.
  * @throws {CsiError} INVALID_ARGUMENT for names that cannot be encoded or would be too long
  */
 export function childDataset(parent: string, what: string, name: string): string {
-  const dataset = `${parent}/${encodeName(what, name)}`;
+  const dataset = `${parent}/${encodeComponent(what, name)}`;
   if (byteLength(dataset) > MAX_DATASET_NAME) {
     throw invalid(
       `${what} "${name}" is too long: dataset "${dataset}" would exceed ${MAX_DATASET_NAME} bytes`,
@@ -173,12 +214,24 @@ export function volumeForDataset(parent: string, dataset: string): string | unde
 
 /** Prefix of datasets and snapshots set aside by a delete; they are kept for the retention. */
 export const DELETED_PREFIX = ".deleted-";
+/**
+ * User property set locally on what a delete set aside: when, in unix seconds by the wall clock
+ * of the plugin that set it aside. The purge destroys nothing without it (a hidden name alone
+ * is not enough), and reads the time from here, never from the name.
+ */
+export const DELETED_AT_PROPERTY = "org.zfs-csi:deleted-at";
+/**
+ * User property set locally on what a delete set aside: its full name before (`<parent>/<name>`
+ * or `<dataset>@<name>`). The hidden name may be cut to fit ZFS's limit; this is the way back.
+ */
+export const DELETED_NAME_PROPERTY = "org.zfs-csi:deleted-name";
 /** Prefix of the hidden snapshot a volume is cloned from when its source is another volume. */
 export const CLONE_PREFIX = ".clone-";
 
 /**
  * The component a deleted dataset or snapshot is renamed to: `.deleted-<unix seconds>-<old>`,
- * cut to `maxBytes`. It starts with "." so no volume or snapshot id ever maps to it.
+ * cut to `maxBytes` (the full old name is kept in {@linkcode DELETED_NAME_PROPERTY}). It starts
+ * with "." so no volume or snapshot id ever maps to it.
  */
 export function deletedComponent(component: string, atSeconds: number, maxBytes: number): string {
   const name = `${DELETED_PREFIX}${Math.floor(atSeconds)}-${component}`;
@@ -186,10 +239,19 @@ export function deletedComponent(component: string, atSeconds: number, maxBytes:
   return name.slice(0, Math.max(maxBytes, DELETED_PREFIX.length + 12));
 }
 
-/** When a component made by {@linkcode deletedComponent} was deleted (unix seconds). */
-export function deletedAt(component: string): number | undefined {
-  const m = /^\.deleted-(\d{1,12})-/.exec(component);
-  return m ? Number(m[1]) : undefined;
+/**
+ * Whether a component has the form {@linkcode deletedComponent} writes. The name says only where
+ * to look: what was set aside carries {@linkcode DELETED_AT_PROPERTY}, and the time is read there.
+ */
+export function isDeletedComponent(component: string): boolean {
+  return /^\.deleted-\d{1,12}-/.test(component);
+}
+
+/**
+ * Reads a {@linkcode DELETED_AT_PROPERTY} value: unix seconds as plain digits, else undefined.
+ */
+export function parseDeletedAt(value: string): number | undefined {
+  return /^\d{1,12}$/.test(value) ? Number(value) : undefined;
 }
 
 /**

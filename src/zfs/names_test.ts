@@ -7,12 +7,15 @@ import {
   cloneSnapshotComponent,
   datasetForVolume,
   decodeComponent,
+  DELETED_AT_PROPERTY,
+  DELETED_NAME_PROPERTY,
   DELETED_PREFIX,
-  deletedAt,
   deletedComponent,
   encodeName,
   encodeVolumeId,
+  isDeletedComponent,
   MAX_VOLUME_ID_BYTES,
+  parseDeletedAt,
   poolOf,
   volumeForDataset,
 } from "./names.ts";
@@ -253,22 +256,18 @@ Deno.test("deletedComponent cuts the name to maxBytes, keeping prefix and time",
   assert.equal(deletedComponent("pg", 1700000000, 21), ".deleted-1700000000-p");
   // However little room is given, prefix and 12 more characters are kept.
   assert.equal(deletedComponent("pg", 1700000000, 5), ".deleted-1700000000-p");
-  assert.equal(deletedAt(deletedComponent(long, 1700000000, 5)), 1700000000);
+  assert.ok(isDeletedComponent(deletedComponent(long, 1700000000, 5)));
 });
 
-Deno.test("deletedAt reads the time from a deleted component", () => {
-  assert.equal(deletedAt(".deleted-1700000000-pg"), 1700000000);
-  assert.equal(deletedAt(".deleted-0-pg"), 0);
-  assert.equal(deletedAt(".deleted-999999999999-x"), 999999999999);
-  assert.equal(deletedAt(".deleted-1700000000-"), 1700000000);
-  for (const c of ["pg", "db:5b0:5d", "x".repeat(300)]) {
+Deno.test("isDeletedComponent recognises what deletedComponent writes", () => {
+  for (const c of ["pg", "db:5b0:5d", "x".repeat(300), ""]) {
     for (const t of [0, 1, 1700000000, 4102444800]) {
-      assert.equal(deletedAt(deletedComponent(c, t, 255)), t, `${c} at ${t}`);
+      assert.ok(isDeletedComponent(deletedComponent(c, t, 255)), `${c} at ${t}`);
     }
   }
 });
 
-Deno.test("deletedAt returns undefined for other names", () => {
+Deno.test("isDeletedComponent refuses other names", () => {
   const table = [
     "pg",
     ".deleted-1700000000",
@@ -281,7 +280,21 @@ Deno.test("deletedAt returns undefined for other names", () => {
     ".clone-0123456789abcdef-1700000000",
     "",
   ];
-  for (const c of table) assert.equal(deletedAt(c), undefined, c);
+  for (const c of table) assert.equal(isDeletedComponent(c), false, c);
+});
+
+Deno.test("DELETED_AT_PROPERTY and DELETED_NAME_PROPERTY are user properties of our namespace", () => {
+  assert.equal(DELETED_AT_PROPERTY, "org.zfs-csi:deleted-at");
+  assert.equal(DELETED_NAME_PROPERTY, "org.zfs-csi:deleted-name");
+});
+
+Deno.test("parseDeletedAt reads plain unix seconds and nothing else", () => {
+  assert.equal(parseDeletedAt("1700000000"), 1700000000);
+  assert.equal(parseDeletedAt("0"), 0);
+  assert.equal(parseDeletedAt("999999999999"), 999999999999);
+  for (const v of ["", "-", "1e9", "1700000000.5", "-1", " 1", "1234567890123", "0x10"]) {
+    assert.equal(parseDeletedAt(v), undefined, JSON.stringify(v));
+  }
 });
 
 Deno.test("cloneSnapshotComponent is .clone-<FNV-1a 64 of the target>-<seconds>", () => {
@@ -310,7 +323,7 @@ Deno.test("cloneSnapshotComponent is deterministic and differs between targets",
     assert.ok(name.startsWith(CLONE_PREFIX), name);
     assert.match(name, /^\.clone-[0-9a-f]{16}-1700000000$/);
     assert.equal(decodeComponent(name), undefined, name);
-    assert.equal(deletedAt(name), undefined, name);
+    assert.equal(isDeletedComponent(name), false, name);
     // Another second, the same hash.
     const later = cloneSnapshotComponent(t, 1700000001);
     assert.equal(later, name.replace(/-1700000000$/, "-1700000001"));

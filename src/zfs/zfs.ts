@@ -17,22 +17,41 @@ import {
   mountArgs,
   poolHealthArgs,
   type Properties,
+  type PropertyList,
   renameArgs,
   setArgs,
+  setManyArgs,
   snapshotArgs,
   unmountArgs,
 } from "./args.ts";
 import { parseGet, parsePoolHealth, type PropertyMap } from "./parse.ts";
 
-/** Where the zfs and zpool programs are, and how long one call may take. */
+/** Where the zfs and zpool programs are, how long one call may take, and what to trust. */
 export interface ZfsOptions {
   readonly zfsPath: string;
   readonly zpoolPath: string;
   readonly timeoutMs: number;
   readonly log: Logger;
+  /**
+   * The dataset everything the plugin manages lives below (its parent dataset). zfs says "dataset
+   * does not exist" of every dataset of a pool it cannot see (not imported yet, or the zfs-fuse
+   * daemon restarting), so {@linkcode Zfs.getProperties} and {@linkcode Zfs.getTree} believe
+   * "does not exist" of a name below the anchor only when the anchor is visible right after;
+   * otherwise they throw ZfsError "unavailable". Without an anchor (unit tests, tools), every
+   * "does not exist" is believed.
+   */
+  readonly anchor?: string;
 }
 
+/**
+ * zfs-fuse's daemon or OpenZFS's kernel module cannot be reached: no command can see anything.
+ * Checked first: zfs-fuse's "connect: No such file or directory" is not a missing dataset.
+ */
+const UNAVAILABLE =
+  /make sure that the zfs-fuse daemon is running|failed to initiali[sz]e (?:the )?(?:zfs|libzfs) library|zfs modules (?:are not loaded|cannot be auto-loaded)|\/dev\/zfs and \/proc\/self\/mounts are required/i;
+
 const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
+  ["unavailable", UNAVAILABLE],
   ["dependents", /has dependent clones/i],
   // Before not_found: a missing key file is bad input, not a missing dataset.
   ["invalid", /encryption failure|key material/i],
@@ -40,7 +59,8 @@ const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ["not_found", /does not exist|no such pool|no such file or directory|could not find/i],
   ["exists", /already exists/i],
   ["busy", /\bbusy\b/i],
-  ["no_space", /out of space|no space left|quota exceeded/i],
+  // "greater than available space": a reservation (refreservation) without room for it.
+  ["no_space", /out of space|no space left|quota exceeded|greater than available space/i],
   ["permission", /permission denied|operation not permitted/i],
   ["unsupported", /not supported|unsupported|must be upgraded|pool version/i],
   [
@@ -49,19 +69,56 @@ const PATTERNS: ReadonlyArray<readonly [ZfsErrorKind, RegExp]> = [
   ],
 ];
 
+/** A name or path zfs quotes ('tank/nomad/busy'); ZFS names cannot hold a quote. */
+const QUOTED = /'[^'\n]*'/g;
+/** A line that is one bare name, as in the datasets a refused destroy lists. */
+const NAME_LINE = /^\s*[^\s']*[/@][^\s']*\s*$/;
 /**
- * Classifies a failed zfs or zpool command by its stderr (run with LC_ALL=C).
+ * The `cannot <verb> <name>: ` before zfs's reason, also where the name is not quoted
+ * ("cannot destroy snapshot tank/v@busy: dataset is busy"); names hold no ": ".
+ */
+const CANNOT_PREFIX = /^cannot [^\n]*?: /;
+
+/**
+ * What zfs says went wrong, without the names it says it of: quoted names and paths, bare
+ * names on their own lines, and the `cannot <verb> <name>:` before the reason. A volume named
+ * "busy" or "invalid-orders" must not decide what kind of failure zfs reported.
+ */
+export function reasonText(stderr: string): string {
+  return stderr.split("\n")
+    .filter((line) => !NAME_LINE.test(line))
+    .map((line) => line.replace(QUOTED, "''").replace(CANNOT_PREFIX, ""))
+    .join("\n");
+}
+
+/**
+ * Classifies a failed zfs or zpool command by its stderr (run with LC_ALL=C), ignoring the
+ * names in it ({@linkcode reasonText}).
  * @returns the kind, "unknown" if no pattern matches
  */
 export function classifyZfsError(stderr: string): ZfsErrorKind {
-  for (const [kind, re] of PATTERNS) if (re.test(stderr)) return kind;
+  const reason = reasonText(stderr);
+  for (const [kind, re] of PATTERNS) if (re.test(reason)) return kind;
   return "unknown";
+}
+
+/** zfs's words for a failed command, all on one line (for a message). */
+function oneLine(stderr: string): string {
+  return stderr.trim().split("\n").map((l) => l.trim()).filter((l) => l !== "").join("; ")
+    .slice(0, 300);
+}
+
+/** Whether `name` is a dataset or snapshot strictly below `anchor`. */
+function isBelow(name: string, anchor: string): boolean {
+  return name.startsWith(`${anchor}/`) || name.startsWith(`${anchor}@`);
 }
 
 /** zfs and zpool behind typed methods. */
 export class Zfs {
   readonly #runner: CommandRunner;
   readonly #opts: ZfsOptions;
+  /** Whether `zfs set` takes several properties; undefined until first tried. */
+  #setsSeveral: boolean | undefined;
 
   constructor(runner: CommandRunner, opts: ZfsOptions) {
     this.#runner = runner;
@@ -84,8 +141,15 @@ export class Zfs {
       durationMs: Math.round(performance.now() - started),
     });
     if (res.timedOut) throw new ZfsError("timeout", argv, `timed out after ${limitMs}ms`);
-    if (res.code !== 0) throw new ZfsError(classifyZfsError(res.stderr), argv, res.stderr);
-    return res;
+    if (res.code === 0) return res;
+    const kind = classifyZfsError(res.stderr);
+    if (kind === "unavailable") {
+      throw new ZfsError(kind, argv, res.stderr, {
+        detail: `ZFS cannot be reached (${oneLine(res.stderr)}); this command changed nothing: ` +
+          `start the zfs-fuse daemon or load the ZFS kernel module, then retry`,
+      });
+    }
+    throw new ZfsError(kind, argv, res.stderr);
   }
 
   #zfs(args: readonly string[], timeoutMs?: number): Promise<CommandResult> {
@@ -93,8 +157,11 @@ export class Zfs {
   }
 
   /**
-   * Properties of one dataset, or undefined if it does not exist.
-   * @throws {ZfsError} for any other failure
+   * Properties of one dataset or snapshot, or undefined if it does not exist. Below the anchor
+   * "does not exist" counts only when the anchor is visible (see {@linkcode ZfsOptions.anchor});
+   * of the anchor itself it is answered as undefined, for the caller to report.
+   * @throws {ZfsError} unavailable when neither it nor the anchor is visible; the classified
+   *   failure for anything else
    */
   async getProperties(
     dataset: string,
@@ -105,15 +172,19 @@ export class Zfs {
       const res = await this.#zfs(getArgs([dataset], props), timeoutMs);
       return parseGet(res.stdout).get(dataset) ?? new Map();
     } catch (err) {
-      if (err instanceof ZfsError && err.kind === "not_found") return undefined;
-      throw err;
+      if (!(err instanceof ZfsError && err.kind === "not_found")) throw err;
+      await this.#checkAbsent(dataset, err, timeoutMs);
+      return undefined;
     }
   }
 
   /**
    * Properties of `root` and every descendant down to `depth`, by name; undefined if `root`
-   * does not exist. One zfs process, however many datasets there are.
-   * @throws {ZfsError} for any other failure
+   * does not exist. One zfs process, however many datasets there are. Below the anchor "does
+   * not exist" counts only when the anchor is visible; the anchor itself must be visible: a
+   * listing of it that cannot see it would read as empty.
+   * @throws {ZfsError} unavailable when `root` is the anchor and not visible, or is below it
+   *   and neither is visible; the classified failure for anything else
    */
   async getTree(
     root: string,
@@ -124,8 +195,30 @@ export class Zfs {
       const res = await this.#zfs(getTreeArgs(root, depth, props));
       return parseGet(res.stdout);
     } catch (err) {
-      if (err instanceof ZfsError && err.kind === "not_found") return undefined;
-      throw err;
+      if (!(err instanceof ZfsError && err.kind === "not_found")) throw err;
+      if (root === this.#opts.anchor) throw anchorNotVisible(err, root);
+      await this.#checkAbsent(root, err);
+      return undefined;
+    }
+  }
+
+  /**
+   * Returns when zfs's "does not exist" of `name` can be believed: when `name` is not below
+   * the anchor, or the anchor is visible right after. Asked only on this (rare) path, so a read
+   * of a dataset that exists still costs one process. (Only a pool imported in the moment
+   * between the two reads could fool it.)
+   * @throws {ZfsError} unavailable when the anchor is not visible either
+   */
+  async #checkAbsent(name: string, err: ZfsError, timeoutMs?: number): Promise<void> {
+    const anchor = this.#opts.anchor;
+    if (anchor === undefined || !isBelow(name, anchor)) return;
+    try {
+      await this.#zfs(getArgs([anchor], ["type"]), timeoutMs);
+    } catch (e) {
+      if (e instanceof ZfsError && (e.kind === "not_found" || e.kind === "unavailable")) {
+        throw anchorNotVisible(err, anchor, e);
+      }
+      throw e;
     }
   }
 
@@ -161,6 +254,32 @@ export class Zfs {
   /** Sets one property. */
   async set(dataset: string, name: string, value: string): Promise<void> {
     await this.#zfs(setArgs(dataset, name, value));
+  }
+
+  /**
+   * Sets several properties, in one `zfs set` where this zfs takes several (OpenZFS: the kernel
+   * applies them in order and tries a refused one again after the others), else one at a time
+   * in the order given, so give them in an order that is safe one by one. Whether it takes
+   * several is learnt from the first try and remembered. Not atomic either way: a caller that
+   * fails half way reads the state again and sets what still differs.
+   * @throws {ZfsError} classified, for the first property zfs refused
+   */
+  async setProperties(dataset: string, props: PropertyList): Promise<void> {
+    if (props.length > 1 && this.#setsSeveral !== false) {
+      try {
+        await this.#zfs(setManyArgs(dataset, props));
+        this.#setsSeveral = true;
+        return;
+      } catch (err) {
+        if (!(err instanceof ZfsError && takesOnePropertyPerSet(err, props))) throw err;
+        // It may have set the first property already: setting it again below changes nothing.
+        this.#setsSeveral = false;
+        this.#opts.log.info("zfs sets one property per call; setting them one at a time", {
+          dataset,
+        });
+      }
+    }
+    for (const [name, value] of props) await this.set(dataset, name, value);
   }
 
   /** Takes a snapshot (`<dataset>@<name>`). */
@@ -225,4 +344,24 @@ export class Zfs {
       throw err;
     }
   }
+}
+
+/**
+ * Whether a failed `zfs set` of several properties shows a zfs that takes one per call: older
+ * releases (zfs-fuse) read every argument after the first as a dataset name and say
+ * "cannot open 'refquota=1': invalid dataset name".
+ */
+function takesOnePropertyPerSet(err: ZfsError, props: PropertyList): boolean {
+  return props.slice(1).some(([name, value]) => err.stderr.includes(`'${name}=${value}'`));
+}
+
+/** The error for a "does not exist" that cannot be believed: the anchor is not visible. */
+function anchorNotVisible(err: ZfsError, anchor: string, anchorErr?: ZfsError): ZfsError {
+  const stderr = anchorErr ? `${err.stderr.trimEnd()}\n${anchorErr.stderr}` : err.stderr;
+  return new ZfsError("unavailable", err.argv, stderr, {
+    detail: `the parent dataset "${anchor}" is not visible${anchorErr ? " either" : ""}, so ` +
+      `ZFS cannot see the pool (not imported, the ZFS daemon or module not running, or no ` +
+      `such dataset); nothing was changed: retry once "zfs list ${anchor}" answers`,
+    cause: anchorErr ?? err,
+  });
 }

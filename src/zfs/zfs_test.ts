@@ -4,13 +4,13 @@ import { Logger } from "../log.ts";
 import { assertRejectsZfs } from "../../tests/support/assert_errors.ts";
 import { fails, FakeRunner } from "../../tests/support/fake_runner.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
-import { classifyZfsError, Zfs } from "./zfs.ts";
+import { classifyZfsError, reasonText, Zfs } from "./zfs.ts";
 
 function fixture(name: string): Promise<string> {
   return Deno.readTextFile(new URL(`../../tests/fixtures/${name}`, import.meta.url));
 }
 
-function setup(): { runner: FakeRunner; zfs: Zfs; lines: string[] } {
+function setup(anchor?: string): { runner: FakeRunner; zfs: Zfs; lines: string[] } {
   const runner = new FakeRunner();
   const lines: string[] = [];
   const zfs = new Zfs(runner, {
@@ -18,6 +18,7 @@ function setup(): { runner: FakeRunner; zfs: Zfs; lines: string[] } {
     zpoolPath: "/sbin/zpool",
     timeoutMs: 5000,
     log: new Logger("debug", {}, (line) => lines.push(line)),
+    ...(anchor === undefined ? {} : { anchor }),
   });
   return { runner, zfs, lines };
 }
@@ -534,5 +535,283 @@ Deno.test("classifyZfsError reads OpenZFS's key refusals as invalid input", () =
     ]
   ) {
     assert.equal(classifyZfsError(stderr), "invalid", stderr);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Names never decide the kind; ZFS that cannot be reached is "unavailable"
+
+Deno.test("classifyZfsError reads the reason, not the names of volumes called busy or invalid-orders", async () => {
+  // Captured on zfs-fuse, and the same failures in OpenZFS's words (written from libzfs).
+  const table: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
+    ["stderr_create_busy_out_of_space.txt", "no_space"],
+    ["stderr_set_busy_refreservation_no_space.txt", "no_space"],
+    ["stderr_set_busy_refquota_below_used.txt", "invalid"],
+    ["stderr_destroy_invalid_orders_children.txt", "unknown"],
+    ["stderr_get_pool_exported.txt", "not_found"],
+  ];
+  for (const [file, kind] of table) {
+    assert.equal(classifyZfsError(await fixture(file)), kind, file);
+    assert.equal(classifyZfsError(await fixture(`openzfs/${file}`)), kind, `openzfs/${file}`);
+  }
+  const openzfsOnly: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
+    // An I/O error is no bad input, whatever the volume is called (quoted or not).
+    ["stderr_get_invalid_orders_io_error.txt", "unknown"],
+    ["stderr_destroy_snapshot_invalid_orders_io_error.txt", "unknown"],
+  ];
+  for (const [file, kind] of openzfsOnly) {
+    assert.equal(classifyZfsError(await fixture(`openzfs/${file}`)), kind, `openzfs/${file}`);
+  }
+  // zfs-fuse names the missing pool in quotes too.
+  assert.equal(classifyZfsError(await fixture("stderr_create_pool_exported.txt")), "not_found");
+});
+
+Deno.test("classifyZfsError ignores names wherever zfs puts them", () => {
+  const table: ReadonlyArray<readonly [string, ZfsErrorKind]> = [
+    // Quoted names and paths.
+    ["cannot create 'tank/nomad/busy': out of space\n", "no_space"],
+    ["cannot open 'tank/nomad/invalid-orders': I/O error\n", "unknown"],
+    ["cannot mount '/srv/busy/unsupported': Insufficient privileges\n", "unknown"],
+    ["cannot create 'tank/nomad/illegal-too-long': permission denied\n", "permission"],
+    ["cannot rename to 'tank/nomad/busy': dataset already exists\n", "exists"],
+    // A snapshot name after "cannot destroy snapshot", unquoted.
+    ["cannot destroy snapshot tank/nomad/invalid@busy: I/O error\n", "unknown"],
+    ["cannot destroy snapshot tank/nomad/v@s1: dataset is busy\n", "busy"],
+    // Bare names listed on lines of their own.
+    [
+      "cannot destroy 'tank/nomad/v': filesystem has children\n" +
+      "use '-r' to destroy the following datasets:\ntank/nomad/v/busy\ntank/nomad/v@invalid\n",
+      "unknown",
+    ],
+    // A user property's name is quoted too.
+    ["bad property list: invalid property 'org.busy:x'\n", "invalid"],
+  ];
+  for (const [stderr, kind] of table) assert.equal(classifyZfsError(stderr), kind, stderr);
+});
+
+Deno.test("reasonText keeps zfs's words and drops the names", () => {
+  assert.equal(
+    reasonText("cannot set property for 'tank/nomad/busy': size is greater than available space\n"),
+    "size is greater than available space\n",
+  );
+  assert.equal(
+    reasonText("cannot destroy snapshot tank/nomad/db:5b0:5d@busy: dataset is busy"),
+    "dataset is busy",
+  );
+  assert.equal(
+    reasonText("cannot destroy 't/v': filesystem has children\nuse '-r' to destroy:\nt/v@busy\n"),
+    "filesystem has children\nuse '' to destroy:\n",
+  );
+  assert.equal(
+    reasonText("connect: No such file or directory\nPlease make sure that the daemon is running."),
+    "connect: No such file or directory\nPlease make sure that the daemon is running.",
+  );
+});
+
+Deno.test("classifyZfsError reads ZFS that cannot be reached as unavailable, not as a missing dataset", async () => {
+  for (
+    const file of [
+      // zfs-fuse with no daemon socket, and with a socket its dead daemon left behind.
+      "stderr_daemon_down.txt",
+      "stderr_daemon_stale_socket.txt",
+      // OpenZFS without its kernel module, and without /dev/zfs.
+      "openzfs/stderr_modules_not_loaded.txt",
+      "openzfs/stderr_no_dev_zfs.txt",
+    ]
+  ) {
+    assert.equal(classifyZfsError(await fixture(file)), "unavailable", file);
+  }
+  // A key file that is missing stays bad input; a missing dataset stays not_found.
+  assert.equal(classifyZfsError(await fixture("openzfs/stderr_create_missing_key.txt")), "invalid");
+  assert.equal(classifyZfsError(await fixture("stderr_get_not_found.txt")), "not_found");
+});
+
+Deno.test("Zfs turns zfs-fuse's daemon-down stderr into ZfsError unavailable that says what to do", async () => {
+  const { runner, zfs } = setup("tpool/nomad");
+  runner.on(GET_PREFIX, fails(await fixture("stderr_daemon_down.txt")));
+  const err = await assertRejectsZfs(zfs.getProperties("tpool/nomad/v1", ["type"]), "unavailable");
+  // Known at once: no second read of the parent.
+  assert.equal(runner.calls.length, 1);
+  assert.deepEqual(toGrpcStatus(err), {
+    code: Code.UNAVAILABLE,
+    details: `ZFS operation "/sbin/zfs get" failed (unavailable): ZFS cannot be reached ` +
+      `(connect: No such file or directory; Please make sure that the zfs-fuse daemon is running.; ` +
+      `internal error: failed to initialize ZFS library); this command changed nothing: ` +
+      `start the zfs-fuse daemon or load the ZFS kernel module, then retry`,
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// "Does not exist" below the anchor counts only while the anchor is visible
+
+const ANCHOR = "tpool/nomad";
+const anchorRead = zfsArgs.get("type", ANCHOR);
+const parentRow = { stdout: `${ANCHOR}\ttype\tfilesystem\t-\n` };
+
+Deno.test("Zfs.getProperties believes a missing dataset when the parent dataset is visible", async () => {
+  for (const name of ["tpool/nomad/v1", "tpool/nomad/v1@s1"]) {
+    const { runner, zfs } = setup(ANCHOR);
+    runner.onExact(zfsArgs.get("type", name), fails(await fixture("stderr_get_not_found.txt")));
+    runner.onExact(anchorRead, parentRow);
+    assert.equal(await zfs.getProperties(name, ["type"], 900), undefined, name);
+    assert.deepEqual(runner.argvs, [zfsArgs.get("type", name), anchorRead], name);
+    // The parent is asked within the caller's time limit too.
+    assert.deepEqual(runner.calls[1]?.options, { timeoutMs: 900 });
+  }
+});
+
+Deno.test("Zfs.getProperties answers unavailable when the pool is not imported", async () => {
+  const { runner, zfs } = setup(ANCHOR);
+  // What zfs-fuse says of both after `zpool export`.
+  runner.onExact(zfsArgs.get("type", "tpool/nomad/busy"), {
+    code: 1,
+    stderr: await fixture("stderr_get_pool_exported.txt"),
+  });
+  runner.onExact(anchorRead, fails(await fixture("stderr_get_parent_pool_exported.txt")));
+  const err = await assertRejectsZfs(
+    zfs.getProperties("tpool/nomad/busy", ["type"]),
+    "unavailable",
+  );
+  assert.deepEqual(err.argv, zfsArgs.get("type", "tpool/nomad/busy"));
+  assert.match(
+    err.stderr,
+    /'tpool\/nomad\/busy': dataset does not exist\ncannot open 'tpool\/nomad'/,
+  );
+  assert.deepEqual(toGrpcStatus(err), {
+    code: Code.UNAVAILABLE,
+    details: `ZFS operation "/sbin/zfs get" failed (unavailable): the parent dataset ` +
+      `"tpool/nomad" is not visible either, so ZFS cannot see the pool (not imported, the ZFS ` +
+      `daemon or module not running, or no such dataset); nothing was changed: retry once ` +
+      `"zfs list tpool/nomad" answers`,
+  });
+});
+
+Deno.test("Zfs.getProperties answers unavailable when the daemon goes away between the two reads", async () => {
+  const { runner, zfs } = setup(ANCHOR);
+  runner.onExact(
+    zfsArgs.get("type", "tpool/nomad/v1"),
+    fails(await fixture("stderr_get_not_found.txt")),
+  );
+  runner.onExact(anchorRead, fails(await fixture("stderr_daemon_stale_socket.txt")));
+  await assertRejectsZfs(zfs.getProperties("tpool/nomad/v1", ["type"]), "unavailable");
+});
+
+Deno.test("Zfs.getProperties passes on other failures of the parent's read", async () => {
+  const { runner, zfs } = setup(ANCHOR);
+  runner.onExact(
+    zfsArgs.get("type", "tpool/nomad/v1"),
+    fails(await fixture("stderr_get_not_found.txt")),
+  );
+  runner.onExact(anchorRead, { code: 137, timedOut: true });
+  const err = await assertRejectsZfs(zfs.getProperties("tpool/nomad/v1", ["type"]), "timeout");
+  assert.deepEqual(err.argv, anchorRead);
+});
+
+Deno.test("Zfs.getProperties asks nothing more of the parent itself or of names outside it", async () => {
+  // The parent's own absence is for its caller to report (health, GetCapacity).
+  for (const name of [ANCHOR, "other/nomad/v1", "tpool/nomadic"]) {
+    const { runner, zfs } = setup(ANCHOR);
+    runner.on(GET_PREFIX, fails(await fixture("stderr_get_not_found.txt")));
+    assert.equal(await zfs.getProperties(name, ["type"]), undefined, name);
+    assert.equal(runner.calls.length, 1, name);
+  }
+});
+
+Deno.test("Zfs.getTree believes a missing root below the parent only when the parent is visible", async () => {
+  const visible = setup(ANCHOR);
+  visible.runner.on(TREE_PREFIX, fails(await fixture("stderr_get_not_found.txt")));
+  visible.runner.onExact(anchorRead, parentRow);
+  assert.equal(await visible.zfs.getTree("tpool/nomad/v1", 1, ["type"]), undefined);
+  assert.deepEqual(visible.runner.argvs, [zfsArgs.tree("tpool/nomad/v1", 1, "type"), anchorRead]);
+
+  const exported = setup(ANCHOR);
+  exported.runner.on(TREE_PREFIX, fails(await fixture("stderr_get_pool_exported.txt")));
+  exported.runner.onExact(anchorRead, fails(await fixture("stderr_get_parent_pool_exported.txt")));
+  const err = await assertRejectsZfs(
+    exported.zfs.getTree("tpool/nomad/busy", 1, ["type"]),
+    "unavailable",
+  );
+  assert.equal(toGrpcStatus(err).code, Code.UNAVAILABLE);
+});
+
+Deno.test("Zfs.getTree of the parent itself answers unavailable when it is not visible", async () => {
+  // A listing that cannot see the parent would read as "no volumes".
+  const { runner, zfs } = setup(ANCHOR);
+  runner.on(TREE_PREFIX, fails(await fixture("stderr_get_parent_pool_exported.txt")));
+  const err = await assertRejectsZfs(zfs.getTree(ANCHOR, 2, ["type"]), "unavailable");
+  assert.equal(runner.calls.length, 1);
+  assert.match(toGrpcStatus(err).details, /the parent dataset "tpool\/nomad" is not visible/);
+});
+
+// ---------------------------------------------------------------------------------------------
+// setProperties: one zfs set where zfs takes several, else one at a time, learnt once
+
+const SIZES = [["quota", "209715200"], ["refquota", "104857600"], [
+  "refreservation",
+  "104857600",
+]] as const;
+
+Deno.test("Zfs.setProperties sets several properties in one zfs set, in the order given", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "set"], {});
+  await zfs.setProperties("tpool/nomad/v", SIZES);
+  await zfs.setProperties("tpool/nomad/v", [["refquota", "1"]]);
+  await zfs.setProperties("tpool/nomad/v", []);
+  assert.deepEqual(runner.argvs, [
+    [
+      "/sbin/zfs",
+      "set",
+      "quota=209715200",
+      "refquota=104857600",
+      "refreservation=104857600",
+      "tpool/nomad/v",
+    ],
+    ["/sbin/zfs", "set", "refquota=1", "tpool/nomad/v"],
+  ]);
+});
+
+Deno.test("Zfs.setProperties falls back to one at a time on a zfs that takes one, and remembers", async () => {
+  const { runner, zfs, lines } = setup();
+  // zfs-fuse reads the second property as a dataset name.
+  const refused = (await fixture("stderr_set_many_one_at_a_time.txt"))
+    .replace("refquota=80M", "refquota=104857600");
+  runner.when((argv) => argv[1] === "set" && argv.length > 4, fails(refused));
+  runner.on(["/sbin/zfs", "set"], {});
+  await zfs.setProperties("tpool/nomad/v", SIZES);
+  await zfs.setProperties("tpool/nomad/w", SIZES.slice(0, 2));
+  assert.deepEqual(runner.argvs, [
+    [
+      "/sbin/zfs",
+      "set",
+      "quota=209715200",
+      "refquota=104857600",
+      "refreservation=104857600",
+      "tpool/nomad/v",
+    ],
+    ["/sbin/zfs", "set", "quota=209715200", "tpool/nomad/v"],
+    ["/sbin/zfs", "set", "refquota=104857600", "tpool/nomad/v"],
+    ["/sbin/zfs", "set", "refreservation=104857600", "tpool/nomad/v"],
+    // Learnt: no second try of several at once.
+    ["/sbin/zfs", "set", "quota=209715200", "tpool/nomad/w"],
+    ["/sbin/zfs", "set", "refquota=104857600", "tpool/nomad/w"],
+  ]);
+  assert.equal(
+    lines.map((l) => JSON.parse(l)).filter((r) => r.level === "info").length,
+    1,
+  );
+});
+
+Deno.test("Zfs.setProperties throws what zfs refused, without falling back", async () => {
+  for (
+    const file of [
+      "stderr_set_busy_refreservation_no_space.txt",
+      "openzfs/stderr_set_busy_refreservation_no_space.txt",
+    ]
+  ) {
+    const { runner, zfs } = setup();
+    runner.on(["/sbin/zfs", "set"], fails(await fixture(file)));
+    const err = await assertRejectsZfs(zfs.setProperties("tpool/nomad/busy", SIZES), "no_space");
+    assert.equal(toGrpcStatus(err).code, Code.RESOURCE_EXHAUSTED, file);
+    assert.equal(runner.calls.length, 1, file);
   }
 });

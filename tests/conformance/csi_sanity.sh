@@ -117,9 +117,12 @@ zfs create "$parent"
 mkdir -p "$base"
 
 mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags.ts "$csi")
+# --node-local-plugin-id as the shipped monolith jobs run it: csi-sanity talks to one plugin and
+# sends ids without "@<node>" (reallyfakevolumeid) to DeleteVolume and CreateSnapshot.
 "$deno" run --quiet --frozen "${flags[@]}" main.ts \
   --parent-dataset "$parent" \
   --node-id sanity-node \
+  --node-local-plugin-id \
   --endpoint "unix://$csi/csi.sock" \
   --stage-publish-base-dir "$base" \
   --log-level info \

@@ -795,7 +795,8 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       async () => {
         await c().controller("DeleteVolume", { volume_id: "free@node-a" });
         await c().controller("DeleteVolume", { volume_id: "free@node-a" });
-        await c().controller("DeleteVolume", { volume_id: "fake-vol-id" });
+        // A missing volume, named with its node (a node-less id is refused: tenancy_test.ts).
+        await c().controller("DeleteVolume", { volume_id: "fake-vol-id@node-a" });
         const names = await pool.datasets();
         assert.ok(!names.includes(`${pool.parent}/free`));
         const hidden = names.find((n) => /\/\.deleted-\d+-free$/.test(n));
@@ -822,7 +823,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step("a foreign dataset is never deleted", async () => {
       await sh("zfs", "create", `${pool.parent}/foreign`);
       await rejects(
-        c().controller("DeleteVolume", { volume_id: "foreign" }),
+        c().controller("DeleteVolume", { volume_id: "foreign@node-a" }),
         Code.FAILED_PRECONDITION,
         /not managed/,
       );
@@ -913,7 +914,12 @@ Deno.test("encryption parameters: a keyed volume is created, and its key loaded 
   }
   const keyFile = `${pool.dir}/volume.key`;
   await Deno.writeTextFile(keyFile, "0123456789abcdef".repeat(4));
-  await using plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
+  // Key files are accepted only below the operator's --key-dir.
+  await using plugin = await PluginProcess.start({
+    parentDataset: pool.parent,
+    dir: pool.dir,
+    extraArgs: ["--key-dir", pool.dir],
+  });
   const res = await plugin.client.controller(
     "CreateVolume",
     createRequest("secret", {

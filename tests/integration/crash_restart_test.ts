@@ -344,7 +344,8 @@ Deno.test({
               await assertPayload(p.target, fresh, `${name} written after the crash`);
               await unpublish(id, p.target);
               await unstage(id, p.staging);
-              await deleteVolume(id, dataset);
+              // With its node: DeleteVolume refuses a node-less id (src/zfs/ids.ts).
+              await deleteVolume(`${name}@node-a`, dataset);
             },
           };
         }
