@@ -559,7 +559,7 @@ export class Trash {
         await this.#d.zfs.rename(name, hidden);
         return hidden;
       } catch (err) {
-        if (!(err instanceof ZfsError) || attempt >= 5) throw err;
+        if (!(err instanceof ZfsError) || attempt >= RENAME_ATTEMPTS - 1) throw err;
         // The same name deleted twice within a second: take the next second's name.
         if (err.kind === "exists") continue;
         // zfs-fuse now and then fails a rename without a word: it may have renamed all the
@@ -576,6 +576,12 @@ export class Trash {
     }
   }
 }
+
+/**
+ * How often a rename aside is tried. zfs-fuse can call a dataset busy for a second or more after
+ * its unmount on a loaded machine; the pauses grow by 100 ms, about 4.5 s in all.
+ */
+const RENAME_ATTEMPTS = 10;
 
 /** Identifies one set-aside item: a name can be reused, a name with its deletion time is not. */
 function sightingKey(name: string, at: number): string {

@@ -12,37 +12,13 @@
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { PLUGIN_NAME } from "../../src/version.ts";
-import { codeOf, type CsiClient } from "../support/csi_client.ts";
-import { claimPaths, mountCapability } from "../support/nomad.ts";
+import { codeOf, type CsiClient, rejects } from "../support/csi_client.ts";
+import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { poolState, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 const NODE_KEY = `${PLUGIN_NAME}/node`;
-
-function createRequest(name: string, over: Record<string, unknown> = {}) {
-  return {
-    name,
-    capacity_range: { required_bytes: String(64 * MiB), limit_bytes: "0" },
-    volume_capabilities: [mountCapability()],
-    parameters: {},
-    accessibility_requirements: { requisite: [], preferred: [] },
-    ...over,
-  };
-}
-
-/** The call's error, asserting its code. */
-async function rejects(p: Promise<unknown>, code: number, message?: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    if (message) assert.match(e.details, message);
-    return;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
-}
 
 async function sha256(path: string): Promise<string> {
   const data = await Deno.readFile(path);
@@ -153,7 +129,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step(
       "CreateVolume makes a quota'd dataset pinned to this node; a repeat is the same",
       async () => {
-        const req = createRequest("pg", {
+        const req = createVolumeRequest("pg", {
           parameters: { compression: "on", recordsize: "16K", "com.example:team": "db" },
         });
         const first = await c().controller("CreateVolume", req);
@@ -177,12 +153,12 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step("CreateVolume repeats that do not fit the volume are ALREADY_EXISTS", async () => {
       const before = await poolState(pool);
       const other = [
-        createRequest("pg", { parameters: { compression: "off" } }),
-        createRequest("pg", {
+        createVolumeRequest("pg", { parameters: { compression: "off" } }),
+        createVolumeRequest("pg", {
           parameters: { compression: "on", recordsize: "16K", "com.example:team": "db" },
           capacity_range: { required_bytes: String(128 * MiB), limit_bytes: "0" },
         }),
-        createRequest("pg", {
+        createVolumeRequest("pg", {
           parameters: { compression: "on", recordsize: "16K", "com.example:team": "db" },
           capacity_range: { required_bytes: "0", limit_bytes: String(32 * MiB) },
         }),
@@ -193,7 +169,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       // A range the volume fits, and no range at all, are compatible.
       const fits = await c().controller(
         "CreateVolume",
-        createRequest("pg", {
+        createVolumeRequest("pg", {
           parameters: { compression: "on", recordsize: "16K", "com.example:team": "db" },
           capacity_range: { required_bytes: String(32 * MiB), limit_bytes: String(100 * MiB) },
         }),
@@ -201,7 +177,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       assert.equal(fits.volume.volume_id, "pg@node-a");
       const nil = await c().controller(
         "CreateVolume",
-        createRequest("pg", {
+        createVolumeRequest("pg", {
           parameters: { compression: "on", recordsize: "16K", "com.example:team": "db" },
           capacity_range: null,
         }),
@@ -213,13 +189,13 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step("CreateVolume without a capacity range makes an unlimited volume", async () => {
       const res = await c().controller(
         "CreateVolume",
-        createRequest("free", { capacity_range: null }),
+        createVolumeRequest("free", { capacity_range: null }),
       );
       assert.equal(Number(res.volume.capacity_bytes), 0);
       assert.equal(await pool.get(`${pool.parent}/free`, "refquota"), "0");
       const again = await c().controller(
         "CreateVolume",
-        createRequest("free", { capacity_range: null }),
+        createVolumeRequest("free", { capacity_range: null }),
       );
       assert.deepEqual(again, res);
     });
@@ -227,7 +203,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step("quota=capacity bounds data and snapshots together; a size sets it", async () => {
       const a = await c().controller(
         "CreateVolume",
-        createRequest("bounded", {
+        createVolumeRequest("bounded", {
           capacity_range: { required_bytes: String(32 * MiB), limit_bytes: "0" },
           parameters: { quota: "capacity" },
         }),
@@ -236,7 +212,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       assert.equal(await pool.get(`${pool.parent}/bounded`, "quota"), String(32 * MiB));
       await c().controller(
         "CreateVolume",
-        createRequest("headroom", {
+        createVolumeRequest("headroom", {
           capacity_range: { required_bytes: String(32 * MiB), limit_bytes: "0" },
           parameters: { quota: "48MiB" },
         }),
@@ -252,40 +228,44 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
           .code === 0;
         const block = { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } };
         const cases: Array<[string, Record<string, unknown>, number, RegExp?]> = [
-          ["no name", createRequest(""), Code.INVALID_ARGUMENT],
-          ["name with /", createRequest("a/b"), Code.INVALID_ARGUMENT],
-          ["name with @", createRequest("a@node-a"), Code.INVALID_ARGUMENT],
-          ["name with ..", createRequest("..x"), Code.INVALID_ARGUMENT],
+          ["no name", createVolumeRequest(""), Code.INVALID_ARGUMENT],
+          ["name with /", createVolumeRequest("a/b"), Code.INVALID_ARGUMENT],
+          ["name with @", createVolumeRequest("a@node-a"), Code.INVALID_ARGUMENT],
+          ["name with ..", createVolumeRequest("..x"), Code.INVALID_ARGUMENT],
           [
             "no capabilities",
-            createRequest("x", { volume_capabilities: [] }),
+            createVolumeRequest("x", { volume_capabilities: [] }),
             Code.INVALID_ARGUMENT,
           ],
-          ["block", createRequest("x", { volume_capabilities: [block] }), Code.INVALID_ARGUMENT],
+          [
+            "block",
+            createVolumeRequest("x", { volume_capabilities: [block] }),
+            Code.INVALID_ARGUMENT,
+          ],
           [
             "mountpoint parameter",
-            createRequest("x", { parameters: { mountpoint: "/etc" } }),
+            createVolumeRequest("x", { parameters: { mountpoint: "/etc" } }),
             Code.INVALID_ARGUMENT,
             /not supported/,
           ],
           [
             "sharenfs",
-            createRequest("x", { parameters: { sharenfs: "on" } }),
+            createVolumeRequest("x", { parameters: { sharenfs: "on" } }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "option in a value",
-            createRequest("x", { parameters: { compression: "lz4 -o mountpoint=/etc" } }),
+            createVolumeRequest("x", { parameters: { compression: "lz4 -o mountpoint=/etc" } }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "our own property",
-            createRequest("x", { parameters: { "org.zfs-csi:managed": "no" } }),
+            createVolumeRequest("x", { parameters: { "org.zfs-csi:managed": "no" } }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "a key format without a key location (no terminal to prompt on)",
-            createRequest("x", { parameters: { encryption: "on", keyformat: "passphrase" } }),
+            createVolumeRequest("x", { parameters: { encryption: "on", keyformat: "passphrase" } }),
             Code.INVALID_ARGUMENT,
             /needs "keylocation"/,
           ],
@@ -293,7 +273,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
           openzfs
             ? [
               "a value OpenZFS refuses",
-              createRequest("x", {
+              createVolumeRequest("x", {
                 parameters: { relatime: "on", dnodesize: "legacy", copies: "3", recordsize: "3K" },
               }),
               Code.INVALID_ARGUMENT,
@@ -301,35 +281,39 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
             ]
             : [
               "an OpenZFS-only property on zfs-fuse",
-              createRequest("x", { parameters: { relatime: "on" } }),
+              createVolumeRequest("x", { parameters: { relatime: "on" } }),
               Code.INVALID_ARGUMENT,
               /needs OpenZFS/,
             ],
           [
             "negative size",
-            createRequest("x", { capacity_range: { required_bytes: "-1", limit_bytes: "0" } }),
+            createVolumeRequest("x", {
+              capacity_range: { required_bytes: "-1", limit_bytes: "0" },
+            }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "required above limit",
-            createRequest("x", {
+            createVolumeRequest("x", {
               capacity_range: { required_bytes: String(64 * MiB), limit_bytes: String(32 * MiB) },
             }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "limit below the smallest volume",
-            createRequest("x", { capacity_range: { required_bytes: "1", limit_bytes: "1000" } }),
+            createVolumeRequest("x", {
+              capacity_range: { required_bytes: "1", limit_bytes: "1000" },
+            }),
             Code.OUT_OF_RANGE,
           ],
           [
             "quota below capacity",
-            createRequest("x", { parameters: { quota: "1MiB" } }),
+            createVolumeRequest("x", { parameters: { quota: "1MiB" } }),
             Code.INVALID_ARGUMENT,
           ],
           [
             "requisite topology of another node",
-            createRequest("x", {
+            createVolumeRequest("x", {
               accessibility_requirements: {
                 requisite: [{ segments: { [NODE_KEY]: "node-b" } }],
                 preferred: [],
@@ -340,33 +324,35 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
           ],
           [
             "snapshot source that does not exist",
-            createRequest("x", {
+            createVolumeRequest("x", {
               volume_content_source: { snapshot: { snapshot_id: "pg@nothing@node-a" } },
             }),
             Code.NOT_FOUND,
           ],
           [
             "malformed snapshot source",
-            createRequest("x", {
+            createVolumeRequest("x", {
               volume_content_source: { snapshot: { snapshot_id: "not-a-snapshot-id" } },
             }),
             Code.NOT_FOUND,
           ],
           [
             "volume source that does not exist",
-            createRequest("x", {
+            createVolumeRequest("x", {
               volume_content_source: { volume: { volume_id: "nothing@node-a" } },
             }),
             Code.NOT_FOUND,
           ],
         ];
         for (const [what, req, code, message] of cases) {
-          await s.step(what, () => rejects(c().controller("CreateVolume", req), code, message));
+          await s.step(what, async () => {
+            await rejects(c().controller("CreateVolume", req), code, message);
+          });
         }
         // A requisite that names this node is honoured.
         const ok = await c().controller(
           "CreateVolume",
-          createRequest("placed", {
+          createVolumeRequest("placed", {
             accessibility_requirements: {
               requisite: [{ segments: { [NODE_KEY]: "node-b" } }, {
                 segments: { [NODE_KEY]: "node-a" },
@@ -474,7 +460,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
 
     let restored: { volume_id: string; volume_context: Record<string, string> };
     await t.step("a volume created from a snapshot holds the snapshot's bytes", async () => {
-      const req = createRequest("restored", {
+      const req = createVolumeRequest("restored", {
         volume_content_source: { snapshot: { snapshot_id: snapshotId } },
       });
       const first = await c().controller("CreateVolume", req);
@@ -492,7 +478,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       await rejects(
         c().controller(
           "CreateVolume",
-          createRequest("restored", {
+          createVolumeRequest("restored", {
             volume_content_source: { volume: { volume_id: pg.volume_id } },
           }),
         ),
@@ -502,7 +488,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       await rejects(
         c().controller(
           "CreateVolume",
-          createRequest("too-small", {
+          createVolumeRequest("too-small", {
             capacity_range: { required_bytes: String(2 * MiB), limit_bytes: "0" },
             volume_content_source: { snapshot: { snapshot_id: snapshotId } },
           }),
@@ -517,7 +503,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       const a = await claim(plugin, pg, "alloc-6");
       currentSum = await sha256(`${a.target}/data.bin`);
       await a.release();
-      const req = createRequest("copy", {
+      const req = createVolumeRequest("copy", {
         volume_content_source: { volume: { volume_id: pg.volume_id } },
       });
       const first = await c().controller("CreateVolume", req);
@@ -579,7 +565,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
 
     await t.step("ListVolumes and ListSnapshots page with max_entries and tokens", async () => {
       for (const n of ["v1", "v2", "v3", "v4", "v5"]) {
-        await c().controller("CreateVolume", createRequest(n, { capacity_range: null }));
+        await c().controller("CreateVolume", createVolumeRequest(n, { capacity_range: null }));
         await c().controller("CreateSnapshot", { source_volume_id: `${n}@node-a`, name: `s-${n}` });
       }
       const all = await c().controller("ListVolumes", {});
@@ -629,7 +615,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       async () => {
         const small = (await c().controller(
           "CreateVolume",
-          createRequest("grow", {
+          createVolumeRequest("grow", {
             capacity_range: { required_bytes: String(8 * MiB), limit_bytes: "0" },
             parameters: { quota: "capacity" },
           }),
@@ -765,7 +751,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
           () =>
             c().controller(
               "CreateVolume",
-              createRequest("y", {
+              createVolumeRequest("y", {
                 volume_content_source: { volume: { volume_id: "pg@node-b" } },
               }),
             ),
@@ -774,7 +760,9 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       for (const [what, call] of calls) {
         await s.step(
           what,
-          () => rejects(call(), Code.FAILED_PRECONDITION, /lives on node "node-b"/),
+          async () => {
+            await rejects(call(), Code.FAILED_PRECONDITION, /lives on node "node-b"/);
+          },
         );
       }
       const p = await claimPaths(plugin.baseDir, { volumeId: "pg@node-b", allocId: "alloc-x" });
@@ -828,7 +816,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
         /not managed/,
       );
       await rejects(
-        c().controller("CreateVolume", createRequest("foreign")),
+        c().controller("CreateVolume", createVolumeRequest("foreign")),
         Code.ALREADY_EXISTS,
         /not manage/,
       );
@@ -922,7 +910,7 @@ Deno.test("encryption parameters: a keyed volume is created, and its key loaded 
   });
   const res = await plugin.client.controller(
     "CreateVolume",
-    createRequest("secret", {
+    createVolumeRequest("secret", {
       parameters: { encryption: "on", keyformat: "hex", keylocation: `file://${keyFile}` },
     }),
   );

@@ -14,39 +14,15 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import type { CsiClient } from "../support/csi_client.ts";
-import { mountCapability } from "../support/nomad.ts";
+import { type CsiClient, rejects } from "../support/csi_client.ts";
+import { createVolumeRequest } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
-import { poolState, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+import { destroyRetrying, poolState, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
-const MiB = 1024 * 1024;
 const SANOID = "autosnap_2024-01-01_00:00:00_hourly";
 const AT = "org.zfs-csi:deleted-at";
 const NAME = "org.zfs-csi:deleted-name";
 const MANAGED = "org.zfs-csi:managed";
-
-function createRequest(name: string, over: Record<string, unknown> = {}) {
-  return {
-    name,
-    capacity_range: { required_bytes: String(64 * MiB), limit_bytes: "0" },
-    volume_capabilities: [mountCapability()],
-    parameters: {},
-    ...over,
-  };
-}
-
-/** The call's error, asserting its code and message. */
-async function rejects(p: Promise<unknown>, code: number, message: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    assert.match(e.details, message);
-    return;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
-}
 
 /** A property's value and source, as `zfs get` reports them. */
 async function valueAndSource(name: string, prop: string): Promise<[string, string]> {
@@ -63,18 +39,6 @@ async function everything(pool: TestPool): Promise<string[]> {
 
 async function exists(name: string): Promise<boolean> {
   return (await tryRun("zfs", "get", "-H", "-o", "value", "type", name)).code === 0;
-}
-
-/** `zfs destroy`, retried while zfs-fuse calls a dataset mounted a moment ago busy. */
-async function destroyRetrying(name: string): Promise<void> {
-  for (let attempt = 0;; attempt++) {
-    const r = await tryRun("zfs", "destroy", name);
-    if (r.code === 0) return;
-    if (attempt >= 20 || !/busy/.test(r.stderr)) {
-      throw new Error(`zfs destroy ${name}: ${r.stderr}`);
-    }
-    await new Promise((res) => setTimeout(res, 250));
-  }
 }
 
 async function volumeIds(c: CsiClient): Promise<string[]> {
@@ -99,14 +63,14 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
   try {
     // Volumes with something in the way, made once and refused under both retentions.
     for (const name of ["snapd", "nested", "src"]) {
-      await c().controller("CreateVolume", createRequest(name));
+      await c().controller("CreateVolume", createVolumeRequest(name));
     }
     await sh("zfs", "snapshot", `${p}/snapd@${SANOID}`);
     await sh("zfs", "create", `${p}/nested/wal`);
     // CreateVolume from a volume leaves src a hidden .clone-* snapshot; an operator clones it.
     await c().controller(
       "CreateVolume",
-      createRequest("copy", {
+      createVolumeRequest("copy", {
         volume_content_source: { volume: { volume_id: "src@node-a" } },
       }),
     );
@@ -166,7 +130,7 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
         // A name whose dataset nearly fills ZFS's 255 bytes: the hidden name must be cut.
         const brackets = Math.floor((255 - p.length - 2) / 3);
         const name = "v" + "[".repeat(Math.min(brackets, 120));
-        const created = await c().controller("CreateVolume", createRequest(name));
+        const created = await c().controller("CreateVolume", createVolumeRequest(name));
         const id: string = created.volume.volume_id;
         const dataset: string = created.volume.volume_context.dataset;
         assert.ok(dataset.length > 255 - 20, `${dataset.length} bytes`);
@@ -191,7 +155,7 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
         assert.ok((await volumeIds(c())).includes(id));
 
         // A snapshot: marked on itself (zfs-fuse keeps user properties on snapshots), and undone.
-        await c().controller("CreateVolume", createRequest("snapvol"));
+        await c().controller("CreateVolume", createVolumeRequest("snapvol"));
         await c().controller("CreateSnapshot", {
           source_volume_id: "snapvol@node-a",
           name: "nightly",
@@ -225,7 +189,7 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
       "the purge destroys only marked trash, and keeps trash someone put something in",
       async () => {
         for (const name of ["gone1", "kept1"]) {
-          await c().controller("CreateVolume", createRequest(name));
+          await c().controller("CreateVolume", createVolumeRequest(name));
           await c().controller("DeleteVolume", { volume_id: `${name}@node-a` });
         }
         const trash = async (name: string) =>
@@ -238,7 +202,7 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
         // Made by hand, and as an older zfs-csi left them: hidden names without the marks.
         await sh("zfs", "create", `${p}/.deleted-1-x`);
         await sh("zfs", "create", "-o", `${MANAGED}=yes`, `${p}/.deleted-100-legacy`);
-        await c().controller("CreateVolume", createRequest("keepsnap"));
+        await c().controller("CreateVolume", createVolumeRequest("keepsnap"));
         await sh("zfs", "snapshot", `${p}/keepsnap@.deleted-1-y`);
 
         await plugin.stop();

@@ -11,25 +11,12 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import type { CsiClient } from "../support/csi_client.ts";
+import { type CsiClient, rejects } from "../support/csi_client.ts";
 import { claimPaths, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
-import { sh, TestPool } from "../support/zfs_pool.ts";
+import { destroyRetrying, sh, TestPool } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
-
-/** Asserts that the call fails with `code` and details matching `message`. */
-async function rejects(p: Promise<unknown>, code: number, message: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    assert.match(e.details, message);
-    return;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
-}
 
 async function create(
   c: CsiClient,
@@ -102,7 +89,7 @@ Deno.test("expand: a reservation that found no room is finished by a retry, and 
     assert.deepEqual(await sizes(pool, dataset), { quota: 128, refquota: 128, refreservation: 32 });
   }
 
-  await sh("zfs", "destroy", filler);
+  await destroyRetrying(filler);
   // The capacity is reached already: the retry sets the missing reservation and answers.
   assert.deepEqual(await expand(c, id, 128 * MiB), {
     capacity_bytes: String(128 * MiB),

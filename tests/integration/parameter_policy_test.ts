@@ -11,32 +11,10 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import { mountCapability } from "../support/nomad.ts";
+import { createVolumeRequest, mountCapability } from "../support/nomad.ts";
+import { rejects } from "../support/csi_client.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { poolState, sh, TestPool } from "../support/zfs_pool.ts";
-
-const MiB = 1024 * 1024;
-
-function createRequest(name: string, parameters: Record<string, string>) {
-  return {
-    name,
-    capacity_range: { required_bytes: String(64 * MiB), limit_bytes: "0" },
-    volume_capabilities: [mountCapability()],
-    parameters,
-  };
-}
-
-/** The call's error details, asserting its code. */
-async function refusal(p: Promise<unknown>, code: number): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    return e.details;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
-}
 
 /** Every property set locally anywhere in the pool: an injected one shows up here. */
 async function localProperties(pool: TestPool): Promise<string> {
@@ -84,8 +62,8 @@ async function assertRefusedUntouched(
   const before = await ourState(pool);
   assert.ok(before.some((l) => l.startsWith(`${pool.parent}\t`)), "the state lists the parent");
   const ran = zfsArgvs(plugin).length;
-  const details = await refusal(
-    plugin.client.controller("CreateVolume", createRequest(name, parameters)),
+  const details = await rejects(
+    plugin.client.controller("CreateVolume", createVolumeRequest(name, { parameters })),
     Code.INVALID_ARGUMENT,
   );
   assert.match(details, message, JSON.stringify(parameters));
@@ -130,7 +108,7 @@ Deno.test("parameter policy: the defaults refuse what loosens the parent or cost
   }
   // GetCapacity judges parameters the same way, and also before zfs.
   const ran = zfsArgvs(plugin).length;
-  await refusal(
+  await rejects(
     plugin.client.controller("GetCapacity", { parameters: { setuid: "on" } }),
     Code.INVALID_ARGUMENT,
   );
@@ -139,7 +117,9 @@ Deno.test("parameter policy: the defaults refuse what loosens the parent or cost
   // "off" never loosens: accepted, and set on the dataset.
   await plugin.client.controller(
     "CreateVolume",
-    createRequest("tight", { setuid: "off", devices: "off", exec: "off", dedup: "off" }),
+    createVolumeRequest("tight", {
+      parameters: { setuid: "off", devices: "off", exec: "off", dedup: "off" },
+    }),
   );
   const ds = `${pool.parent}/tight`;
   // The log shows the commands run, so an empty list above means none ran.
@@ -169,7 +149,9 @@ Deno.test("parameter policy: what the operator allows is set, and the rest stays
   const c = plugin.client;
   await c.controller(
     "CreateVolume",
-    createRequest("trusted", { setuid: "on", dedup: "on", "com.sun:auto-snapshot": "true" }),
+    createVolumeRequest("trusted", {
+      parameters: { setuid: "on", dedup: "on", "com.sun:auto-snapshot": "true" },
+    }),
   );
   const ds = `${pool.parent}/trusted`;
   assert.equal(await pool.get(ds, "setuid"), "on");
@@ -226,14 +208,17 @@ Deno.test("parameter policy: --key-dir lets key files below it through, and noth
   const inside = keyed(`file://${keyDir}/v.key`);
   if (probe === undefined) {
     // zfs-fuse: the policy lets the key through; this zfs then refuses encryption itself.
-    const details = await refusal(
-      plugin.client.controller("CreateVolume", createRequest("enc", inside)),
+    const details = await rejects(
+      plugin.client.controller("CreateVolume", createVolumeRequest("enc", { parameters: inside })),
       Code.INVALID_ARGUMENT,
     );
     assert.match(details, /needs OpenZFS/);
     return;
   }
-  await plugin.client.controller("CreateVolume", createRequest("enc", inside));
+  await plugin.client.controller(
+    "CreateVolume",
+    createVolumeRequest("enc", { parameters: inside }),
+  );
   const ds = `${pool.parent}/enc`;
   assert.equal(await pool.get(ds, "keylocation"), `file://${keyDir}/v.key`);
   assert.equal(await pool.get(ds, "keystatus"), "available");

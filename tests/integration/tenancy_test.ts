@@ -10,35 +10,20 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import type { CsiClient } from "../support/csi_client.ts";
-import { claimPaths, mountCapability } from "../support/nomad.ts";
+import { type CsiClient, rejects } from "../support/csi_client.ts";
+import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { poolState, sh, TestPool } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 
-function createRequest(name: string, over: Record<string, unknown> = {}) {
-  return {
-    name,
+/** The volume these tests create: 32 MiB, compressed. */
+function tenancyRequest(name: string, over: Record<string, unknown> = {}) {
+  return createVolumeRequest(name, {
     capacity_range: { required_bytes: String(32 * MiB), limit_bytes: "0" },
-    volume_capabilities: [mountCapability()],
     parameters: { compression: "on" },
-    accessibility_requirements: { requisite: [], preferred: [] },
     ...over,
-  };
-}
-
-/** Asserts that the call fails with `code` (and a message matching `message`). */
-async function rejects(p: Promise<unknown>, code: number, message?: RegExp): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    if (message) assert.match(e.details, message);
-    return e.details;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
+  });
 }
 
 /** Stages a volume as Nomad does for an allocation in `namespace`, then unstages it. */
@@ -68,12 +53,12 @@ Deno.test("tenancy: a retry is the same volume; a staged volume's name, or a sho
   await t.step(
     "CreateVolume records the name; a repeat right after is the same volume",
     async () => {
-      first = await c.controller("CreateVolume", createRequest("postgres"));
+      first = await c.controller("CreateVolume", tenancyRequest("postgres"));
       assert.equal(first.volume.volume_id, "postgres@node-a");
       assert.equal(await pool.get(ds, "org.zfs-csi:name"), "postgres");
       assert.equal(await pool.get(ds, "org.zfs-csi:staged-at"), "-");
       // An operator runs "nomad volume create" again after a failure: the same answer.
-      assert.deepEqual(await c.controller("CreateVolume", createRequest("postgres")), first);
+      assert.deepEqual(await c.controller("CreateVolume", tenancyRequest("postgres")), first);
     },
   );
 
@@ -99,14 +84,14 @@ Deno.test("tenancy: a retry is the same volume; a staged volume's name, or a sho
     async () => {
       const state = await poolState(pool);
       const message = await rejects(
-        c.controller("CreateVolume", createRequest("postgres")),
+        c.controller("CreateVolume", tenancyRequest("postgres")),
         Code.ALREADY_EXISTS,
         /^Volume "postgres@node-a" already exists: created \S+Z and staged since \S+Z, so it holds data; .*"postgres-prod" rather than "postgres"/,
       );
       assert.match(message, /Nomad sends the plugin only a volume's name, not its id or namespace/);
       assert.equal(await poolState(pool), state);
       // What the message says to do works: a name of its own is a volume of its own.
-      const prod = await c.controller("CreateVolume", createRequest("postgres-prod"));
+      const prod = await c.controller("CreateVolume", tenancyRequest("postgres-prod"));
       assert.equal(prod.volume.volume_id, "postgres-prod@node-a");
       assert.equal(
         await pool.get(`${pool.parent}/postgres-prod`, "org.zfs-csi:name"),
@@ -117,14 +102,14 @@ Deno.test("tenancy: a retry is the same volume; a staged volume's name, or a sho
 
   await t.step("a long name gets a shortened dataset that records it in full", async () => {
     const long = "été-" + "x".repeat(120);
-    const res = await c.controller("CreateVolume", createRequest(long));
+    const res = await c.controller("CreateVolume", tenancyRequest(long));
     const id: string = res.volume.volume_id;
     const short = id.slice(0, -"@node-a".length);
     assert.match(short, /^été-x+\.\.[0-9a-f]{16}$/);
     const dataset = `${pool.parent}/${short.replaceAll("é", ":c3:a9")}`;
     assert.deepEqual(res.volume.volume_context, { dataset });
     assert.equal(await pool.get(dataset, "org.zfs-csi:name"), long);
-    assert.deepEqual(await c.controller("CreateVolume", createRequest(long)), res);
+    assert.deepEqual(await c.controller("CreateVolume", tenancyRequest(long)), res);
     // Listed under the id CreateVolume answered, and usable by it.
     const list = await c.controller("ListVolumes", {});
     assert.ok(
@@ -137,7 +122,7 @@ Deno.test("tenancy: a retry is the same volume; a staged volume's name, or a sho
     // Sent as a name of its own, the shortened form is refused before zfs is asked anything.
     const state = await poolState(pool);
     await rejects(
-      c.controller("CreateVolume", createRequest(short)),
+      c.controller("CreateVolume", tenancyRequest(short)),
       Code.INVALID_ARGUMENT,
       /must not contain "\.\."/,
     );
@@ -165,7 +150,7 @@ Deno.test("tenancy: a retry is the same volume; a staged volume's name, or a sho
       legacy,
     );
     await rejects(
-      c.controller("CreateVolume", createRequest("legacy")),
+      c.controller("CreateVolume", tenancyRequest("legacy")),
       Code.ALREADY_EXISTS,
       /by an earlier zfs-csi, which did not record the name asked for/,
     );
@@ -177,7 +162,7 @@ Deno.test("tenancy: ids without a node are refused for calls that change a volum
   let plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
   try {
     // Made by CreateVolume, then registered by an operator without its node (external_id = "cache").
-    await plugin.client.controller("CreateVolume", createRequest("cache"));
+    await plugin.client.controller("CreateVolume", tenancyRequest("cache"));
     await plugin.client.controller("CreateSnapshot", {
       source_volume_id: "cache@node-a",
       name: "s1",
@@ -221,7 +206,7 @@ Deno.test("tenancy: ids without a node are refused for calls that change a volum
         await rejects(
           c.controller(
             "CreateVolume",
-            createRequest("copy", { volume_content_source: { volume: { volume_id: "cache" } } }),
+            tenancyRequest("copy", { volume_content_source: { volume: { volume_id: "cache" } } }),
           ),
           Code.FAILED_PRECONDITION,
           refused,

@@ -12,26 +12,13 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import type { CsiClient } from "../support/csi_client.ts";
+import { type CsiClient, rejects } from "../support/csi_client.ts";
 import { mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 const DATA = "still here\n";
-
-/** Asserts that the call fails with `code` and details matching `message`. */
-async function rejects(p: Promise<unknown>, code: number, message: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
-    assert.match(e.details, message);
-    return;
-  }
-  assert.fail(`expected code ${code}, but the call succeeded`);
-}
 
 /** A volume with a file and a snapshot; returns their ids and the dataset. */
 async function volumeWithData(

@@ -4,6 +4,7 @@
  */
 
 import * as grpc from "@grpc/grpc-js";
+import assert from "node:assert/strict";
 import { loadCsiServices } from "../../src/grpc/proto.ts";
 
 /** A failed call: the gRPC code and details. */
@@ -79,4 +80,24 @@ export async function codeOf(p: Promise<unknown>): Promise<number> {
     return (err as CallError).code;
   }
   return 0;
+}
+
+/**
+ * Asserts that a call fails with `code` and, when given, details matching `message`.
+ * @returns the details, for further checks
+ */
+export async function rejects(
+  p: Promise<unknown>,
+  code: number,
+  message?: RegExp,
+): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as CallError;
+    assert.equal(e.code, code, `expected code ${code}, got ${e.code}: ${e.details}`);
+    if (message) assert.match(e.details, message);
+    return e.details;
+  }
+  assert.fail(`expected code ${code}, but the call succeeded`);
 }

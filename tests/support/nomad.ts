@@ -17,6 +17,21 @@ export function mountCapability(mode = "SINGLE_NODE_WRITER", flags: string[] = [
   };
 }
 
+/**
+ * A CreateVolume request as Nomad sends it for a spec with `capacity_min` of 64 MiB and one
+ * file-system capability (accessibility_requirements always present); `over` replaces fields.
+ */
+export function createVolumeRequest(name: string, over: Record<string, unknown> = {}) {
+  return {
+    name,
+    capacity_range: { required_bytes: String(64 * 1024 * 1024), limit_bytes: "0" },
+    volume_capabilities: [mountCapability()],
+    parameters: {},
+    accessibility_requirements: { requisite: [], preferred: [] },
+    ...over,
+  };
+}
+
 /** Paths of one claim. */
 export interface ClaimPaths {
   readonly staging: string;

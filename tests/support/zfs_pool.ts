@@ -25,6 +25,18 @@ export async function tryRun(
   return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
 }
 
+/** `zfs destroy`, retried while zfs-fuse calls a dataset created or mounted a moment ago busy. */
+export async function destroyRetrying(name: string): Promise<void> {
+  for (let attempt = 0;; attempt++) {
+    const r = await tryRun("zfs", "destroy", name);
+    if (r.code === 0) return;
+    if (attempt >= 20 || !/busy/.test(r.stderr)) {
+      throw new Error(`zfs destroy ${name}: ${r.stderr}`);
+    }
+    await new Promise((res) => setTimeout(res, 250));
+  }
+}
+
 let counter = 0;
 
 /** A test pool: `<pool>/nomad` is the parent dataset; `dir` holds everything else. */
