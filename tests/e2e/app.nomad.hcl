@@ -6,6 +6,9 @@
 #   mode = "read"   prints the checksum of /data/payload, exits
 #   mode = "hold"   writes like "write", then keeps the volume mounted until the job is stopped
 #   mode = "look"   lists /data (the first use of a node-only volume creates the dataset), exits
+#   mode = "share"  prints the checksum of /data/payload, then keeps the volume mounted until
+#                   the job is stopped: with count = 2 and access_mode = "multi-node-reader-only",
+#                   two allocations on one node read one volume
 
 variable "job_id" {
   type = string
@@ -19,9 +22,19 @@ variable "mode" {
   type = string
 
   validation {
-    condition     = contains(["write", "read", "hold", "look"], var.mode)
-    error_message = "The mode must be write, read, hold or look."
+    condition     = contains(["write", "read", "hold", "look", "share"], var.mode)
+    error_message = "The mode must be write, read, hold, look or share."
   }
+}
+
+variable "count" {
+  type    = number
+  default = 1
+}
+
+variable "access_mode" {
+  type    = string
+  default = "single-node-writer"
 }
 
 locals {
@@ -31,7 +44,10 @@ locals {
     read  = "sha256sum /data/payload"
     hold  = "${local.write} && exec sleep 3600"
     look  = "ls -ldn /data"
+    share = "sha256sum /data/payload && exec sleep 3600"
   }
+  # Nomad requires read_only for the reader-only access modes.
+  read_only = contains(["single-node-reader-only", "multi-node-reader-only"], var.access_mode)
 }
 
 job "app" {
@@ -41,6 +57,8 @@ job "app" {
   datacenters = ["*"]
 
   group "app" {
+    count = var.count
+
     # A failed run is a failed check: no retries that could hide it.
     restart {
       attempts = 0
@@ -55,8 +73,9 @@ job "app" {
     volume "data" {
       type            = "csi"
       source          = var.volume
-      access_mode     = "single-node-writer"
+      access_mode     = var.access_mode
       attachment_mode = "file-system"
+      read_only       = local.read_only
     }
 
     task "app" {
@@ -71,6 +90,7 @@ job "app" {
       volume_mount {
         volume      = "data"
         destination = "/data"
+        read_only   = local.read_only
       }
 
       resources {

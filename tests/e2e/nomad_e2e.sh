@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end proof under a real Nomad agent: the plugin runs as a Nomad job from the files in
 # nomad/, and Nomad itself creates, registers, mounts, snapshots, grows and deletes volumes on a
-# throw-away zfs pool. Every check prints one line; the last line is
-#   nomad-e2e: N checks passed, N failed
+# throw-away zfs pool, retries a create, and is refused a volume name that another namespace
+# already uses. Every check prints one line; the last line is
+#   nomad-e2e: N checks passed, N failed (Nomad vX.Y.Z)
 # and the exit code is non-zero if any check failed.
 #
 #   tests/e2e/nomad_e2e.sh          # as root; builds Nomad once per machine (tests/e2e/nomad_install.sh)
+#   ZFS_CSI_NOMAD_VERSION=1.10.5 tests/e2e/nomad_e2e.sh   # the same under Nomad 1.10.5
 #
 # What runs where (raw_exec and exec need nothing but Nomad; why not docker or podman on our CI
 # machines: the README's "Running under Nomad" section):
@@ -15,12 +17,17 @@
 #     small wrapper that runs main.ts with the production permission flags (src/permissions.ts)
 #     scoped to the agent's <data_dir>/client/csi, since "deno compile" cannot run here;
 #   - the application job (tests/e2e/app.nomad.hcl) with the exec driver.
-# Environment: ZFS_CSI_CACHE (Nomad build cache, default /var/cache/zfs-csi), E2E_KEEP=1 keeps
-# the temporary directory's logs (the pool is destroyed either way).
+# Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3, the newest the Go module proxy serves; also
+# 1.10.5, whose client overlaps node calls for one volume), ZFS_CSI_CACHE (Nomad build cache,
+# default /var/cache/zfs-csi), E2E_KEEP=1 keeps the temporary directory's logs (the pool is
+# destroyed either way), E2E_PLUGIN_ROOT=<dir> runs the plugin (its main.ts and, for the flags
+# that main.ts knows, its nomad/zfs-csi-raw-exec.nomad.hcl) from another checkout of zfs-csi
+# (e.g. `git archive <commit> | tar -x -C <dir>`) to show that a check fails without a fix.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 here="$root/tests/e2e"
+plugin_root="$(cd "${E2E_PLUGIN_ROOT:-$root}" && pwd)"
 started_at=$(date +%s)
 passed=0
 failed=0
@@ -56,6 +63,9 @@ abort() {
   exit 1
 }
 
+# How many times the job whose two allocations share one volume is stopped and run again.
+shared_restarts=${E2E_SHARED_RESTARTS:-10}
+
 if [ "$(id -u)" != 0 ]; then
   say "nomad-e2e: needs root (zpool create, mounts, the Nomad client)" >&2
   exit 1
@@ -66,7 +76,10 @@ step "setup"
 
 "$root/tools/zfs-env.sh" ensure || abort "zfs answers (tools/zfs-env.sh ensure)"
 nomad_bin=$("$here/nomad_install.sh") || abort "Nomad built or found in the cache"
-say "nomad: $nomad_bin ($("$nomad_bin" version | head -1))"
+nomad_version=$("$nomad_bin" version | head -1)
+say "nomad: $nomad_bin ($nomad_version)"
+[ "$plugin_root" = "$root" ] ||
+  say "plugin: main.ts and nomad/zfs-csi-raw-exec.nomad.hcl of $plugin_root (E2E_PLUGIN_ROOT)"
 
 tmp=$(mktemp -d /tmp/zfs-csi-e2e.XXXXXX)
 pool="zcsie2e$$"
@@ -99,9 +112,12 @@ cleanup() {
   step "cleanup"
   if [ -n "$agent_pid" ] && kill -0 "$agent_pid" 2>/dev/null; then
     # Jobs first, so the plugins unmount what they mounted; then the agent (a dev agent also
-    # destroys what is left when it stops).
-    for job in $(nomad job status -short 2>/dev/null | awk 'NR > 1 && $1 !~ /^zfs-csi-/ {print $1}'); do
-      nomad job stop -purge "$job" >/dev/null 2>&1
+    # destroys what is left when it stops). Application jobs may run in other namespaces.
+    for ns in $(nomad namespace list -json 2>/dev/null | jq -r '.[].Name'); do
+      for job in $(NOMAD_NAMESPACE=$ns nomad job status -short 2>/dev/null |
+        awk 'NR > 1 && $1 !~ /^zfs-csi-/ {print $1}'); do
+        NOMAD_NAMESPACE=$ns nomad job stop -purge "$job" >/dev/null 2>&1
+      done
     done
     for job in $(nomad job status -short 2>/dev/null | awk 'NR > 1 {print $1}'); do
       nomad job stop -purge "$job" >/dev/null 2>&1
@@ -123,8 +139,8 @@ cleanup() {
   zpool list -H "$pool" >/dev/null 2>&1 && say "could not destroy pool $pool: zpool destroy -f $pool"
   if [ "${E2E_KEEP:-}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
   say ""
-  say "took $(($(date +%s) - started_at))s"
-  say "nomad-e2e: $passed checks passed, $failed failed"
+  say "took $(($(date +%s) - started_at))s under ${nomad_version:-Nomad (not started)}"
+  say "nomad-e2e: $passed checks passed, $failed failed${nomad_version:+ ($nomad_version)}"
   if [ "$failed" -gt 0 ] || [ "$code" -ne 0 ]; then exit 1; fi
   exit 0
 }
@@ -140,7 +156,7 @@ say "pool: $pool on $tmp/pool.img, parents $pool/nomad (monolith) and $pool/node
 # -- the plugin "binary" for raw_exec: main.ts under the pinned Deno, with the production
 # permission flags scoped to this agent's CSI directory.
 mkdir -p "$tmp/bin"
-flags=$(cd "$root" && E2E_CSI_DIR="$csi_dir" ./tools/deno eval --quiet '
+flags=$(cd "$plugin_root" && E2E_CSI_DIR="$csi_dir" "$root/tools/deno" eval --quiet '
   const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
   const dirs = [Deno.env.get("E2E_CSI_DIR")!];
   await Deno.stdout.write(new TextEncoder().encode(runtimeFlags({ dirs }).join(" ")));
@@ -148,9 +164,9 @@ flags=$(cd "$root" && E2E_CSI_DIR="$csi_dir" ./tools/deno eval --quiet '
 cat >"$tmp/bin/zfs-csi" <<EOF
 #!/bin/sh
 # Runs zfs-csi from source as the compiled binary would run (its flags from src/permissions.ts).
-cd '$root' || exit 1
+cd '$plugin_root' || exit 1
 export DENO_DIR='${DENO_DIR:-$HOME/.cache/deno}'
-exec ./tools/deno run --quiet --frozen --config deno.json $flags main.ts "\$@"
+exec '$root/tools/deno' run --quiet --frozen --config deno.json $flags main.ts "\$@"
 EOF
 chmod +x "$tmp/bin/zfs-csi"
 check "plugin wrapper runs main.ts (--version)" "$tmp/bin/zfs-csi" --version
@@ -162,6 +178,8 @@ for _ in $(seq 1 50); do
   if port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)); then break; fi
 done
 export NOMAD_ADDR="http://127.0.0.1:$base"
+# Nomad 1.11's CLI prints a web UI link after most commands; not in this test's output.
+export NOMAD_CLI_SHOW_HINTS=false
 port_free 4646 || say "note: port 4646 is in use by something else; this agent uses $base-$((base + 2))"
 
 # The exec driver copies chroot_env into every task: only what tests/e2e/app.nomad.hcl runs.
@@ -221,11 +239,13 @@ pass "dev agent up on $NOMAD_ADDR, node \"$node_name\", raw_exec and exec driver
 # ---------------------------------------------------------------------------------------------
 step "plugin jobs from nomad/zfs-csi-raw-exec.nomad.hcl"
 
+# The job file that goes with the plugin's main.ts: its flags are the ones that main.ts knows.
+plugin_job="$plugin_root/nomad/zfs-csi-raw-exec.nomad.hcl"
 plugin_vars=(-var "nomad_data_dir=$data_dir" -var "binary_path=$tmp/bin/zfs-csi" -var log_level=debug)
 nomad job run -detach -var "node=$node_name" -var "parent_dataset=$pool/nomad" "${plugin_vars[@]}" \
-  "$root/nomad/zfs-csi-raw-exec.nomad.hcl" >/dev/null || abort "monolith plugin job submitted"
+  "$plugin_job" >/dev/null || abort "monolith plugin job submitted"
 nomad job run -detach -var "parent_dataset=$pool/nodeonly" "${plugin_vars[@]}" \
-  "$root/nomad/zfs-csi-raw-exec.nomad.hcl" >/dev/null || abort "node-only plugin job submitted"
+  "$plugin_job" >/dev/null || abort "node-only plugin job submitted"
 
 # plugin_healthy id controllers nodes
 plugin_healthy() {
@@ -444,6 +464,205 @@ check "and can write: a file written by the job appears in the dataset" bash -c 
    grep -qx after-restart '$tmp/zfs/nomad/pg-data/after'"
 nomad job stop -purge pg-data-hold >/dev/null 2>&1
 check "stopping the job: the restarted plugin unmounts everything" wait_until 60 no_csi_mounts
+
+# ---------------------------------------------------------------------------------------------
+step "two allocations on one node share a multi-node-reader-only volume, restarted $shared_restarts times"
+# Each restart stops the job and runs it again at once: both new allocations stage and publish
+# the volume at the same moment, while the old ones unpublish it. Nomad before 1.11 sends those
+# node calls side by side and fails an allocation on any error, so the plugin must make each call
+# wait for the volume instead of answering ABORTED. (1.11 serializes them itself, GH-26832.)
+
+shared_started=$(date +%s)
+cat >"$tmp/shared.hcl" <<EOF
+id           = "shared"
+name         = "shared"
+type         = "csi"
+plugin_id    = "$monolith_plugin"
+capacity_min = "16MiB"
+capability {
+  access_mode     = "multi-node-reader-only"
+  attachment_mode = "file-system"
+}
+EOF
+check "nomad volume create shared (multi-node-reader-only)" \
+  bash -c "'$nomad_bin' volume create '$tmp/shared.hcl' >/dev/null"
+shared_mp="$tmp/zfs/nomad/shared"
+head -c 1048576 /dev/urandom >"$shared_mp/payload" && chmod 0644 "$shared_mp/payload"
+shared_sum=$(host_sum "$shared_mp/payload")
+say "  payload written on the host, sha256 ${shared_sum:-<none>}"
+
+# run_shared: runs the job again and sets shared_version to the job version this run placed.
+run_shared() {
+  nomad job run -detach -var job_id=shared -var volume=shared -var mode=share -var count=2 \
+    -var access_mode=multi-node-reader-only "$here/app.nomad.hcl" >/dev/null || return 1
+  shared_version=$(nomad operator api /v1/job/shared | jq -r .Version)
+}
+# The allocations of the current run, as "id client-status" lines (a failed allocation of an
+# earlier run stays listed with the job: it has an older job version).
+shared_allocs() {
+  nomad job allocs -json shared 2>/dev/null | jq -r --argjson v "$shared_version" \
+    '.[] | select(.JobVersion == $v) | "\(.ID) \(.ClientStatus)"'
+}
+# Both allocations placed and running, or one failed for good (restarts and reschedules are off).
+shared_settled() {
+  local a
+  a=$(shared_allocs)
+  grep -q " failed$" <<<"$a" || [ "$(grep -c " running$" <<<"$a")" -eq 2 ]
+}
+# The checksum an allocation printed.
+alloc_sum() { nomad alloc logs "$1" app 2>/dev/null | awk '/\/data\/payload$/ {print $1}'; }
+# check_shared what: both allocations of the current run are running and printed the payload's
+# checksum.
+check_shared() {
+  local a id sums="" why=""
+  wait_until 120 shared_settled || why="; not settled within 120 s"
+  a=$(shared_allocs)
+  for id in $(awk '$2 == "running" {print $1}' <<<"$a"); do
+    wait_until 30 eval '[ -n "$(alloc_sum '"$id"')" ]'
+    sums+="$(alloc_sum "$id") "
+  done
+  if [ "$(grep -c " running$" <<<"$a")" -eq 2 ] && [ "$sums" = "$shared_sum $shared_sum " ]; then
+    pass "$1: both allocations running, both read sha256 ${shared_sum:0:12}..."
+    return
+  fi
+  fail "$1: both allocations running and reading the payload$why"
+  say "$(sed 's/^/  alloc: /' <<<"$a")"
+  say "  sums read: ${sums:-none}"
+  for id in $(awk '$2 != "running" {print $1}' <<<"$a"); do
+    nomad alloc status "$id" 2>&1 | grep -E "Setup Failure|csi_hook" | head -2 | sed 's/^/  /'
+  done
+}
+
+run_shared || abort "job shared submitted"
+check_shared "first run"
+for i in $(seq 1 "$shared_restarts"); do
+  # Stop without waiting for the allocations to finish, then run again: the new allocations'
+  # stage and publish overlap the old ones' unpublish.
+  nomad job stop shared >/dev/null 2>&1 || say "  nomad job stop shared failed"
+  run_shared || abort "job shared submitted again"
+  check_shared "restart $i of $shared_restarts"
+done
+nomad job stop -purge shared >/dev/null 2>&1
+check "stopping the job: no staging or target mount is left" wait_until 60 no_csi_mounts
+# How often a node call on the volume waited for another one (the plugin logs lockWaitMs then):
+# Nomad 1.10 overlaps them; 1.11 serializes them itself, so 0 is expected there.
+waits=$(nomad alloc logs -stderr "$plugin_alloc" plugin 2>/dev/null |
+  grep -F '"volumeId":"shared@' | grep -c '"lockWaitMs"')
+say "  node calls on volume shared that waited for another call on it: $waits ($nomad_version);" \
+  "$(($(date +%s) - shared_started))s for this part"
+# zfs-fuse may call the dataset busy for a moment after the last unmount: the plugin answers
+# FAILED_PRECONDITION, which an operator would retry, and so does this check.
+check "nomad volume delete shared (retried while zfs-fuse calls it busy)" \
+  wait_until 30 nomad volume delete shared
+
+# ---------------------------------------------------------------------------------------------
+# Nomad sends CreateVolume only a volume's name, never its id or namespace (README "Volume names:
+# one per volume, across namespaces"). A repeat of a name is answered with the volume only while
+# it can be a retry: the dataset records that name, was never staged, and is less than 10 minutes
+# old. Otherwise the answer is ALREADY_EXISTS, telling the operator to choose another name.
+
+# volume_spec file id name: a 32MiB single-node-writer volume of the monolith plugin.
+volume_spec() {
+  cat >"$tmp/$1" <<EOF
+id           = "$2"
+name         = "$3"
+type         = "csi"
+plugin_id    = "$monolith_plugin"
+capacity_min = "32MiB"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+parameters {
+  compression = "on"
+}
+EOF
+}
+# datasets_named word: the datasets in the pool whose name contains the word (set-aside ones too).
+datasets_named() { zfs list -H -o name -r "$pool" | grep -F "$1" | sort; }
+plugin_log() { nomad alloc logs -stderr "$plugin_alloc" plugin 2>/dev/null; }
+# created_as out id external-id: nomad volume create's output says it created the volume.
+created_as() { grep -q "Created external volume $3 with ID $2\$" <<<"$1"; }
+
+step "a retried nomad volume create (same name, never staged, within 10 minutes): the same volume"
+names_started=$(date +%s)
+
+volume_spec retry.hcl retry-data retry-data
+out=$(nomad volume create "$tmp/retry.hcl" 2>&1)
+say "  $out"
+check "nomad volume create retry-data: External ID retry-data@$node_name" \
+  created_as "$out" retry-data "retry-data@$node_name"
+# Nomad forgets the volume and the dataset stays: what a create whose answer was lost leaves.
+check "nomad volume deregister retry-data: Nomad forgets it, the dataset stays (a lost answer)" \
+  eval 'nomad volume deregister retry-data >/dev/null && zexists "$pool/nomad/retry-data"'
+out=$(nomad volume create "$tmp/retry.hcl" 2>&1)
+code=$?
+say "  $out"
+check "nomad volume create retry-data again: exit 0, the same External ID retry-data@$node_name" \
+  eval '[ "$code" -eq 0 ] && created_as "$out" retry-data "retry-data@$node_name"'
+retry_ds="$pool/nomad/retry-data"
+check "one dataset for it ($retry_ds), recording its name, never staged" \
+  same "$retry_ds retry-data -" "$(datasets_named retry-data | tr '\n' ' ')$(
+    zget org.zfs-csi:name "$retry_ds") $(zget org.zfs-csi:staged-at "$retry_ds")"
+# Nomad's log collector copies the plugin's stderr to its log file a moment later.
+logged_repeat() {
+  plugin_log | grep -F "\"retry-data@$node_name\"" | grep -qF "CreateVolume repeated"
+}
+check "the plugin logged the repeat (\"CreateVolume repeated\", volumeId retry-data@$node_name)" \
+  wait_until 10 logged_repeat
+check "nomad volume delete retry-data" wait_until 30 nomad volume delete retry-data
+
+# ---------------------------------------------------------------------------------------------
+step "one volume name in two namespaces: the second create is refused; a name of its own works"
+
+check "nomad namespace apply staging; nomad namespace apply prod" \
+  eval 'nomad namespace apply staging >/dev/null && nomad namespace apply prod >/dev/null'
+volume_spec pg.hcl postgres postgres
+pg_ds="$pool/nomad/postgres"
+pg_payload="$tmp/zfs/nomad/postgres/payload"
+out=$(nomad volume create -namespace staging "$tmp/pg.hcl" 2>&1)
+say "  $out"
+check "staging: nomad volume create postgres (name \"postgres\"): External ID postgres@$node_name" \
+  created_as "$out" postgres "postgres@$node_name"
+chown 65534:65534 "$tmp/zfs/nomad/postgres"
+NOMAD_NAMESPACE=staging run_app postgres-write postgres write
+NOMAD_NAMESPACE=staging check "staging: a job (exec driver) wrote /data/payload and finished" \
+  job_done postgres-write
+pg_sum=$(NOMAD_NAMESPACE=staging job_sum postgres-write)
+say "  job printed sha256 ${pg_sum:-<none>}"
+check "the bytes are in $pg_ds (same sha256)" same "$pg_sum" "$(host_sum "$pg_payload")"
+pg_staged=$(zget org.zfs-csi:staged-at "$pg_ds")
+check "the first stage marked it: org.zfs-csi:staged-at=${pg_staged:-<unset>} (unix seconds)" \
+  eval '[[ "$pg_staged" =~ ^[0-9]+$ ]]'
+NOMAD_NAMESPACE=staging nomad job stop -purge postgres-write >/dev/null 2>&1
+
+out=$(nomad volume create -namespace prod "$tmp/pg.hcl" 2>&1)
+code=$?
+say "$(fold -s -w 96 <<<"$out" | sed 's/^/  /')"
+check "prod: nomad volume create of the same spec fails (exit $code)" test "$code" -ne 0
+check "the error says AlreadyExists, \"staged since\", \"give each volume a name of its own ...\"" \
+  eval 'grep -qF AlreadyExists <<<"$out" && grep -qF "staged since" <<<"$out" &&
+    grep -qF "give each volume a name of its own across all namespaces" <<<"$out"'
+check "prod: nomad volume status postgres fails (Nomad has no such volume there)" \
+  eval '! nomad volume status -namespace prod postgres >/dev/null 2>&1'
+check "still one dataset named postgres, its bytes unchanged (sha256 ${pg_sum:0:12}...)" \
+  same "$pg_ds $pg_sum" "$(datasets_named postgres | tr '\n' ' ')$(host_sum "$pg_payload")"
+
+volume_spec pg-prod.hcl postgres postgres-prod
+out=$(nomad volume create -namespace prod "$tmp/pg-prod.hcl" 2>&1)
+say "  $out"
+check "prod: the same spec with name \"postgres-prod\": External ID postgres-prod@$node_name" \
+  created_as "$out" postgres "postgres-prod@$node_name"
+check "two datasets now: $pool/nomad/postgres and $pool/nomad/postgres-prod" \
+  same "$pg_ds $pg_ds-prod " "$(datasets_named postgres | tr '\n' ' ')"
+check "nomad volume delete -namespace prod postgres: $pg_ds-prod is set aside" \
+  eval 'wait_until 30 nomad volume delete -namespace prod postgres && zgone "$pg_ds-prod"'
+check "staging's postgres still holds its bytes (sha256 ${pg_sum:0:12}...)" \
+  same "$pg_sum" "$(host_sum "$pg_payload")"
+check "nomad volume delete -namespace staging postgres; nomad namespace delete prod, staging" eval '
+  wait_until 30 nomad volume delete -namespace staging postgres && zgone "$pg_ds" &&
+  nomad namespace delete prod >/dev/null && nomad namespace delete staging >/dev/null'
+say "  $(($(date +%s) - names_started))s for the retry and the two namespaces"
 
 # ---------------------------------------------------------------------------------------------
 step "nomad volume delete (monolith) and nomad volume deregister (node only)"
