@@ -31,7 +31,10 @@ cat "$vm/source.txt" 2>/dev/null || true
 cd "$vm/project"
 {
   echo "debian: $(cat /etc/debian_version)"
+  # Which image (the OpenZFS line, ZFS_CSI_VM_OPENZFS); an image built before lines has none.
+  cat "$vm/image.txt" 2>/dev/null || echo "openzfs-line: 2.1 (image built before image.txt)"
   echo "kernel: $(uname -r)"
+  dpkg-query -W -f 'package: ${Package} ${Version}\n' zfs-dkms zfsutils-linux
   zfs version | sed 's/^/openzfs: /'
   echo "deno: $(./tools/deno --version | head -n 1)"
   if command -v go >/dev/null; then echo "go: $(go env GOVERSION)"; else echo "go: none (grpc-go test skipped)"; fi

@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
 # The project's tests on real OpenZFS (Debian bookworm, zfs-dkms) in a QEMU VM. See README.md.
+# ZFS_CSI_VM_OPENZFS picks the OpenZFS line: 2.1 (default, bookworm) or 2.3 (bookworm-backports).
 #
 #   openzfs-vm.sh build               build the VM image (~20 min)
 #   openzfs-vm.sh test [PROJECT_DIR]  copy the project in, boot, run `./tools/deno task test`
 #   openzfs-vm.sh shell               boot to a root console, no tests (Ctrl-a x quits QEMU)
 #
 # Needs root (debootstrap, chroot, loop mounts) on a Debian host. All state lives in
-# $ZFS_CSI_VM_DIR (default /var/tmp/zfs-csi-openzfs-vm), never in the repository.
-# Tunables: ZFS_CSI_VM_MEM (6G), ZFS_CSI_VM_CPUS (all), ZFS_CSI_VM_TIMEOUT (seconds, 5400),
+# $ZFS_CSI_VM_DIR (default /var/tmp/zfs-csi-openzfs-vm for 2.1, /var/tmp/zfs-csi-openzfs-vm-2.3
+# for 2.3), never in the repository.
+# Tunables: ZFS_CSI_VM_MEM (6G), ZFS_CSI_VM_CPUS (all), ZFS_CSI_VM_TIMEOUT (seconds, 10800),
 # ZFS_CSI_VM_DISK_SIZE (8G), ZFS_CSI_VM_MIRROR and ZFS_CSI_VM_SECURITY_MIRROR (Debian mirror URIs;
-# by default read from this host's apt sources).
+# by default read from this host's apt sources), ZFS_CSI_VM_ACCEL (auto, kvm or tcg).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-W="${ZFS_CSI_VM_DIR:-/var/tmp/zfs-csi-openzfs-vm}"
 SUITE=bookworm
+OPENZFS="${ZFS_CSI_VM_OPENZFS:-2.1}"
+# Where the line's packages come from; each line has its own directory, so both images can be kept.
+case "$OPENZFS" in
+  2.1) ZFS_SUITE=$SUITE W="${ZFS_CSI_VM_DIR:-/var/tmp/zfs-csi-openzfs-vm}" ;;
+  2.3) ZFS_SUITE=$SUITE-backports W="${ZFS_CSI_VM_DIR:-/var/tmp/zfs-csi-openzfs-vm-2.3}" ;;
+  *)
+    echo "openzfs-vm: ZFS_CSI_VM_OPENZFS must be 2.1 or 2.3, not '$OPENZFS'" >&2
+    exit 2
+    ;;
+esac
 MEM="${ZFS_CSI_VM_MEM:-6G}"
 CPUS="${ZFS_CSI_VM_CPUS:-$(nproc)}"
-TIMEOUT="${ZFS_CSI_VM_TIMEOUT:-5400}"
+# The whole suite takes over an hour under TCG (80 min on 2 busy cores in 2026-11).
+TIMEOUT="${ZFS_CSI_VM_TIMEOUT:-10800}"
+if ! [[ "$TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+  echo "openzfs-vm: ZFS_CSI_VM_TIMEOUT must be a number of seconds, not '$TIMEOUT'" >&2
+  exit 2
+fi
 DISK_SIZE="${ZFS_CSI_VM_DISK_SIZE:-8G}"
 # Inside the image; in-vm.sh and the unit use the same paths.
 VM_HOME=/opt/zfs-csi-vm
@@ -124,6 +140,16 @@ find_mirrors() {
 
 have_image() { [ -s "$W/disk.img" ] && [ -s "$W/vmlinuz" ] && [ -s "$W/initrd.img" ]; }
 
+# The OpenZFS line of the mounted image, from the image.txt its build wrote; an image without one
+# predates the choice of lines and has 2.1.
+image_line() { # image root
+  if [ -f "$1$VM_HOME/image.txt" ]; then
+    sed -n 's/^openzfs-line: \([^ ]*\).*/\1/p' "$1$VM_HOME/image.txt"
+  else
+    echo 2.1
+  fi
+}
+
 mount_image() { # rw | ro
   mkdir -p "$W/mnt"
   if mountpoint -q "$W/mnt"; then die "$W/mnt is mounted already (a crashed run?): umount it first"; fi
@@ -148,6 +174,11 @@ install_vm_files() { # image root
   install -D -m 0644 "$here/$UNIT" "$1/etc/systemd/system/$UNIT"
   mkdir -p "$1/etc/systemd/system/multi-user.target.wants"
   ln -sfn "/etc/systemd/system/$UNIT" "$1/etc/systemd/system/multi-user.target.wants/$UNIT"
+  # The unit gives up before QEMU's timeout (10 min before; a tenth for short ones), so a hung
+  # run still powers off cleanly and leaves its results.
+  mkdir -p "$1/etc/systemd/system/$UNIT.d"
+  printf '[Service]\nTimeoutStartSec=%s\n' "$((TIMEOUT > 6000 ? TIMEOUT - 600 : TIMEOUT * 9 / 10))" \
+    >"$1/etc/systemd/system/$UNIT.d/timeout.conf"
 }
 
 # --- build ----------------------------------------------------------------------------------------
@@ -166,11 +197,11 @@ in_root() {
 }
 
 cmd_build() {
-  local start=$SECONDS b="$W/build" kver="" k
+  local start=$SECONDS b="$W/build" kver="" k zfs_version
   need_commands debootstrap debootstrap qemu-system-x86_64 qemu-system-x86 mkfs.ext4 e2fsprogs
   find_mirrors
-  say "building the image in $b (~20 min; log: $W/build.log)"
-  say "Debian $SUITE from $MIRROR, security from $SECURITY_MIRROR"
+  say "building the OpenZFS $OPENZFS image in $b (~20 min; log: $W/build.log)"
+  say "Debian $SUITE from $MIRROR, security from $SECURITY_MIRROR, OpenZFS from $ZFS_SUITE"
   # A previous build that failed half way leaves its chroot: start clean.
   unmount_chroot "$b/root"
   if grep -qF " $b/" /proc/mounts; then die "something is still mounted below $b: umount it first"; fi
@@ -188,6 +219,16 @@ deb $MIRROR $SUITE main contrib
 deb $MIRROR $SUITE-updates main contrib
 deb $SECURITY_MIRROR $SUITE-security main contrib
 EOF
+  if [ "$ZFS_SUITE" != "$SUITE" ]; then
+    # Only OpenZFS's own packages (source zfs-linux) from there; the rest, kernel included, stays
+    # on the release.
+    echo "deb $MIRROR $ZFS_SUITE main contrib" >>"$chroot_dir/etc/apt/sources.list"
+    cat >"$chroot_dir/etc/apt/preferences.d/zfs-csi-openzfs" <<EOF
+Package: src:zfs-linux
+Pin: release n=$ZFS_SUITE
+Pin-Priority: 990
+EOF
+  fi
   # Packages must not start their services inside the chroot.
   printf '#!/bin/sh\nexit 101\n' >"$chroot_dir/usr/sbin/policy-rc.d"
   chmod +x "$chroot_dir/usr/sbin/policy-rc.d"
@@ -206,6 +247,11 @@ EOF
   [ -n "$kver" ] || die "no kernel installed in the chroot"
   say "zfs-dkms and zfsutils-linux (dkms builds the module for $kver: ~8 min)"
   logged in_root apt-get install -y zfs-dkms zfsutils-linux
+  zfs_version="$(in_root dpkg-query -W -f '${Version}' zfs-dkms)"
+  case "$zfs_version" in
+    "$OPENZFS".*) ;;
+    *) die "zfs-dkms $zfs_version was installed, not OpenZFS $OPENZFS (see $W/build.log)" ;;
+  esac
   # dkms builds for the kernels whose headers it finds; make sure the VM's kernel is one of them.
   if [ -z "$(find "$chroot_dir/lib/modules/$kver" -name 'zfs.ko*' -print -quit)" ]; then
     logged in_root dkms autoinstall -k "$kver"
@@ -231,6 +277,9 @@ EOF
   # Loaded at boot, before zfs.target and the test unit.
   echo zfs >"$chroot_dir/etc/modules-load.d/zfs.conf"
   install_vm_files "$chroot_dir"
+  # What this image is: read by `test` (image_line) and printed in the VM's versions.txt.
+  printf 'openzfs-line: %s (zfs-dkms %s from %s), kernel %s, built %s\n' "$OPENZFS" \
+    "$zfs_version" "$ZFS_SUITE" "$kver" "$(date -u +%Y-%m-%dT%H:%MZ)" >"$chroot_dir$VM_HOME/image.txt"
   rm -f "$chroot_dir/usr/sbin/policy-rc.d"
   : >"$chroot_dir/etc/resolv.conf"
   unmount_chroot "$chroot_dir"
@@ -241,10 +290,11 @@ EOF
   cp "$chroot_dir/boot/vmlinuz-$kver" "$b/vmlinuz"
   cp "$chroot_dir/boot/initrd.img-$kver" "$b/initrd.img"
   # Replace the old image only now, so a failed build leaves the previous one usable.
-  mv -f "$b/disk.img" "$b/vmlinuz" "$b/initrd.img" "$W/"
+  cp "$chroot_dir$VM_HOME/image.txt" "$b/image.txt"
+  mv -f "$b/disk.img" "$b/vmlinuz" "$b/initrd.img" "$b/image.txt" "$W/"
   chroot_dir=""
   rm -rf --one-file-system "$b"
-  say "image built in $(((SECONDS - start) / 60)) min: $W/disk.img (kernel $kver)"
+  say "image built in $(((SECONDS - start) / 60)) min: $W/disk.img (OpenZFS $zfs_version, kernel $kver)"
 }
 
 # --- test -----------------------------------------------------------------------------------------
@@ -307,8 +357,13 @@ stage_go() { # project dir
 
 # Puts the project, Deno, its module cache, Go, the boot script and the unit into the image.
 fill_image() { # project dir
-  local src=$1 m="$W/mnt" rev dirty
+  local src=$1 m="$W/mnt" rev dirty line
   mount_image rw
+  line="$(image_line "$m")"
+  if [ "$line" != "$OPENZFS" ]; then
+    umount_image
+    die "the image in $W has OpenZFS $line, not $OPENZFS: set ZFS_CSI_VM_OPENZFS=$line, or another ZFS_CSI_VM_DIR"
+  fi
   install_vm_files "$m"
   rm -rf "$m$VM_HOME/project" "$m$VM_HOME/results" "$m$VM_HOME/go" "$m/root/.cache/deno"
   mkdir -p "$m$VM_HOME/project/.cache" "$m/root/.cache"
@@ -337,13 +392,25 @@ fill_image() { # project dir
 # Boots the VM. test: console to console.log, in the background under a timeout (so Ctrl-C and
 # the EXIT trap can stop it). shell: on this terminal, no timeout.
 boot() { # test | shell
-  local accel
+  local accel want="${ZFS_CSI_VM_ACCEL:-auto}"
   # KVM needs read-write access to /dev/kvm; otherwise software emulation on every host core.
-  if [ -c /dev/kvm ] && (exec 3<>/dev/kvm) 2>/dev/null; then
-    accel=(-accel kvm -cpu host)
-  else
-    accel=(-accel "tcg,thread=multi,tb-size=512" -cpu max)
+  # KVM by PVM (kvm_pvm, nested without hardware support) runs only kernels built as PVM guests:
+  # Debian's kernel stops after the BIOS there, and `-cpu host` makes QEMU abort at once.
+  if [ "$want" = auto ]; then
+    want=tcg
+    if [ -c /dev/kvm ] && (exec 3<>/dev/kvm) 2>/dev/null; then
+      if [ -d /sys/module/kvm_pvm ]; then
+        say "/dev/kvm is KVM by PVM (kvm_pvm), which cannot run Debian's kernel: using TCG"
+      else
+        want=kvm
+      fi
+    fi
   fi
+  case "$want" in
+    kvm) accel=(-accel kvm -cpu host) ;;
+    tcg) accel=(-accel "tcg,thread=multi,tb-size=512" -cpu max) ;;
+    *) die "ZFS_CSI_VM_ACCEL must be auto, kvm or tcg, not '$want'" ;;
+  esac
   local cmd=(qemu-system-x86_64 "${accel[@]}" -m "$MEM" -smp "$CPUS" -nographic -no-reboot
     -kernel "$W/vmlinuz" -initrd "$W/initrd.img"
     # The image is scratch: cache=unsafe skips host flushes (QEMU still writes all out on exit).
@@ -391,6 +458,7 @@ cmd_test() { # [project dir]
   local src="${1:-$here/../..}" start=$SECONDS rc=0
   src="$(cd "$src" && pwd)" || die "no such directory: ${1:-}"
   [ -x "$src/tools/deno" ] || die "$src is not a zfs-csi checkout (no tools/deno)"
+  say "OpenZFS $OPENZFS, in $W"
   if ! have_image; then
     say "no image in $W yet: building it first"
     cmd_build
@@ -401,7 +469,7 @@ cmd_test() { # [project dir]
   fill_image "$src"
   boot test
   collect || rc=$?
-  say "took $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s; exit code $rc"
+  say "OpenZFS $OPENZFS: took $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s; exit code $rc"
   return "$rc"
 }
 
