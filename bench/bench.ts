@@ -530,6 +530,8 @@ const FLOORS = [
 ] as const;
 let trial = 0;
 let floorRetries = 0;
+/** Tries per floor trial; the pauses between them grow by 0.5 s (about 7.5 s in all). */
+const FLOOR_ATTEMPTS = 6;
 const sides: Array<() => Promise<void>> = [];
 for (
   const [label, client, cap] of [["soft", p.client, capSoft], ["zero", p0.client, capZero]] as const
@@ -558,10 +560,16 @@ for (
             ? await runFloor(floorScript(steps, programs))
             : await runDirect(steps, {});
         } catch (err) {
-          // zfs-fuse calls a dataset busy for a moment after an unmount; the plugin waits and
-          // retries, a script would fail. Such a trial is dropped (which only lowers the floor).
-          if (attempt >= 3) throw err;
+          // zfs-fuse calls a dataset busy for a moment after an unmount (on a loaded machine,
+          // for seconds), or fails a rename without a word; the plugin waits and retries, a
+          // script fails. Such a trial is dropped (which only lowers the floor) and tried again
+          // after a pause; a side that never succeeds is reported after the loop.
           floorRetries++;
+          if (attempt >= FLOOR_ATTEMPTS - 1) {
+            progress(`floor ${label} ${kind} ${how}: trial dropped: ${err}`);
+            return;
+          }
+          await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
           continue;
         }
         push(cd, `${label} ${kind} ${how} create`, t.get("create")!);
@@ -573,6 +581,13 @@ for (
 }
 for (let t = 0; t < CFG.createTrials; t++, trial++) {
   for (let k = 0; k < sides.length; k++) await sides[(t + k) % sides.length]!();
+}
+for (const label of ["soft", "zero"]) {
+  for (const [kind, , how] of FLOORS) {
+    if (!cd.has(`${label} ${kind} ${how} create`)) {
+      throw new Error(`floor ${label} ${kind} ${how}: every trial failed (see above)`);
+    }
+  }
 }
 const cdRows = (what: string, key: string, op: "create" | "delete", cmds: LoggedCommand[]) =>
   FLOORS.map(([kind, keep, how]): Row => {

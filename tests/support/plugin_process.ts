@@ -10,6 +10,15 @@ import { CsiClient } from "./csi_client.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
+/**
+ * How long a started plugin may take to answer Probe ready. 20 s by default; a slow machine (the
+ * OpenZFS VM under TCG, where one `zpool list` can take seconds) sets ZFS_CSI_TEST_READY_MS.
+ */
+const READY_MS = Number(Deno.env.get("ZFS_CSI_TEST_READY_MS") ?? "20000");
+if (!Number.isInteger(READY_MS) || READY_MS <= 0) {
+  throw new RangeError(`ZFS_CSI_TEST_READY_MS must be a positive integer, got ${READY_MS}`);
+}
+
 /** How to start the plugin. */
 export interface PluginOptions {
   readonly parentDataset: string;
@@ -94,7 +103,7 @@ export class PluginProcess implements AsyncDisposable {
     }).spawn();
     const p = new PluginProcess(child, socketPath, baseDir);
     if (opts.waitReady !== false) {
-      await p.waitReady(20_000);
+      await p.waitReady(READY_MS);
       p.startupMs = performance.now() - started;
     }
     return p;

@@ -11,7 +11,9 @@
 # for 2.3), never in the repository.
 # Tunables: ZFS_CSI_VM_MEM (6G), ZFS_CSI_VM_CPUS (all), ZFS_CSI_VM_TIMEOUT (seconds, 10800),
 # ZFS_CSI_VM_DISK_SIZE (8G), ZFS_CSI_VM_MIRROR and ZFS_CSI_VM_SECURITY_MIRROR (Debian mirror URIs;
-# by default read from this host's apt sources), ZFS_CSI_VM_ACCEL (auto, kvm or tcg).
+# by default read from this host's apt sources), ZFS_CSI_VM_ACCEL (auto, kvm or tcg),
+# ZFS_CSI_VM_TEST_FILES (test files to run instead of the whole suite), ZFS_CSI_VM_TEST_ENV
+# (NAME=VALUE words for the tests, e.g. ZFS_CSI_CRASH_TRIALS=10).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -355,6 +357,25 @@ stage_go() { # project dir
   fi
 }
 
+# ZFS_CSI_VM_TEST_FILES and ZFS_CSI_VM_TEST_ENV for in-vm.sh, one item a line (empty files when
+# unset, so a previous run's choice does not stick).
+write_test_settings() { # project dir, $VM_HOME in the mounted image
+  local f kv files=() env=()
+  read -r -a files <<<"${ZFS_CSI_VM_TEST_FILES:-}"
+  read -r -a env <<<"${ZFS_CSI_VM_TEST_ENV:-}"
+  for f in "${files[@]}"; do
+    [ -f "$1/$f" ] || die "ZFS_CSI_VM_TEST_FILES: no file $f in $1"
+  done
+  for kv in "${env[@]}"; do
+    [[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "ZFS_CSI_VM_TEST_ENV: '$kv' is not NAME=VALUE"
+  done
+  mkdir -p "$2"
+  printf '%s\n' ${files[@]+"${files[@]}"} | sed '/^$/d' >"$2/test-files.txt"
+  printf '%s\n' ${env[@]+"${env[@]}"} | sed '/^$/d' >"$2/test.env"
+  if [ "${#files[@]}" -gt 0 ]; then say "tests: ${files[*]}"; fi
+  if [ "${#env[@]}" -gt 0 ]; then say "test environment: ${env[*]}"; fi
+}
+
 # Puts the project, Deno, its module cache, Go, the boot script and the unit into the image.
 fill_image() { # project dir
   local src=$1 m="$W/mnt" rev dirty line
@@ -365,6 +386,7 @@ fill_image() { # project dir
     die "the image in $W has OpenZFS $line, not $OPENZFS: set ZFS_CSI_VM_OPENZFS=$line, or another ZFS_CSI_VM_DIR"
   fi
   install_vm_files "$m"
+  write_test_settings "$src" "$m$VM_HOME"
   rm -rf "$m$VM_HOME/project" "$m$VM_HOME/results" "$m$VM_HOME/go" "$m/root/.cache/deno"
   mkdir -p "$m$VM_HOME/project/.cache" "$m/root/.cache"
   project_files "$src" | tar -C "$src" --null -T - -cf - | tar -C "$m$VM_HOME/project" -xf -
