@@ -4,7 +4,9 @@
  */
 
 import { ConfigError, parseConfig } from "./src/config.ts";
+import { STORE_ENV } from "./src/config_store.ts";
 import { Logger } from "./src/log.ts";
+import { grantMessage, readFileGrant } from "./src/permissions.ts";
 import { PLUGIN_NAME, PLUGIN_VERSION } from "./src/version.ts";
 
 const encoder = new TextEncoder();
@@ -26,10 +28,20 @@ function readEnv(name: string): string | undefined {
   return Deno.env.get(name);
 }
 
+/** A file a flag names (the store's credentials), refused in one line where the build may not. */
+function readTextFile(path: string): string {
+  const grant = readFileGrant(path, "the file");
+  if (Deno.permissions.querySync(grant.descriptors[0]!).state !== "granted") {
+    throw new Error(grantMessage(grant));
+  }
+  return Deno.readTextFileSync(path);
+}
+
 async function main(): Promise<void> {
   let parsed;
   try {
-    parsed = parseConfig(Deno.args, { CSI_ENDPOINT: readEnv("CSI_ENDPOINT") });
+    const env = Object.fromEntries(["CSI_ENDPOINT", ...STORE_ENV].map((n) => [n, readEnv(n)]));
+    parsed = parseConfig(Deno.args, env, readTextFile);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
     throw err;
@@ -55,6 +67,7 @@ async function main(): Promise<void> {
     parentDataset: config.parentDataset,
     topology: config.topology,
     stagePublishDirs: config.stagePublishDirs,
+    ...(config.store ? { store: config.store.url } : {}),
     // Since the runtime started: how long an operator waits for the socket.
     startupMs: Math.round(performance.now()),
   });
@@ -63,7 +76,8 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info("stopping; mounts are left in place", { signal });
-    plugin.server.stop().finally(() => Deno.exit(0));
+    // A running upload is aborted (the store keeps nothing of it); the next start sends again.
+    Promise.allSettled([plugin.server.stop(), plugin.stopBackground()]).finally(() => Deno.exit(0));
   };
   Deno.addSignalListener("SIGTERM", () => stop("SIGTERM"));
   Deno.addSignalListener("SIGINT", () => stop("SIGINT"));

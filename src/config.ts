@@ -4,10 +4,23 @@
  */
 
 import { parseArgs } from "node:util";
+import {
+  DEFAULT_BACKUP_KEEP,
+  DEFAULT_STORE_DELETED_RETENTION,
+  DEFAULT_STORE_REGION,
+  type ReadTextFile,
+  resolveStore,
+  type StoreConfig,
+} from "./config_store.ts";
+import { absolutePath, ConfigError, parseDuration } from "./config_values.ts";
 import { type ParameterPolicy, resolveParameterPolicy } from "./csi/parameters.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
 import { checkDatasetName } from "./zfs/names.ts";
+
+export { ConfigError };
+export { Credentials } from "./config_store.ts";
+export type { FileStoreConfig, ReadTextFile, S3StoreConfig, StoreConfig } from "./config_store.ts";
 
 /** Which CSI services the plugin serves. */
 export type PluginMode = "node" | "controller" | "monolith";
@@ -47,6 +60,8 @@ export interface Config {
   readonly nodeLocalPluginId: boolean;
   /** Which CreateVolume parameters and values volume creators may use. */
   readonly parameterPolicy: ParameterPolicy;
+  /** Where volumes are backed up; absent without --store (backups off). */
+  readonly store?: StoreConfig;
 }
 
 /** What the command line asks for. */
@@ -54,14 +69,6 @@ export type ParsedCommand =
   | { readonly kind: "run"; readonly config: Config }
   | { readonly kind: "help"; readonly text: string }
   | { readonly kind: "version"; readonly text: string };
-
-/** A command line or environment the plugin cannot run with; the message is one clear line. */
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "ConfigError";
-  }
-}
 
 /** Default staging/publish base dir: Nomad's default `stage_publish_base_dir` inside a task. */
 export const DEFAULT_STAGE_PUBLISH_DIR = "/local/csi";
@@ -103,6 +110,25 @@ Options:
   -h, --help                  show this help
   --version                   show the version
 
+Store (backups; off without --store):
+  --store URL                 file:///absolute/dir or s3://bucket[/prefix]
+  --backup-interval TIME      back up volumes that set no interval this often: seconds, or
+                              e.g. 15m, 1h30m (default: 0, only volumes that set one)
+  --backup-keep POLICY        keep policy of volumes that set none
+                              (default: ${DEFAULT_BACKUP_KEEP})
+  --store-deleted-retention TIME
+                              keep a deleted volume's backups this long (default: ${DEFAULT_STORE_DELETED_RETENTION})
+  --store-endpoint URL        S3 endpoint https://host[:port] (default: AWS's for the region)
+  --store-region NAME         S3 region (default: ${DEFAULT_STORE_REGION})
+  --store-path-style          address the bucket as endpoint/bucket (MinIO, Garage, versitygw
+                              and IP endpoints usually need it), not bucket.endpoint
+  --store-insecure-http       allow an http:// endpoint on another host than this one
+                              (data and requests cross the network unencrypted)
+  --store-credentials-file F  S3 keys from F, in the AWS credentials file format ([default]
+                              aws_access_key_id, aws_secret_access_key, aws_session_token);
+                              otherwise from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+                              AWS_SESSION_TOKEN. Read once at start.
+
 Modes: monolith serves the node and controller services together. Volumes live on the node
 that holds their dataset, so the controller that creates, snapshots or deletes them must run
 there too: run one monolith per node, each with its own Nomad plugin id. node serves only the
@@ -110,6 +136,8 @@ node service (volumes are registered, and created at first use); controller only
 controller service.
 
 The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
+The build must be allowed to reach the store: see ZFS_CSI_STORE_HOSTS, ZFS_CSI_EXTRA_DIRS and
+ZFS_CSI_EXTRA_READ_FILES in the README.
 Logs are JSON lines on stderr.`;
 
 /** A topology segment name or value; node ids are one too (the value of the node segment). */
@@ -161,28 +189,6 @@ function socketPathOf(endpoint: string): string {
   return m[1];
 }
 
-function absoluteDir(flag: string, value: string): string {
-  if (!value.startsWith("/") || value.split("/").some((p) => p === "." || p === "..")) {
-    throw new ConfigError(`${flag} "${value}" must be an absolute path without "." or ".."`);
-  }
-  const trimmed = value.replace(/\/+$/, "");
-  if (trimmed === "") throw new ConfigError(`${flag} must not be "/"`);
-  return trimmed.replace(/\/{2,}/g, "/");
-}
-
-const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
-
-/** Seconds from "0" or a whole number with a unit: 90s, 30m, 24h, 7d (at most 10 years). */
-function parseDuration(flag: string, value: string): number {
-  if (value === "0") return 0;
-  const m = /^(\d{1,6})([smhd])$/.exec(value);
-  const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2]!]! : NaN;
-  if (!Number.isSafeInteger(seconds) || seconds > 10 * 365 * 86400) {
-    throw new ConfigError(`${flag} "${value}" must be 0 or a duration such as 90s, 30m, 24h or 7d`);
-  }
-  return seconds;
-}
-
 function program(flag: string, value: string): string {
   // deno-lint-ignore no-control-regex
   if (value === "" || /[\u0000-\u001f]/.test(value)) {
@@ -191,13 +197,20 @@ function program(flag: string, value: string): string {
   return value;
 }
 
+/** A reader for configs that name no file. */
+function noFiles(): never {
+  throw new Error("no file reader was given");
+}
+
 /**
- * Resolves the command line and environment.
+ * Resolves the command line and environment; `readTextFile` reads the files flags name (the
+ * store's credentials), so this stays pure.
  * @throws {ConfigError} for unknown flags, malformed values or missing required flags
  */
 export function parseConfig(
   args: readonly string[],
   env: Readonly<Record<string, string | undefined>>,
+  readTextFile: ReadTextFile = noFiles,
 ): ParsedCommand {
   let values;
   try {
@@ -223,6 +236,15 @@ export function parseConfig(
         "allow-parameter": { type: "string", multiple: true },
         "deny-parameter": { type: "string", multiple: true },
         "key-dir": { type: "string" },
+        "store": { type: "string" },
+        "store-endpoint": { type: "string" },
+        "store-region": { type: "string" },
+        "store-path-style": { type: "boolean" },
+        "store-insecure-http": { type: "boolean" },
+        "store-credentials-file": { type: "string" },
+        "backup-interval": { type: "string" },
+        "backup-keep": { type: "string" },
+        "store-deleted-retention": { type: "string" },
         "help": { type: "boolean", short: "h" },
         "version": { type: "boolean" },
       },
@@ -280,7 +302,7 @@ export function parseConfig(
   );
 
   const dirs = (values["stage-publish-base-dir"] ?? [DEFAULT_STAGE_PUBLISH_DIR]).map((d) =>
-    absoluteDir("--stage-publish-base-dir", d)
+    absolutePath("--stage-publish-base-dir", d)
   );
 
   const keyDir = values["key-dir"];
@@ -289,11 +311,27 @@ export function parseConfig(
     parameterPolicy = resolveParameterPolicy({
       allow: values["allow-parameter"] ?? [],
       deny: values["deny-parameter"] ?? [],
-      keyDir: keyDir === undefined ? undefined : absoluteDir("--key-dir", keyDir),
+      keyDir: keyDir === undefined ? undefined : absolutePath("--key-dir", keyDir),
     });
   } catch (err) {
     throw err instanceof ConfigError ? err : new ConfigError((err as Error).message);
   }
+
+  const store = resolveStore(
+    {
+      store: values.store,
+      endpoint: values["store-endpoint"],
+      region: values["store-region"],
+      pathStyle: values["store-path-style"] === true,
+      insecureHttp: values["store-insecure-http"] === true,
+      credentialsFile: values["store-credentials-file"],
+      backupInterval: values["backup-interval"],
+      backupKeep: values["backup-keep"],
+      deletedRetention: values["store-deleted-retention"],
+    },
+    env,
+    readTextFile,
+  );
 
   const config: Config = {
     mode: mode as PluginMode,
@@ -312,6 +350,7 @@ export function parseConfig(
     commandTimeoutMs: Math.round(timeoutSeconds * 1000),
     nodeLocalPluginId: values["node-local-plugin-id"] === true,
     parameterPolicy,
+    ...(store ? { store } : {}),
   };
   return { kind: "run", config: Object.freeze(config) };
 }

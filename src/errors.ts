@@ -3,6 +3,9 @@
  * status a client sees. Handlers throw; only {@linkcode toGrpcStatus} decides what is sent.
  */
 
+import { ReplicateError, type ReplicateErrorKind } from "./replicate/errors.ts";
+import { StoreError, type StoreErrorKind } from "./store/store.ts";
+
 /** gRPC status codes (the numeric values are fixed by the gRPC protocol). */
 export const Code = {
   OK: 0,
@@ -20,6 +23,7 @@ export const Code = {
   UNIMPLEMENTED: 12,
   INTERNAL: 13,
   UNAVAILABLE: 14,
+  DATA_LOSS: 15,
 } as const;
 
 /** One of the gRPC status codes in {@linkcode Code}. */
@@ -111,6 +115,23 @@ const zfsKindToCode: Record<ZfsErrorKind, GrpcCode> = {
   unknown: Code.INTERNAL,
 };
 
+const storeKindToCode: Record<StoreErrorKind, GrpcCode> = {
+  not_found: Code.NOT_FOUND,
+  // Another writer won a conditional write: the call may be repeated.
+  precondition_failed: Code.ABORTED,
+  unavailable: Code.UNAVAILABLE,
+  no_space: Code.RESOURCE_EXHAUSTED,
+  denied: Code.PERMISSION_DENIED,
+  invalid: Code.INTERNAL,
+};
+
+const replicateKindToCode: Record<ReplicateErrorKind, GrpcCode> = {
+  // The stored bytes are not those recorded at backup time: nothing was restored from them.
+  checksum: Code.DATA_LOSS,
+  chain: Code.FAILED_PRECONDITION,
+  guid: Code.DATA_LOSS,
+};
+
 /** The status a client receives for a thrown value. */
 export interface GrpcStatus {
   readonly code: GrpcCode;
@@ -125,6 +146,13 @@ export interface GrpcStatus {
  */
 export function toGrpcStatus(err: unknown): GrpcStatus {
   if (err instanceof CsiError) return { code: err.code, details: err.message };
+  if (err instanceof StoreError) {
+    // Store messages name the key and the store, never credentials (src/store/store.ts).
+    return { code: storeKindToCode[err.kind], details: err.message };
+  }
+  if (err instanceof ReplicateError) {
+    return { code: replicateKindToCode[err.kind], details: err.message };
+  }
   if (err instanceof ZfsError) {
     const op = err.argv.slice(0, 2).join(" ");
     return {

@@ -4,12 +4,18 @@
  * (built for their local directories), so what is tested is what ships.
  */
 
+import type { StoreConfig } from "./config_store.ts";
+
 /** Programs the plugin may start. Nothing else, and never a shell. */
 export const ALLOWED_PROGRAMS = ["zfs", "zpool", "mount", "umount"] as const;
 
 /**
  * Environment variables the plugin (and grpc-js, which reads its logging and proxy settings at
- * load time) may read. Every other variable is denied.
+ * load time) may read. Every other variable is denied. Of AWS's variables only the S3 key pair
+ * and session token: AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE,
+ * AWS_WEB_IDENTITY_TOKEN_FILE and AWS_CONTAINER_CREDENTIALS_* would send the plugin to files or
+ * credential endpoints outside its grants, and AWS_REGION or AWS_ENDPOINT_URL would let the
+ * environment move the store away from the host the build may reach (those are flags).
  */
 export const ALLOWED_ENV = [
   "CSI_ENDPOINT",
@@ -27,6 +33,9 @@ export const ALLOWED_ENV = [
   "http_proxy",
   "no_grpc_proxy",
   "no_proxy",
+  "AWS_ACCESS_KEY_ID",
+  "AWS_SECRET_ACCESS_KEY",
+  "AWS_SESSION_TOKEN",
 ] as const;
 
 /**
@@ -42,25 +51,56 @@ export const PRODUCTION_DIRS = [
   "/opt/nomad/data/client/csi",
 ] as const;
 
-/** The directories a build of the plugin may touch. */
+/** What a build of the plugin may touch. */
 export interface PermissionScope {
-  /** Where sockets are created and where staging/target paths live. */
+  /** Where sockets are created, staging/target paths live, and a file store's directory. */
   readonly dirs: readonly string[];
+  /** host:port the plugin may connect to (the store's); none: no network at all. */
+  readonly netHosts?: readonly string[];
+  /** Single files it may read, such as a store credentials file outside `dirs`. */
+  readonly readFiles?: readonly string[];
 }
 
-/** The permission flags for `deno run` / `deno compile`; never -A. */
-export function permissionFlags(scope: PermissionScope): string[] {
-  const dirs = [...new Set(scope.dirs)];
-  for (const d of dirs) {
-    if (!d.startsWith("/") || d.includes(",")) {
-      throw new TypeError(`Permission directory "${d}" must be an absolute path without ","`);
+const LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const HOST_PORT = new RegExp(`^(${LABEL}(\\.${LABEL})*|\\[[0-9a-f:.]+\\])(?<port>:\\d{1,5})?$`);
+
+/**
+ * A store host for --allow-net as host:port: lower-cased, with ":443" when no port is given
+ * (a bare host would allow every port). No wildcards, no scheme.
+ * @throws {TypeError} naming the value
+ */
+export function netHost(value: string): string {
+  const host = value.toLowerCase();
+  const m = HOST_PORT.exec(host);
+  const given = m?.groups?.port;
+  const port = given === undefined ? 443 : Number(given.slice(1));
+  if (!m || port < 1 || port > 65535) {
+    throw new TypeError(`Store host "${value}" must be host[:port], e.g. s3.example.com:443`);
+  }
+  return given === undefined ? `${host}:443` : host;
+}
+
+function absolute(kind: string, paths: readonly string[]): string[] {
+  for (const p of paths) {
+    if (!p.startsWith("/") || p.includes(",")) {
+      throw new TypeError(`Permission ${kind} "${p}" must be an absolute path without ","`);
     }
   }
+  return [...new Set(paths)];
+}
+
+/** The permission flags for `deno run` / `deno compile`; never -A, never a bare --allow-net. */
+export function permissionFlags(scope: PermissionScope): string[] {
+  const dirs = absolute("directory", scope.dirs);
+  const files = absolute("file", scope.readFiles ?? []).filter((f) => !dirs.includes(f));
+  const hosts = [...new Set((scope.netHosts ?? []).map(netHost))];
   return [
     `--allow-run=${ALLOWED_PROGRAMS.join(",")}`,
     // The directories, to check staging and target paths (the mount table comes from `mount`).
-    `--allow-read=${dirs.join(",")}`,
+    `--allow-read=${[...dirs, ...files].join(",")}`,
     `--allow-write=${dirs.join(",")}`,
+    // Only the store's host:port, and only when there is one.
+    ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),
     `--allow-env=${ALLOWED_ENV.join(",")}`,
     // statfs(2) for NodeGetVolumeStats.
     "--allow-sys=statfs",
@@ -78,4 +118,48 @@ export const V8_FLAGS = "--v8-flags=--max-semi-space-size=1,--max-old-space-size
 /** Everything `deno run` / `deno compile` needs besides the script: permissions and V8 flags. */
 export function runtimeFlags(scope: PermissionScope): string[] {
   return [...permissionFlags(scope), V8_FLAGS];
+}
+
+/** Permissions the config needs from the build, and the build variable that adds them. */
+export interface NeededGrant {
+  readonly descriptors: readonly Deno.PermissionDescriptor[];
+  /** What the build may not do without it, e.g. `connect to the store at "h:443"`. */
+  readonly what: string;
+  /** The build variable to set, e.g. `ZFS_CSI_STORE_HOSTS=h:443`. */
+  readonly fix: string;
+}
+
+/** Reading one file outside the build's directories: ZFS_CSI_EXTRA_READ_FILES. */
+export function readFileGrant(path: string, what: string): NeededGrant {
+  return {
+    descriptors: [{ name: "read", path }],
+    what: `read ${what} "${path}"`,
+    fix: `ZFS_CSI_EXTRA_READ_FILES=${path}`,
+  };
+}
+
+/** What a store needs: its directory read and written, or its host and credentials file. */
+export function storeGrants(store: StoreConfig): NeededGrant[] {
+  if (store.kind === "file") {
+    return [{
+      descriptors: [{ name: "read", path: store.dir }, { name: "write", path: store.dir }],
+      what: `read and write the store directory "${store.dir}"`,
+      fix: `ZFS_CSI_EXTRA_DIRS=${store.dir}`,
+    }];
+  }
+  return [
+    {
+      descriptors: [{ name: "net", host: store.netHost }],
+      what: `connect to the store at "${store.netHost}"`,
+      fix: `ZFS_CSI_STORE_HOSTS=${store.netHost}`,
+    },
+    ...(store.credentialsFile === undefined
+      ? []
+      : [readFileGrant(store.credentialsFile, "the store credentials file")]),
+  ];
+}
+
+/** The one line an unmet grant is refused with. */
+export function grantMessage(grant: NeededGrant): string {
+  return `this build may not ${grant.what}; rebuild with ${grant.fix} deno task compile`;
 }

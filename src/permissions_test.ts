@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
+import { parseConfig, type StoreConfig } from "./config.ts";
 import {
   ALLOWED_ENV,
   ALLOWED_PROGRAMS,
+  grantMessage,
+  netHost,
   permissionFlags,
   PRODUCTION_DIRS,
   runtimeFlags,
+  storeGrants,
   V8_FLAGS,
 } from "./permissions.ts";
 
@@ -56,4 +60,86 @@ Deno.test("runtimeFlags adds the V8 heap settings to the permission flags and no
   const scope = { dirs: ["/csi", "/local/csi"] };
   assert.deepEqual(runtimeFlags(scope), [...permissionFlags(scope), V8_FLAGS]);
   assert.match(V8_FLAGS, /^--v8-flags=--max-semi-space-size=\d+,--max-old-space-size=\d+$/);
+});
+
+Deno.test("permissionFlags allows the store's host:port only, and no network without one", () => {
+  assert.ok(!permissionFlags({ dirs: ["/csi"] }).some((f) => f.startsWith("--allow-net")));
+  assert.ok(
+    !permissionFlags({ dirs: ["/csi"], netHosts: [] }).some((f) => f.startsWith("--allow-net")),
+  );
+  const flags = permissionFlags({
+    dirs: ["/csi"],
+    netHosts: ["S3.Example.com", "127.0.0.1:7070", "[::1]:9000", "s3.example.com:443"],
+  });
+  assert.deepEqual(flags.filter((f) => f.startsWith("--allow-net")), [
+    "--allow-net=s3.example.com:443,127.0.0.1:7070,[::1]:9000",
+  ]);
+});
+
+Deno.test("netHost refuses wildcards, schemes, paths and bad ports", () => {
+  assert.equal(netHost("bkt.s3.eu-west-3.amazonaws.com"), "bkt.s3.eu-west-3.amazonaws.com:443");
+  for (
+    const bad of ["", "*", "*.example.com", "https://h", "h/x", "h:0", "h:65536", "h:", "a,b", "-h"]
+  ) {
+    assert.throws(() => netHost(bad), {
+      name: "TypeError",
+      message: `Store host "${bad}" must be host[:port], e.g. s3.example.com:443`,
+    });
+  }
+  assert.throws(() => permissionFlags({ dirs: ["/csi"], netHosts: ["*"] }), TypeError);
+});
+
+Deno.test("permissionFlags lets single files be read, never written", () => {
+  const flags = permissionFlags({ dirs: ["/csi"], readFiles: ["/secrets/s3.ini", "/csi"] });
+  assert.ok(flags.includes("--allow-read=/csi,/secrets/s3.ini"));
+  assert.ok(flags.includes("--allow-write=/csi"));
+  assert.throws(() => permissionFlags({ dirs: ["/csi"], readFiles: ["s3.ini"] }), {
+    name: "TypeError",
+    message: 'Permission file "s3.ini" must be an absolute path without ","',
+  });
+});
+
+Deno.test("ALLOWED_ENV holds the S3 key pair and token, and no other AWS variable", () => {
+  const aws = ALLOWED_ENV.filter((n) => n.startsWith("AWS_"));
+  assert.deepEqual(aws, ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"]);
+});
+
+function storeOf(args: string[], files: Record<string, string> = {}): StoreConfig {
+  const parsed = parseConfig(
+    ["--parent-dataset", "tank/nomad", "--node-id", "n1", ...args],
+    { AWS_ACCESS_KEY_ID: "A", AWS_SECRET_ACCESS_KEY: "B" },
+    (p) => files[p] ?? "",
+  );
+  assert.ok(parsed.kind === "run" && parsed.config.store);
+  return parsed.config.store;
+}
+
+Deno.test("storeGrants names what each store needs and the build variable that adds it", () => {
+  const file = storeGrants(storeOf(["--store", "file:///mnt/backup"]));
+  assert.deepEqual(file, [{
+    descriptors: [{ name: "read", path: "/mnt/backup" }, { name: "write", path: "/mnt/backup" }],
+    what: 'read and write the store directory "/mnt/backup"',
+    fix: "ZFS_CSI_EXTRA_DIRS=/mnt/backup",
+  }]);
+  assert.equal(
+    grantMessage(file[0]!),
+    'this build may not read and write the store directory "/mnt/backup"; rebuild with ' +
+      "ZFS_CSI_EXTRA_DIRS=/mnt/backup deno task compile",
+  );
+  const s3 = storeGrants(storeOf(["--store", "s3://bkt"]));
+  assert.deepEqual(s3, [{
+    descriptors: [{ name: "net", host: "bkt.s3.us-east-1.amazonaws.com:443" }],
+    what: 'connect to the store at "bkt.s3.us-east-1.amazonaws.com:443"',
+    fix: "ZFS_CSI_STORE_HOSTS=bkt.s3.us-east-1.amazonaws.com:443",
+  }]);
+  const withFile = storeGrants(
+    storeOf(["--store", "s3://bkt", "--store-credentials-file", "/secrets/s3"], {
+      "/secrets/s3": "aws_access_key_id=A\naws_secret_access_key=B\n",
+    }),
+  );
+  assert.deepEqual(withFile[1], {
+    descriptors: [{ name: "read", path: "/secrets/s3" }],
+    what: 'read the store credentials file "/secrets/s3"',
+    fix: "ZFS_CSI_EXTRA_READ_FILES=/secrets/s3",
+  });
 });

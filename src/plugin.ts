@@ -15,13 +15,98 @@ import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/se
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
 import { Mounter } from "./mount/mounter.ts";
-import { type CommandRunner, DenoCommandRunner } from "./run.ts";
+import { grantMessage, storeGrants } from "./permissions.ts";
+import { type CommandRunner, DenoCommandRunner, DenoStreamRunner } from "./run.ts";
+import type { StoreConfig } from "./config.ts";
+import { StoredSnapshots } from "./csi/stored_snapshots.ts";
+import { type BackupDeps, backupVolume } from "./replicate/backup.ts";
+import { StorePruner } from "./replicate/prune.ts";
+import type { ReceiveDeps } from "./replicate/receive.ts";
+import { BackupScheduler } from "./replicate/scheduler.ts";
+import { sendToStore } from "./replicate/send.ts";
+import { FileStore } from "./store/file_store.ts";
+import { S3Store } from "./store/s3_store.ts";
+import type { Store } from "./store/store.ts";
 import { Zfs } from "./zfs/zfs.ts";
 
 /** A started plugin. */
 export interface Plugin {
   readonly server: RunningServer;
   readonly health: HealthChecker;
+  /** Stops the store's background work (backups, pruning); the upload running is aborted. */
+  stopBackground(): Promise<void>;
+}
+
+/** The store a config names. */
+export function openStore(config: StoreConfig): Store {
+  if (config.kind === "file") return new FileStore(config.dir);
+  const c = config.credentials;
+  const token = c.sessionToken;
+  return new S3Store({
+    endpoint: new URL(config.endpoint),
+    region: config.region,
+    bucket: config.bucket,
+    prefix: config.prefix,
+    pathStyle: config.pathStyle,
+    credentials: {
+      accessKeyId: c.accessKeyId,
+      secretAccessKey: c.secretAccessKey,
+      ...(token === undefined ? {} : { sessionToken: token }),
+    },
+  });
+}
+
+/** The store's background work and its CSI side, with `--store`. */
+interface StoreParts {
+  readonly stored: StoredSnapshots;
+  readonly scheduler: BackupScheduler;
+  readonly pruner: StorePruner;
+}
+
+function storeParts(
+  config: Config,
+  deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger },
+): StoreParts | undefined {
+  if (!config.store) return undefined;
+  const store = openStore(config.store);
+  const log = deps.log.child({ store: store.description });
+  const streams = new DenoStreamRunner();
+  const backup: BackupDeps = {
+    zfs: deps.zfs,
+    store,
+    send: (spec) => sendToStore({ streams, zfsPath: config.zfsPath, store, log }, spec),
+    locks: deps.locks,
+    log,
+    parentDataset: config.parentDataset,
+    node: config.nodeId,
+    defaultKeep: config.store.defaultBackupKeep,
+    cache: new Map(),
+  };
+  const receive: ReceiveDeps = { streams, zfsPath: config.zfsPath, zfs: deps.zfs, store, log };
+  const scheduler = new BackupScheduler({
+    zfs: deps.zfs,
+    parentDataset: config.parentDataset,
+    log,
+    backup: (dataset, options) => backupVolume(backup, dataset, options),
+  });
+  const pruner = new StorePruner({
+    store,
+    log,
+    deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
+  });
+  const stored = new StoredSnapshots({
+    zfs: deps.zfs,
+    store,
+    parentDataset: config.parentDataset,
+    nodeId: config.nodeId,
+    locks: deps.locks,
+    trash: deps.trash,
+    scheduler,
+    backup,
+    receive,
+    log,
+  });
+  return { stored, scheduler, pruner };
 }
 
 /**
@@ -47,6 +132,12 @@ export function checkPermissions(config: Config): void {
         `this build may not write to "${path}"; use a directory below those it was built for, ` +
           `or rebuild with ZFS_CSI_EXTRA_DIRS=${path} deno task compile`,
       );
+    }
+  }
+  // The store's directory, or its host:port and credentials file (src/permissions.ts).
+  for (const grant of config.store ? storeGrants(config.store) : []) {
+    if (grant.descriptors.some((d) => Deno.permissions.querySync(d).state !== "granted")) {
+      throw new Error(grantMessage(grant));
     }
   }
 }
@@ -102,16 +193,26 @@ export async function startPlugin(
       "NodeExpandVolume",
     ]);
   }
-  let trash: Trash | undefined;
+  // The trash serves DeleteVolume and the store's DeleteSnapshot; only a controller purges it.
+  const trash = new Trash({
+    zfs,
+    parentDataset: config.parentDataset,
+    retentionSeconds: config.deletedRetentionSeconds,
+    locks,
+    log,
+  });
+  const parts = storeParts(config, { zfs, locks, trash, log });
   if (serveController) {
-    trash = new Trash({
+    const controller = new ControllerService({
+      config,
       zfs,
-      parentDataset: config.parentDataset,
-      retentionSeconds: config.deletedRetentionSeconds,
+      mounter,
+      health,
       locks,
+      trash,
       log,
+      ...(parts ? { stored: parts.stored, scheduler: parts.scheduler } : {}),
     });
-    const controller = new ControllerService({ config, zfs, mounter, health, locks, trash, log });
     handlers.Controller = bindAll(controller, [
       "ControllerGetCapabilities",
       "CreateVolume",
@@ -128,9 +229,21 @@ export async function startPlugin(
   }
   health.startPeriodic();
   const server = await startServer(config.socketPath, handlers, log);
-  // The first purge waits for the first health check, so it does not slow the first ready Probe.
-  void health.refresh().finally(() => trash?.startPeriodic());
-  return { server, health };
+  // The first purge and backups wait for the first health check, so they do not slow the first
+  // ready Probe.
+  void health.refresh().finally(() => {
+    if (serveController) trash.startPeriodic();
+    parts?.scheduler.start();
+    parts?.pruner.startPeriodic();
+  });
+  return {
+    server,
+    health,
+    async stopBackground() {
+      parts?.pruner.stop();
+      await parts?.scheduler.stop();
+    },
+  };
 }
 
 function bindAll<T extends object>(

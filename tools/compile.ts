@@ -1,13 +1,19 @@
 /**
  * Builds the single `zfs-csi` executable with its permissions baked in, from the one
- * definition in src/permissions.ts. Extra writable directories (for a Nomad data_dir other
- * than /var/lib/nomad or /opt/nomad/data) come from ZFS_CSI_EXTRA_DIRS, colon-separated.
+ * definition in src/permissions.ts. Build variables extend them:
+ *   ZFS_CSI_EXTRA_DIRS        directories to read and write, colon-separated (a Nomad data_dir
+ *                             other than /var/lib/nomad or /opt/nomad/data, a file store)
+ *   ZFS_CSI_STORE_HOSTS       the S3 store's host[:port] (443 if none), comma-separated: the
+ *                             only network the binary may reach (the bucket's own host when
+ *                             virtual-hosted: bucket.s3.region.amazonaws.com)
+ *   ZFS_CSI_EXTRA_READ_FILES  single files to read, colon-separated (a credentials file)
+ * The plugin refuses to start, naming the variable to set, when its config needs more.
  *
  * Usage: deno task compile [--print] [--target TRIPLE] [--output PATH]
  */
 
 import { parseArgs } from "node:util";
-import { compileArgs } from "./compile_args.ts";
+import { compileArgs, fromBuildVariables } from "./compile_args.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -17,9 +23,12 @@ const { values } = parseArgs({
     output: { type: "string" },
   },
 });
-const extra = (Deno.env.get("ZFS_CSI_EXTRA_DIRS") ?? "").split(":").filter((d) => d !== "");
 const args = compileArgs({
-  extraDirs: extra,
+  ...fromBuildVariables({
+    ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS"),
+    ZFS_CSI_STORE_HOSTS: Deno.env.get("ZFS_CSI_STORE_HOSTS"),
+    ZFS_CSI_EXTRA_READ_FILES: Deno.env.get("ZFS_CSI_EXTRA_READ_FILES"),
+  }),
   output: values.output ?? "zfs-csi",
   ...(values.target ? { target: values.target } : {}),
 });

@@ -4,9 +4,37 @@ import { PRODUCTION_DIRS, runtimeFlags } from "../src/permissions.ts";
 
 /** What varies between builds. */
 export interface CompileOptions {
+  /** More directories to read and write (ZFS_CSI_EXTRA_DIRS), e.g. a file store's. */
   readonly extraDirs: readonly string[];
+  /** host[:port] of the store (ZFS_CSI_STORE_HOSTS); none: the binary has no network. */
+  readonly storeHosts?: readonly string[];
+  /** Single files to read (ZFS_CSI_EXTRA_READ_FILES), e.g. a store credentials file. */
+  readonly extraReadFiles?: readonly string[];
   readonly output: string;
   readonly target?: string;
+}
+
+/** Build variables as the compile task reads them from its environment. */
+export interface BuildVariables {
+  readonly ZFS_CSI_EXTRA_DIRS?: string | undefined;
+  readonly ZFS_CSI_STORE_HOSTS?: string | undefined;
+  readonly ZFS_CSI_EXTRA_READ_FILES?: string | undefined;
+}
+
+/**
+ * The permission parts of {@linkcode CompileOptions} from the build variables: paths are
+ * colon-separated, hosts comma-separated (an IPv6 host has colons).
+ */
+export function fromBuildVariables(
+  vars: BuildVariables,
+): Pick<CompileOptions, "extraDirs" | "storeHosts" | "extraReadFiles"> {
+  const list = (v: string | undefined, sep: string) =>
+    (v ?? "").split(sep).map((s) => s.trim()).filter((s) => s !== "");
+  return {
+    extraDirs: list(vars.ZFS_CSI_EXTRA_DIRS, ":"),
+    storeHosts: list(vars.ZFS_CSI_STORE_HOSTS, ","),
+    extraReadFiles: list(vars.ZFS_CSI_EXTRA_READ_FILES, ":"),
+  };
 }
 
 /** Arguments after `deno`. The proto is imported as text, so it is in the module graph. */
@@ -14,7 +42,11 @@ export function compileArgs(opts: CompileOptions): string[] {
   return [
     "compile",
     "--frozen",
-    ...runtimeFlags({ dirs: [...PRODUCTION_DIRS, ...opts.extraDirs] }),
+    ...runtimeFlags({
+      dirs: [...PRODUCTION_DIRS, ...opts.extraDirs],
+      netHosts: opts.storeHosts ?? [],
+      readFiles: opts.extraReadFiles ?? [],
+    }),
     ...(opts.target ? ["--target", opts.target] : []),
     "--output",
     opts.output,

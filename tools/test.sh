@@ -25,8 +25,9 @@ fi
 if tools/zfs-env.sh ensure; then
   if want integration; then
     echo "== integration tests (real ZFS pool, plugin run with its production permission flags)"
+    # Network only to loopback: the S3 server the store tests start (versitygw) and its proxy.
     $deno test --frozen --allow-run --allow-read --allow-write --allow-env --allow-sys \
-      tests/ 2>&1 | tee -a "$log" || status=1
+      --allow-net=127.0.0.1 tests/ 2>&1 | tee -a "$log" || status=1
   fi
   if want conformance; then
     echo "== conformance (csi-sanity against the plugin as it ships)"

@@ -47,17 +47,34 @@ import { checkOwned } from "./datasets.ts";
 import { type HealthChecker, storageProblem } from "./health.ts";
 import { paginate } from "./paging.ts";
 import {
+  BACKUP_PARAMETERS,
   checkSizes,
   parametersRefusal,
   parseParameters,
   sizeOf,
   type VolumeParameters,
+  ZFS_PARAMETERS,
 } from "./parameters.ts";
 import { checkRecordedName, checkRetry } from "./tenancy.ts";
 import { obstacleMessage } from "./subtree.ts";
 import { planSize } from "./sizing.ts";
 import { checkRequisite, nodeIsIn } from "./topology.ts";
 import type { Trash } from "./trash.ts";
+import { type StoredEntry, StoredSnapshots } from "./stored_snapshots.ts";
+import {
+  isStoredSnapshotId,
+  parseStoredSnapshotId,
+  type StoredSnapshotRef,
+} from "../store/snapshot_ids.ts";
+import type { BackupScheduler } from "../replicate/scheduler.ts";
+import {
+  BACKUP_INTERVAL_PROPERTY,
+  BACKUP_KEEP_PROPERTY,
+  STORE_UID_PROPERTY,
+} from "../replicate/backup.ts";
+import { formatKeepPolicy } from "../store/policy.ts";
+import { StoreError } from "../store/store.ts";
+import type { PropertyList } from "../zfs/args.ts";
 import type {
   ControllerExpandVolumeRequest,
   ControllerGetVolumeRequest,
@@ -105,6 +122,10 @@ export interface ControllerDeps {
   readonly locks: KeyedLock;
   readonly trash: Trash;
   readonly log: Logger;
+  /** The store's snapshots and restores, with `--store`. */
+  readonly stored?: StoredSnapshots;
+  /** The backup scheduler, with `--store`: its failures show as the volume's condition. */
+  readonly scheduler?: BackupScheduler;
 }
 
 /** A checked content source. */
@@ -115,7 +136,8 @@ type Source =
     readonly snapshot: string;
     readonly dataset: string;
   }
-  | { readonly kind: "volume"; readonly id: string; readonly dataset: string };
+  | { readonly kind: "volume"; readonly id: string; readonly dataset: string }
+  | { readonly kind: "stored"; readonly id: string; readonly ref: StoredSnapshotRef };
 
 /** Properties read of a volume before acting on it. */
 const VOLUME_STATE = [
@@ -171,9 +193,12 @@ export class ControllerService {
     }
     const source = this.#source(req.volume_content_source);
     checkSizes(params, size);
-    const sourceText = source ? `${source.kind}:${source.id}` : "";
+    // A stored snapshot is recorded as a snapshot source, as Nomad named it.
+    const sourceText = source
+      ? `${source.kind === "stored" ? "snapshot" : source.kind}:${source.id}`
+      : "";
     const want = { name: requested, capacity, params, source: sourceText };
-    const keys = source ? [dataset, source.dataset] : [dataset];
+    const keys = source && source.kind !== "stored" ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#d.locks, keys, async () => {
       // A plain create goes straight to `zfs create`: zfs refuses a name that exists without
       // changing it, and the refusal leads to the repeat check below, so a new volume costs one
@@ -183,7 +208,9 @@ export class ControllerService {
         if (existing) return this.#answerRepeat(id, dataset, existing, want);
       }
       await this.#checkSupported(params);
+      this.#checkBackupParameters(params);
       const props: Record<string, string> = {
+        ...this.#backupProps(params),
         ...params.properties,
         [MANAGED_PROPERTY]: MANAGED_VALUE,
         // The name in full: a repeat compares it, and a shortened dataset name keeps it readable.
@@ -197,6 +224,8 @@ export class ControllerService {
           if (size > 0) props.refquota = String(size);
           this.#sizeProps(props, params, size);
           await this.#d.zfs.create(dataset, props);
+        } else if (source.kind === "stored") {
+          refquota = await this.#restoreFrom(source.ref, dataset, props, params, size);
         } else {
           refquota = await this.#cloneFrom(source, dataset, props, params, size);
         }
@@ -266,6 +295,7 @@ export class ControllerService {
           obstacleMessage(`Volume "${id}" is not deleted`, dataset, check.obstacles),
         );
       }
+      await this.#keepBackups(id, dataset);
       await this.#d.trash.removeVolume(dataset, found);
       return {};
     });
@@ -317,7 +347,7 @@ export class ControllerService {
     return {
       entries: page.entries.map((e) => ({
         volume: this.#volumeMessage(e.id, e.v),
-        status: this.#status(),
+        status: this.#status(e.v.dataset),
       })),
       next_token: page.nextToken,
     };
@@ -328,7 +358,10 @@ export class ControllerService {
     const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
     const record = props && volumeRecord(this.#d.config.parentDataset, dataset, props);
     if (!record) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
-    return { volume: this.#volumeMessage(this.#volumeId(record), record), status: this.#status() };
+    return {
+      volume: this.#volumeMessage(this.#volumeId(record), record),
+      status: this.#status(dataset),
+    };
   }
 
   async GetCapacity(req: GetCapacityRequest): Promise<unknown> {
@@ -401,16 +434,18 @@ export class ControllerService {
     const sourceId = required("source_volume_id", req.source_volume_id);
     const requested = required("name", req.name);
     encodeName("Snapshot name", requested);
-    if (Object.keys(req.parameters ?? {}).length > 0) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Snapshot parameters are not supported (got ${Object.keys(req.parameters).join(", ")})`,
-      );
-    }
+    const toStore = this.#storeParameter(req.parameters);
     const { dataset } = resolveVolume(sourceId, this.#scope, { mutating: true });
     const volumeName = this.#nameOf(dataset);
     // The name as used: its id and ZFS name fit their limits (fittedSnapshotName sees to both).
     const name = fittedSnapshotName(volumeName, dataset, requested, this.#d.config.nodeId);
+    if (toStore) {
+      const props = await this.#d.zfs.getProperties(dataset, ["type", MANAGED_PROPERTY]);
+      if (!props) throw new CsiError(Code.NOT_FOUND, `Source volume "${sourceId}" not found`);
+      checkOwned(dataset, props);
+      const entry = await toStore.create(dataset, volumeName, requested, name);
+      return { snapshot: this.#storedMessage(entry) };
+    }
     const component = encodeComponent("Snapshot name", name);
     const snapshot = `${dataset}@${component}`;
     // Locked by the requested name: its shortened form can differ between volumes.
@@ -461,6 +496,13 @@ export class ControllerService {
 
   async DeleteSnapshot(req: DeleteSnapshotRequest): Promise<unknown> {
     const id = required("snapshot_id", req.snapshot_id);
+    if (isStoredSnapshotId(id)) {
+      const stored = parseStoredSnapshotId(id);
+      // An id this plugin could never have made names nothing: deleting nothing succeeds.
+      if (!stored) return {};
+      await this.#storeFor(id).delete(stored);
+      return {};
+    }
     let ref;
     try {
       ref = resolveSnapshot(id, this.#scope, { mutating: true });
@@ -484,8 +526,13 @@ export class ControllerService {
     const empty = { entries: [], next_token: "" };
     let wantSnapshot: string | undefined;
     let wantDataset: string | undefined;
+    const wantStored = req.snapshot_id && isStoredSnapshotId(req.snapshot_id)
+      ? req.snapshot_id
+      : undefined;
     try {
-      if (req.snapshot_id) wantSnapshot = resolveSnapshot(req.snapshot_id, this.#scope).snapshot;
+      if (req.snapshot_id && !wantStored) {
+        wantSnapshot = resolveSnapshot(req.snapshot_id, this.#scope).snapshot;
+      }
       if (req.source_volume_id) {
         wantDataset = resolveVolume(req.source_volume_id, this.#scope).dataset;
       }
@@ -494,19 +541,26 @@ export class ControllerService {
       if (err instanceof CsiError) return empty;
       throw err;
     }
-    const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
-      snapshots: true,
-    });
-    const matching = catalog.snapshots.filter((s) =>
+    const catalog = wantStored ? { snapshots: [] } : await readCatalog(
+      this.#d.zfs,
+      this.#d.config.parentDataset,
+      { snapshots: true },
+    );
+    const local = catalog.snapshots.filter((s) =>
       (wantSnapshot === undefined || s.snapshot === wantSnapshot) &&
       (wantDataset === undefined || s.dataset === wantDataset)
-    ).map((s) => ({ s, id: this.#snapshotId(s) }));
-    const page = paginate(matching, (e) => e.id, {
+    ).map((s) => ({ id: this.#snapshotId(s), message: () => this.#snapshotMessage(s) }));
+    const stored = this.#d.stored && !wantSnapshot
+      ? (await this.#d.stored.list(wantDataset && this.#nameOf(wantDataset)))
+        .filter((e) => wantStored === undefined || e.id === wantStored)
+        .map((e) => ({ id: e.id, message: () => this.#storedMessage(e) }))
+      : [];
+    const page = paginate([...local, ...stored], (e) => e.id, {
       maxEntries: req.max_entries,
       startingToken: req.starting_token,
     });
     return {
-      entries: page.entries.map((e) => ({ snapshot: this.#snapshotMessage(e.s) })),
+      entries: page.entries.map((e) => ({ snapshot: e.message() })),
       next_token: page.nextToken,
     };
   }
@@ -561,6 +615,12 @@ export class ControllerService {
     if (!src) return undefined;
     if (src.snapshot) {
       const id = required("volume_content_source.snapshot.snapshot_id", src.snapshot.snapshot_id);
+      if (isStoredSnapshotId(id)) {
+        const stored = parseStoredSnapshotId(id);
+        if (!stored) throw new CsiError(Code.NOT_FOUND, `Snapshot "${id}" not found`);
+        this.#storeFor(id);
+        return { kind: "stored", id, ref: stored };
+      }
       let ref;
       try {
         ref = resolveSnapshot(id, this.#scope, { mutating: true });
@@ -597,7 +657,7 @@ export class ControllerService {
    * clone; one left by an attempt that failed before cloning is purged after an hour.
    */
   async #cloneFrom(
-    source: Source,
+    source: Exclude<Source, { readonly kind: "stored" }>,
     dataset: string,
     props: Record<string, string>,
     params: VolumeParameters,
@@ -659,6 +719,135 @@ export class ControllerService {
     return refquota;
   }
 
+  /**
+   * Restores the stored snapshot into `dataset` (stored_snapshots.ts); returns the refquota
+   * set: the requested size, else the size the volume had when the snapshot was taken.
+   */
+  async #restoreFrom(
+    ref: StoredSnapshotRef,
+    dataset: string,
+    props: Record<string, string>,
+    params: VolumeParameters,
+    size: number,
+  ): Promise<number> {
+    const createOnly = Object.keys(params.properties).filter((k) =>
+      Object.hasOwn(ZFS_PARAMETERS, k) && ZFS_PARAMETERS[k]!.createOnly
+    );
+    if (createOnly.length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Parameter ${createOnly.map((k) => `"${k}"`).join(", ")} cannot be given to a volume ` +
+          `restored from the store: it is set when a dataset is made, and the restored one keeps ` +
+          `the value of its backup`,
+      );
+    }
+    const refquotaOf = (capacity: number) => (size > 0 ? size : capacity);
+    const manifest = await this.#storeFor(ref.id).restore(ref, dataset, (m) => {
+      const refquota = refquotaOf(m.capacityBytes);
+      const all = { ...props };
+      if (refquota > 0) all.refquota = String(refquota);
+      this.#sizeProps(all, params, refquota);
+      return Object.entries(all) as PropertyList;
+    });
+    return refquotaOf(manifest.capacityBytes);
+  }
+
+  /** The store's snapshots, or FAILED_PRECONDITION naming `id` when there is no store. */
+  #storeFor(id: string): StoredSnapshots {
+    if (this.#d.stored) return this.#d.stored;
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `Snapshot "${id}" is kept in a store, and this plugin has none (start it with --store)`,
+    );
+  }
+
+  /**
+   * Whether CreateSnapshot puts the snapshot in the store: parameter `store` ("true" or
+   * "false"), by default whenever the plugin has a store.
+   */
+  #storeParameter(
+    params: Readonly<Record<string, string>> | null | undefined,
+  ): StoredSnapshots | undefined {
+    const keys = Object.keys(params ?? {});
+    const unknown = keys.filter((k) => k !== "store");
+    if (unknown.length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Snapshot parameter ${unknown.map((k) => `"${k}"`).join(", ")} is not supported ` +
+          `(only "store": "true" or "false")`,
+      );
+    }
+    const value = params?.store;
+    if (value !== undefined && value !== "true" && value !== "false") {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Snapshot parameter store="${value}" must be "true" or "false"`,
+      );
+    }
+    if (value === "true" && !this.#d.stored) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Snapshot parameter store="true": this plugin has no store (start it with --store)`,
+      );
+    }
+    return value === "false" ? undefined : this.#d.stored;
+  }
+
+  /** Backup parameters need a store. */
+  #checkBackupParameters(params: VolumeParameters): void {
+    if (params.backup && !this.#d.stored) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} need a store, ` +
+          `and this plugin has none (start it with --store)`,
+      );
+    }
+  }
+
+  /** The dataset properties of the volume's backups: its parameters, else the plugin's default. */
+  #backupProps(params: VolumeParameters): Record<string, string> {
+    const store = this.#d.config.store;
+    if (!store) return {};
+    const interval = params.backup?.intervalSeconds ?? store.defaultBackupIntervalSeconds;
+    const props: Record<string, string> = {};
+    if (interval > 0) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
+    if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
+    return props;
+  }
+
+  /**
+   * Before a volume goes: marks its backups in the store deleted, so they stay for the store's
+   * deleted retention. A store that cannot be reached does not stop the delete (the backups
+   * then stay until an operator removes them), but the log says so.
+   */
+  async #keepBackups(id: string, dataset: string): Promise<void> {
+    const stored = this.#d.stored;
+    if (!stored) return;
+    const props = await this.#d.zfs.getProperties(dataset, [STORE_UID_PROPERTY]);
+    const uid = props?.get(STORE_UID_PROPERTY);
+    if (!uid || uid.source !== "local") return;
+    try {
+      await stored.volumeDeleted(this.#nameOf(dataset), uid.value);
+    } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
+      this.#d.log.warn("could not mark the volume's backups deleted; they stay in the store", {
+        volumeId: id,
+        store: stored.description,
+        error: err,
+      });
+    }
+  }
+
+  #storedMessage(e: StoredEntry): Record<string, unknown> {
+    return {
+      size_bytes: String(e.sizeBytes),
+      snapshot_id: e.id,
+      source_volume_id: StoredSnapshots.sourceVolumeId(e),
+      creation_time: { seconds: String(e.creation), nanos: 0 },
+      ready_to_use: e.ready,
+    };
+  }
+
   /** Adds quota and refreservation from the parameters for a volume of `size` bytes. */
   #sizeProps(props: Record<string, string>, params: VolumeParameters, size: number): void {
     if (params.quota) props.quota = String(sizeOf(params.quota, size));
@@ -717,8 +906,13 @@ export class ControllerService {
     };
   }
 
-  #status(): Record<string, unknown> {
-    const problem = storageProblem(this.#d.health.last);
+  #status(dataset: string): Record<string, unknown> {
+    const backup = this.#d.scheduler?.status(dataset);
+    const problem = storageProblem(this.#d.health.last) ??
+      (backup?.lastError === undefined
+        ? undefined
+        : `Backups to ${this.#d.stored?.description ?? "the store"} are failing ` +
+          `(${backup.failures} in a row): ${backup.lastError}`);
     return {
       published_node_ids: [],
       volume_condition: {

@@ -1588,7 +1588,7 @@ Deno.test("ControllerService.CreateSnapshot refuses a missing name or parameters
     [
       snapshotReq("v1@n1", "s1", { parameters: { foo: "bar" } }),
       Code.INVALID_ARGUMENT,
-      "Snapshot parameters are not supported (got foo)",
+      'Snapshot parameter "foo" is not supported (only "store": "true" or "false")',
     ],
     [snapshotReq("v1@n2", "s1"), Code.FAILED_PRECONDITION, /lives on node "n2"/],
   ];

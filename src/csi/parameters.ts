@@ -10,6 +10,8 @@ import { Code, CsiError } from "../errors.ts";
 import { parseSize } from "../size.ts";
 import { checkProperty } from "../zfs/args.ts";
 import { MANAGED_PROPERTY } from "../zfs/names.ts";
+import type { KeepPolicy } from "../store/layout.ts";
+import { parseInterval, parseKeepPolicy } from "../store/policy.ts";
 
 /** How a parameter is checked. */
 export interface ParameterRule {
@@ -77,6 +79,24 @@ export const SIZE_PARAMETERS = {
   refreservation: "refreservation",
 } as const;
 
+/**
+ * Parameters of the volume's backups to the store (the plugin's `--store`), which the plugin
+ * records on the dataset for its backup scheduler.
+ */
+export const BACKUP_PARAMETERS = {
+  /** How often: a duration such as 15m or 1h; 0 turns scheduled backups off for the volume. */
+  interval: "backup_interval",
+  /** What to keep, e.g. `last=4,hourly=24,daily=14` (src/store/policy.ts). */
+  keep: "backup_keep",
+} as const;
+
+/** The backup parameters of a volume, as given. */
+export interface BackupSettings {
+  /** Seconds between scheduled backups (0: none); absent: the plugin's default. */
+  readonly intervalSeconds?: number;
+  readonly keep?: KeepPolicy;
+}
+
 /** A size parameter: the volume's capacity, or a fixed number of bytes. */
 export type SizeSetting = { readonly kind: "capacity" } | {
   readonly kind: "bytes";
@@ -91,6 +111,8 @@ export interface VolumeParameters {
   readonly quota?: SizeSetting;
   /** The `refreservation` parameter, which the plugin sets itself. */
   readonly refreservation?: SizeSetting;
+  /** The backup parameters, when any was given. */
+  readonly backup?: BackupSettings;
   /** Names among `properties` that only OpenZFS knows. */
   readonly openzfsOnly: readonly string[];
   /** The parameters in a canonical form, stored on the dataset to recognise a repeat. */
@@ -121,6 +143,7 @@ function sizeSetting(key: string, value: string): SizeSetting {
 export function isKnownParameter(key: string): boolean {
   // Own keys only: `in` would also find "constructor" and the other Object.prototype names.
   return Object.hasOwn(ZFS_PARAMETERS, key) || Object.hasOwn(SIZE_PARAMETERS, key) ||
+    key === BACKUP_PARAMETERS.interval || key === BACKUP_PARAMETERS.keep ||
     (USER_PROPERTY.test(key) && !key.startsWith(OWN_MODULE + ":"));
 }
 
@@ -140,6 +163,15 @@ function checkValue(key: string, value: string): void {
   }
   if (Object.hasOwn(SIZE_PARAMETERS, key)) {
     sizeSetting(key, value);
+    return;
+  }
+  if (key === BACKUP_PARAMETERS.interval || key === BACKUP_PARAMETERS.keep) {
+    try {
+      if (key === BACKUP_PARAMETERS.interval) parseInterval(value);
+      else parseKeepPolicy(value);
+    } catch (err) {
+      throw invalid(`Parameter ${key}="${value}": ${(err as Error).message}`);
+    }
     return;
   }
   const rule = Object.hasOwn(ZFS_PARAMETERS, key) ? ZFS_PARAMETERS[key] : undefined;
@@ -360,7 +392,8 @@ function checkPattern(flag: string, given: string, pattern: string): void {
   }
   throw new TypeError(
     `${flag} "${given}": "${pattern}" is not a parameter zfs-csi accepts ` +
-      `(a ZFS property of the README's list, quota, refreservation, module:name, module:* or *)`,
+      `(a ZFS property of the README's list, quota, refreservation, backup_interval, ` +
+      `backup_keep, module:name, module:* or *)`,
   );
 }
 
@@ -439,6 +472,7 @@ export function parseParameters(
   const openzfsOnly: string[] = [];
   let quota: SizeSetting | undefined;
   let refreservation: SizeSetting | undefined;
+  let backup: BackupSettings | undefined;
   for (const [key, value] of entries) {
     if (!isKnownParameter(key)) {
       throw invalid(
@@ -455,6 +489,14 @@ export function parseParameters(
     }
     if (key === SIZE_PARAMETERS.refreservation) {
       refreservation = sizeSetting(key, value);
+      continue;
+    }
+    if (key === BACKUP_PARAMETERS.interval) {
+      backup = { ...backup, intervalSeconds: parseInterval(value) };
+      continue;
+    }
+    if (key === BACKUP_PARAMETERS.keep) {
+      backup = { ...backup, keep: parseKeepPolicy(value) };
       continue;
     }
     if (Object.hasOwn(ZFS_PARAMETERS, key) && ZFS_PARAMETERS[key]?.openzfsOnly) {
@@ -476,6 +518,7 @@ export function parseParameters(
     properties,
     ...(quota ? { quota } : {}),
     ...(refreservation ? { refreservation } : {}),
+    ...(backup ? { backup } : {}),
     openzfsOnly,
     canonical: JSON.stringify(Object.fromEntries(entries)),
   };

@@ -768,7 +768,7 @@ Deno.test("resolveParameterPolicy refuses malformed flags, unknown names and bad
     [
       { allow: ["mountpoint=/etc"] },
       '--allow-parameter "mountpoint=/etc": "mountpoint" is not a parameter zfs-csi accepts ' +
-      "(a ZFS property of the README's list, quota, refreservation, module:name, module:* or *)",
+      "(a ZFS property of the README's list, quota, refreservation, backup_interval, backup_keep, module:name, module:* or *)",
     ],
     [{ allow: ["org.zfs-csi:managed=no"] }, /"org.zfs-csi:managed" is not a parameter/],
     [{ allow: ["org.zfs-csi:*=*"] }, /"org.zfs-csi:\*" is not a parameter/],

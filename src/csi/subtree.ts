@@ -18,9 +18,11 @@ import {
   MANAGED_PROPERTY,
   MANAGED_VALUE,
   parseDeletedAt,
+  STORED_PREFIX,
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
+import { BACKUP_PREFIX } from "../replicate/local.ts";
 
 /** Properties read of a dataset's subtree before it is deleted or purged. */
 export const SUBTREE_PROPERTIES = [
@@ -41,6 +43,16 @@ export const SIBLING_PROPERTIES = ["type", "origin", MANAGED_PROPERTY] as const;
 
 /** The hidden snapshot CreateVolume clones a volume from (see cloneSnapshotComponent). */
 const CLONE_COMPONENT = new RegExp(`^${CLONE_PREFIX.replace(".", "\\.")}[0-9a-f]{16}-\\d{1,12}$`);
+
+/** The snapshots the plugin takes for the store: scheduled backups and stored CSI snapshots. */
+const BACKUP_COMPONENT = new RegExp(`^${BACKUP_PREFIX.replace(".", "\\.")}\\d{1,12}$`);
+
+/** Whether a snapshot component is one the plugin takes for the store (destroyed with it). */
+export function isStoreComponent(component: string): boolean {
+  if (BACKUP_COMPONENT.test(component)) return true;
+  return component.startsWith(STORED_PREFIX) &&
+    decodeComponent(component.slice(STORED_PREFIX.length)) !== undefined;
+}
 
 /** Why something is in the way. */
 export type ObstacleKind =
@@ -189,7 +201,7 @@ export function checkSubtree(input: SubtreeInput): SubtreeCheck {
         continue;
       }
       ownSnapshots.push(name);
-    } else if (isCloneComponent(component)) {
+    } else if (isCloneComponent(component) || isStoreComponent(component)) {
       ownSnapshots.push(name);
     } else {
       obstacles.push({ kind: "snapshot", name });

@@ -148,3 +148,52 @@ export function loadKeyArgs(dataset: string): string[] {
 export function poolHealthArgs(pool: string): string[] {
   return ["list", "-H", "-o", "name,health", pool];
 }
+
+/** What `zfs send` sends. */
+export interface SendSpec {
+  /** The snapshot to send, `<dataset>@<name>`. */
+  readonly snapshot: string;
+  /**
+   * An earlier snapshot of the same dataset (or, on OpenZFS, a bookmark `<dataset>#<name>`): send
+   * only the changes since it (`-i`).
+   */
+  readonly base?: string;
+  /** Send an encrypted dataset's blocks as they are on disk (`-w`, OpenZFS only). */
+  readonly raw: boolean;
+}
+
+/**
+ * `zfs send [-w] [-i <base>] <snapshot>`, the stream on stdout.
+ * @throws {TypeError} when a name is not a snapshot or the base is of another dataset
+ */
+export function sendArgs(spec: SendSpec): string[] {
+  const { snapshot, base } = spec;
+  if (!snapshot.includes("@")) throw new TypeError(`"${snapshot}" is not a snapshot name`);
+  const dataset = snapshot.slice(0, snapshot.indexOf("@"));
+  if (base !== undefined && !base.startsWith(`${dataset}@`) && !base.startsWith(`${dataset}#`)) {
+    throw new TypeError(`Base "${base}" is not a snapshot of the dataset of "${snapshot}"`);
+  }
+  return [
+    "send",
+    ...(spec.raw ? ["-w"] : []),
+    ...(base !== undefined ? ["-i", base] : []),
+    snapshot,
+  ];
+}
+
+/** How `zfs receive` lands a stream. */
+export interface ReceiveOptions {
+  /** Leave the received filesystem unmounted (`-u`). */
+  readonly unmounted: boolean;
+}
+
+/**
+ * `zfs receive [-u] <target>`, the stream on stdin. Never `-F`: it would roll the target back
+ * to its newest snapshot or destroy snapshots missing from the stream, and a restore must never
+ * lose data that is already there; a target that changed makes zfs refuse instead. Never `-s`
+ * either: a killed receive then leaves nothing behind rather than a resumable partial state.
+ */
+export function receiveArgs(target: string, opts: ReceiveOptions): string[] {
+  if (target.includes("@")) throw new TypeError(`Receive into a dataset, not "${target}"`);
+  return ["receive", ...(opts.unmounted ? ["-u"] : []), target];
+}

@@ -229,6 +229,13 @@ export const DELETED_NAME_PROPERTY = "org.zfs-csi:deleted-name";
 export const CLONE_PREFIX = ".clone-";
 
 /**
+ * Prefix of the local snapshot a CSI snapshot kept in the store is taken as:
+ * `<dataset>@.stored-<encoded snapshot name>`. Hidden, the plugin's own: the stored copy is
+ * what the snapshot's id names.
+ */
+export const STORED_PREFIX = ".stored-";
+
+/**
  * The component a deleted dataset or snapshot is renamed to: `.deleted-<unix seconds>-<old>`,
  * cut to `maxBytes` (the full old name is kept in {@linkcode DELETED_NAME_PROPERTY}). It starts
  * with "." so no volume or snapshot id ever maps to it.

@@ -3,6 +3,8 @@
  * `deno compile` bakes into the binary) lets the plugin run zfs, zpool, mount and umount and
  * write only its own directories; everything else is refused. Shown by running
  * tests/fixtures/permission_probe.ts under exactly those flags and reading what it could do.
+ * A build for a store (ZFS_CSI_STORE_HOSTS) may connect to the store's host:port and nothing
+ * else: no other port, no other name for the same address, no redirect elsewhere.
  *
  * What --allow-run with bare names means (Deno 2.8.3, as measured below): each name is looked
  * up on PATH once, when the process starts, and only that resolved file may run afterwards.
@@ -24,6 +26,7 @@ import { fileURLToPath } from "node:url";
 import { PRODUCTION_DIRS, runtimeFlags } from "../../src/permissions.ts";
 import { compileArgs } from "../../tools/compile_args.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
+import { S3Server } from "../support/s3_server.ts";
 import { TestPool } from "../support/zfs_pool.ts";
 
 const PROBE = fileURLToPath(new URL("../fixtures/permission_probe.ts", import.meta.url));
@@ -48,27 +51,32 @@ async function onPath(name: string): Promise<string> {
   throw new Error(`${name} is not on PATH`);
 }
 
-/** Runs the probe under the production flags scoped to `allowed`; returns outcomes by check. */
+/**
+ * Runs the probe under the production flags scoped to `allowed` (and the store's `netHosts`,
+ * as ZFS_CSI_STORE_HOSTS adds them); returns outcomes by check. `args` are the mode's: the zfs
+ * path, the two ports of mode "net", the endpoint and bucket of mode "s3".
+ */
 async function probe(
   allowed: string,
   outside: string,
-  mode: "all" | "path",
+  mode: "all" | "path" | "net" | "s3",
   path: string,
-  zfs: string,
+  args: readonly string[],
+  store: { netHosts?: readonly string[]; env?: Record<string, string> } = {},
 ): Promise<{ outcomes: Map<string, Outcome>; pid: number }> {
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--quiet",
-      ...runtimeFlags({ dirs: [allowed] }),
+      ...runtimeFlags({ dirs: [allowed], netHosts: store.netHosts ?? [] }),
       PROBE,
       allowed,
       outside,
       mode,
-      zfs,
+      ...args,
     ],
     cwd: ROOT,
-    env: { PATH: path, CSI_ENDPOINT: `unix://${allowed}/csi.sock` },
+    env: { PATH: path, CSI_ENDPOINT: `unix://${allowed}/csi.sock`, ...store.env },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -99,6 +107,8 @@ const REFUSED = [
   "env PATH",
   "set env PATH",
   "env toObject",
+  "env AWS_PROFILE",
+  "env AWS_SHARED_CREDENTIALS_FILE",
   "write /etc",
   "write outside",
   "node:fs write outside",
@@ -141,6 +151,7 @@ const ALLOWED = [
   "node:net unix socket in the allowed dir",
   "statfs of the allowed dir",
   "env CSI_ENDPOINT",
+  "env AWS_SECRET_ACCESS_KEY",
   "plant zfs in a dir on PATH",
 ];
 
@@ -168,6 +179,17 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
   const extra = compileArgs({ extraDirs: ["/srv/csi"], output: "x" });
   assert.ok(extra.includes(`--allow-write=${[...PRODUCTION_DIRS, "/srv/csi"].join(",")}`));
   assert.deepEqual(PluginProcess.flags("/tmp/x"), runtimeFlags({ dirs: ["/tmp/x"] }));
+  // A store build: its host:port (ZFS_CSI_STORE_HOSTS) is the only network, in the same flags.
+  const store = compileArgs({ extraDirs: [], storeHosts: ["s3.example.com"], output: "x" });
+  const storeFlags = runtimeFlags({ dirs: [...PRODUCTION_DIRS], netHosts: ["s3.example.com"] });
+  assert.deepEqual(store.filter((a) => storeFlags.includes(a)), storeFlags);
+  assert.deepEqual(store.filter((a) => a.startsWith("--allow-net")), [
+    "--allow-net=s3.example.com:443",
+  ]);
+  assert.deepEqual(
+    PluginProcess.flags("/tmp/x", { netHosts: ["127.0.0.1:9000"] }),
+    runtimeFlags({ dirs: ["/tmp/x"], netHosts: ["127.0.0.1:9000"] }),
+  );
 });
 
 Deno.test("permissions: the production flags allow the four programs and the plugin's dirs, nothing else", async (t) => {
@@ -184,7 +206,7 @@ Deno.test("permissions: the production flags allow the four programs and the plu
     const zfs = await onPath("zfs");
     // The allowed dir goes first on PATH, as if an operator had put a writable dir there.
     const path = `${allowed}:${Deno.env.get("PATH") ?? ""}`;
-    const { outcomes, pid } = await probe(allowed, outside, "all", path, zfs);
+    const { outcomes, pid } = await probe(allowed, outside, "all", path, [zfs]);
     probePid = pid;
     const got = (name: string): Outcome => {
       const o = outcomes.get(name);
@@ -252,7 +274,7 @@ Deno.test("permissions: the production flags allow the four programs and the plu
           outside,
           "path",
           `${fake}:${Deno.env.get("PATH") ?? ""}`,
-          zfs,
+          [zfs],
         );
         assert.deepEqual(r.outcomes.get("run zfs by name"), {
           outcome: "ok",
@@ -280,4 +302,215 @@ Deno.test("permissions: the plugin serves under the production flags", async () 
   const probe = await plugin.client.identity("Probe", {});
   assert.equal(probe.ready.value, true);
   assert.ok(!plugin.logs().some((l) => /NotCapable|Requires .* access/.test(l)), "no refusals");
+});
+
+/** Two HTTP servers on 127.0.0.1: the "store" (which redirects /redirect) and another. */
+function twoServers(): {
+  store: Deno.HttpServer<Deno.NetAddr>;
+  other: Deno.HttpServer<Deno.NetAddr>;
+} {
+  const quiet = { hostname: "127.0.0.1", port: 0, onListen() {} };
+  const other = Deno.serve(quiet, () => new Response("other"));
+  const store = Deno.serve(
+    quiet,
+    (req) =>
+      new URL(req.url).pathname === "/redirect"
+        ? Response.redirect(`http://127.0.0.1:${other.addr.port}/`, 307)
+        : new Response("store"),
+  );
+  return { store, other };
+}
+
+Deno.test("permissions: a store build reaches the store's host:port and nothing else", async (t) => {
+  const allowed = await Deno.makeTempDir({ prefix: "zfs-csi-perm-net-" });
+  const { store, other } = twoServers();
+  try {
+    const [storePort, otherPort] = [store.addr.port, other.addr.port];
+    // The other server answers: a refusal below is Deno's, not a closed port.
+    assert.equal(await (await fetch(`http://127.0.0.1:${otherPort}/`)).text(), "other");
+    const { outcomes } = await probe(
+      allowed,
+      allowed,
+      "net",
+      Deno.env.get("PATH") ?? "",
+      [String(storePort), String(otherPort)],
+      { netHosts: [`127.0.0.1:${storePort}`] },
+    );
+    const got = (name: string): Outcome => {
+      const o = outcomes.get(name);
+      assert.ok(o, `the probe ran "${name}"`);
+      return o;
+    };
+
+    await t.step("the store's host:port works, by fetch, Deno.connect and node:net", () => {
+      assert.deepEqual(got("fetch the store"), { outcome: "ok", detail: "200: store" });
+      assert.equal(got("connect to the store").outcome, "ok");
+      assert.equal(got("node:net connect to the store").outcome, "ok");
+    });
+
+    await t.step("every other destination is refused with NotCapable", () => {
+      for (
+        const name of [
+          "fetch another port",
+          "connect to another port",
+          "node:net connect to another port",
+          "follow the store's redirect to another port",
+          "fetch the store's port by another name",
+          "fetch the store's port on ::1",
+          "fetch another host",
+          "listen on another port",
+          "resolveDns",
+        ]
+      ) {
+        const o = got(name);
+        assert.equal(o.outcome, "NotCapable", `${name} was not refused: ${o.outcome} ${o.detail}`);
+      }
+      assert.match(got("fetch another port").detail, new RegExp(`"127\\.0\\.0\\.1:${otherPort}"`));
+      assert.match(
+        got("follow the store's redirect to another port").detail,
+        new RegExp(`"127\\.0\\.0\\.1:${otherPort}"`),
+      );
+      assert.match(got("fetch the store's port by another name").detail, /"localhost:\d+"/);
+    });
+
+    await t.step("known gap: the grant covers listening on the store's address too", () => {
+      // Harmless: the store holds its port, and a remote store's address cannot be bound here.
+      assert.equal(got("listen on the store's port").outcome, "AddrInUse");
+    });
+  } finally {
+    await store.shutdown();
+    await other.shutdown();
+    await Deno.remove(allowed, { recursive: true });
+  }
+});
+
+const KEYS = { AWS_ACCESS_KEY_ID: "AKIDPERMTEST", AWS_SECRET_ACCESS_KEY: "perm-test-secret" };
+
+Deno.test("permissions: the plugin refuses to start, in one line, where the build cannot reach its store", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-perm-store-" });
+  const outside = await Deno.makeTempDir({ prefix: "zfs-csi-perm-store-out-" });
+  try {
+    const s3 = [
+      "--store",
+      "s3://bkt",
+      "--store-endpoint",
+      "http://127.0.0.1:9",
+      "--store-path-style",
+    ];
+    const cases = [
+      {
+        name: "an S3 host:port not in ZFS_CSI_STORE_HOSTS",
+        args: s3,
+        netHosts: [],
+        code: 1,
+        line: 'zfs-csi: cannot start: this build may not connect to the store at "127.0.0.1:9"; ' +
+          "rebuild with ZFS_CSI_STORE_HOSTS=127.0.0.1:9 deno task compile",
+      },
+      {
+        name: "a file store outside the build's directories",
+        args: ["--store", `file://${outside}`],
+        netHosts: [],
+        code: 1,
+        line: `zfs-csi: cannot start: this build may not read and write the store directory ` +
+          `"${outside}"; rebuild with ZFS_CSI_EXTRA_DIRS=${outside} deno task compile`,
+      },
+      {
+        name: "a credentials file not in ZFS_CSI_EXTRA_READ_FILES",
+        args: [...s3, "--store-credentials-file", `${outside}/s3.ini`],
+        netHosts: ["127.0.0.1:9"],
+        code: 2,
+        line: `zfs-csi: --store-credentials-file "${outside}/s3.ini" cannot be read: this build ` +
+          `may not read the file "${outside}/s3.ini"; rebuild with ` +
+          `ZFS_CSI_EXTRA_READ_FILES=${outside}/s3.ini deno task compile`,
+      },
+    ];
+    await Deno.writeTextFile(`${outside}/s3.ini`, "aws_access_key_id=A\naws_secret_access_key=B\n");
+    for (const c of cases) {
+      await t.step(c.name, async () => {
+        await using plugin = await PluginProcess.start({
+          parentDataset: "nopool/nomad",
+          dir,
+          extraArgs: c.args,
+          env: KEYS,
+          scope: { netHosts: c.netHosts },
+          waitReady: false,
+        });
+        const status = await plugin.status;
+        await plugin.stop();
+        assert.equal(status.code, c.code, plugin.logs().join("\n"));
+        assert.deepEqual(plugin.logs().filter((l) => l.startsWith("zfs-csi:")), [c.line]);
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
+Deno.test("permissions: the plugin serves under the production flags plus its store's grants", async () => {
+  await using pool = await TestPool.create();
+  const { store, other } = twoServers();
+  const creds = await Deno.makeTempDir({ prefix: "zfs-csi-perm-creds-" });
+  try {
+    const file = `${creds}/s3.ini`;
+    await Deno.writeTextFile(
+      file,
+      "[default]\naws_access_key_id=AKIDFILE\naws_secret_access_key=file-secret\n",
+    );
+    const host = `127.0.0.1:${store.addr.port}`;
+    await using plugin = await PluginProcess.start({
+      parentDataset: pool.parent,
+      dir: pool.dir,
+      extraArgs: [
+        "--store",
+        "s3://bkt/cluster",
+        "--store-endpoint",
+        `http://${host}`,
+        "--store-path-style",
+        "--store-credentials-file",
+        file,
+      ],
+      env: KEYS,
+      scope: { netHosts: [host], readFiles: [file] },
+    });
+    assert.equal((await plugin.client.identity("Probe", {})).ready.value, true);
+    const logs = plugin.logs().join("\n");
+    assert.ok(!/NotCapable|Requires .* access|cannot start/.test(logs), logs);
+    for (const secret of ["file-secret", "AKIDFILE", KEYS.AWS_SECRET_ACCESS_KEY]) {
+      assert.ok(!logs.includes(secret), `a credential reached the log: ${secret}`);
+    }
+  } finally {
+    await store.shutdown();
+    await other.shutdown();
+    await Deno.remove(creds, { recursive: true });
+  }
+});
+
+Deno.test("permissions: a store build signs and sends S3 requests to a real S3 server", async () => {
+  await using server = await S3Server.start();
+  const allowed = await Deno.makeTempDir({ prefix: "zfs-csi-perm-s3-" });
+  try {
+    const { outcomes } = await probe(
+      allowed,
+      allowed,
+      "s3",
+      Deno.env.get("PATH") ?? "",
+      [server.endpoint.origin, server.bucket],
+      {
+        netHosts: [server.endpoint.host],
+        env: {
+          AWS_ACCESS_KEY_ID: server.accessKeyId,
+          AWS_SECRET_ACCESS_KEY: server.secretAccessKey,
+        },
+      },
+    );
+    assert.deepEqual(Object.fromEntries(outcomes), {
+      "s3 put": { outcome: "ok", detail: "2" },
+      "s3 get": { outcome: "ok", detail: "hi" },
+      "s3 list": { outcome: "ok", detail: "k/x" },
+      "s3 delete": { outcome: "ok", detail: "" },
+    });
+  } finally {
+    await Deno.remove(allowed, { recursive: true });
+  }
 });

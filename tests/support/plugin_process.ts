@@ -5,7 +5,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { runtimeFlags } from "../../src/permissions.ts";
+import { type PermissionScope, runtimeFlags } from "../../src/permissions.ts";
 import { CsiClient } from "./csi_client.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -30,6 +30,14 @@ export interface PluginOptions {
   readonly logLevel?: string;
   /** Wait until Probe answers ready (default true). */
   readonly waitReady?: boolean;
+  /**
+   * What the build may reach besides `dir`, as a production build would with ZFS_CSI_STORE_HOSTS,
+   * ZFS_CSI_EXTRA_DIRS and ZFS_CSI_EXTRA_READ_FILES: the store's host:port, its directory, a
+   * credentials file.
+   */
+  readonly scope?: Omit<PermissionScope, "dirs"> & { readonly extraDirs?: readonly string[] };
+  /** Variables added to the test's environment for the plugin (e.g. AWS_ACCESS_KEY_ID). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** A running plugin process with a client connected to it. */
@@ -63,8 +71,12 @@ export class PluginProcess implements AsyncDisposable {
   }
 
   /** The flags the plugin runs with in tests: the production flags, scoped to test dirs. */
-  static flags(dir: string): string[] {
-    return runtimeFlags({ dirs: [dir] });
+  static flags(dir: string, scope: PluginOptions["scope"] = {}): string[] {
+    return runtimeFlags({
+      dirs: [dir, ...scope.extraDirs ?? []],
+      ...(scope.netHosts ? { netHosts: scope.netHosts } : {}),
+      ...(scope.readFiles ? { readFiles: scope.readFiles } : {}),
+    });
   }
 
   /** Starts the plugin and (by default) waits until it is ready. */
@@ -76,7 +88,7 @@ export class PluginProcess implements AsyncDisposable {
       "run",
       "--quiet",
       "--frozen",
-      ...PluginProcess.flags(opts.dir),
+      ...PluginProcess.flags(opts.dir, opts.scope),
       `${ROOT}main.ts`,
       "--parent-dataset",
       opts.parentDataset,
@@ -97,6 +109,7 @@ export class PluginProcess implements AsyncDisposable {
     const child = new Deno.Command(deno, {
       args,
       cwd: ROOT,
+      ...(opts.env ? { env: opts.env } : {}),
       stdin: "null",
       stdout: "null",
       stderr: "piped",

@@ -74,7 +74,7 @@ rc=0
 if [ "${#files[@]}" -gt 0 ]; then
   step "./tools/deno test (integration permissions) ${files[*]}"
   NO_COLOR=1 ./tools/deno test --frozen --allow-run --allow-read --allow-write --allow-env \
-    --allow-sys "${files[@]}" 2>&1 | tee "$out/test.log" || rc=$?
+    --allow-sys --allow-net=127.0.0.1 "${files[@]}" 2>&1 | tee "$out/test.log" || rc=$?
   # The summary line tools/test.sh prints, so the host reads both runs alike.
   awk '/^(ok|FAILED) \| [0-9]+ passed/ {
     for (i = 1; i <= NF; i++) { if ($i == "passed") p += $(i-1); if ($i == "failed") f += $(i-1) }

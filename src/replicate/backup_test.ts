@@ -1,0 +1,380 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { Code } from "../errors.ts";
+import { parseManifest, parseVolumeRecord } from "../store/chain.ts";
+import { manifestsPrefix, type SnapshotManifest, volumeRecordKey } from "../store/layout.ts";
+import { StoreError } from "../store/store.ts";
+import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
+import {
+  FakeStreamRunner,
+  joinChunks,
+  patternChunks,
+} from "../../tests/support/fake_stream_runner.ts";
+import { sendToStore } from "./send.ts";
+import {
+  type BackupHarness,
+  backupHarness,
+  PARENT,
+  T0,
+  UID_PROPERTY,
+} from "../../tests/support/backup_harness.ts";
+import {
+  BACKUP_INTERVAL_PROPERTY,
+  BACKUP_KEEP_PROPERTY,
+  BACKUP_LAST_PROPERTY,
+  type BackupOutcome,
+  backupSnapshot,
+  backupVolume,
+} from "./backup.ts";
+
+const HOUR = 3_600_000;
+const RECORD = {
+  format: 1,
+  name: "pg",
+  uid: "0".repeat(32),
+  createdAt: "2024-01-01T00:00:00.000Z",
+  capacityBytes: 0,
+  parameters: {},
+  node: "node-9",
+};
+const decoder = new TextDecoder();
+
+/** Every manifest of volume `key` in the store, oldest guid first. */
+function manifests(h: BackupHarness, key = "pg"): SnapshotManifest[] {
+  return h.store.keys().filter((k) => k.startsWith(manifestsPrefix(key)))
+    .map((k) => parseManifest(h.store.peek(k)!));
+}
+
+function stored(outcome: BackupOutcome) {
+  assert.equal(outcome.status, "stored");
+  return outcome as Extract<BackupOutcome, { status: "stored" }>;
+}
+
+/** Snapshot components of `dataset`, in name order. */
+function snapshotsOf(h: BackupHarness, dataset: string): string[] {
+  return h.pool.names().filter((n) => n.startsWith(`${dataset}@`))
+    .map((n) => n.slice(dataset.length + 1));
+}
+
+Deno.test("backupVolume stores a full stream first, records the volume, sets backup-last", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg", {
+    [BACKUP_INTERVAL_PROPERTY]: "900",
+    [BACKUP_KEEP_PROPERTY]: "last=4,daily=7",
+    "org.zfs-csi:parameters": '{"compression":"lz4"}',
+  });
+  // The uid goes on the dataset before the record is written (see storeUid).
+  const order: string[] = [];
+  h.pool.hook = (argv) => {
+    if (argv[1] === "set" && argv[2]!.startsWith(UID_PROPERTY)) {
+      order.push(`uid set; record ${h.store.keys().length > 0 ? "written" : "absent"}`);
+    }
+    return undefined;
+  };
+  const out = stored(await backupVolume(h.deps, ds));
+  assert.deepEqual(order, ["uid set; record absent"]);
+  const uid = h.pool.value(ds, UID_PROPERTY)!;
+  assert.match(uid, /^[0-9a-f]{32}$/);
+  const record = parseVolumeRecord(h.store.peek(volumeRecordKey("pg"))!);
+  assert.equal(record.uid, uid);
+  assert.equal(record.name, "pg");
+  assert.equal(record.node, "node-1");
+  assert.equal(record.capacityBytes, 1 << 30);
+  assert.deepEqual(record.parameters, { compression: "lz4" });
+  assert.deepEqual(record.schedule, {
+    intervalSeconds: 900,
+    keep: { last: 4, hourly: 0, daily: 7, weekly: 0 },
+  });
+  const [m] = manifests(h);
+  assert.deepEqual(out.manifest, m);
+  assert.equal(m!.baseGuid, null);
+  assert.equal(m!.kind, "scheduled");
+  assert.equal(m!.volumeUid, uid);
+  assert.equal(m!.snapshot, `.backup-${T0 / 1000}`);
+  assert.equal(m!.guid, h.pool.value(`${ds}@.backup-${T0 / 1000}`, "guid"));
+  assert.equal(m!.createdAt, new Date(T0).toISOString());
+  assert.equal(decoder.decode(h.store.peek(m!.stream)), `full > ${ds}@.backup-${T0 / 1000}`);
+  assert.equal(h.sends[0]?.base, undefined);
+  assert.equal(h.pool.value(ds, BACKUP_LAST_PROPERTY), String(T0 / 1000));
+  h.runner.assertNoUnexpected();
+});
+
+Deno.test("backupVolume sends incrementally from the last stored backup, then destroys it", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  const first = stored(await backupVolume(h.deps, ds));
+  h.clock.ms += HOUR;
+  const second = stored(await backupVolume(h.deps, ds));
+  assert.equal(second.manifest.baseGuid, first.manifest.guid);
+  assert.equal(h.sends[1]?.base, `${ds}@.backup-${T0 / 1000}`);
+  assert.deepEqual(second.destroyed, [`${ds}@.backup-${T0 / 1000}`]);
+  assert.deepEqual(snapshotsOf(h, ds), [`.backup-${(T0 + HOUR) / 1000}`]);
+  // No keep policy: nothing pruned from the store.
+  assert.equal(manifests(h).length, 2);
+  h.runner.assertNoUnexpected();
+});
+
+Deno.test("backupVolume bases on a newer CSI snapshot the store holds, not on one it lacks", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  await backupVolume(h.deps, ds);
+  h.clock.ms += HOUR;
+  const csi = h.snapshot(ds, "nightly");
+  const requested = stored(
+    await backupSnapshot(h.deps, { dataset: ds, snapshot: csi, csiName: "nightly" }),
+  );
+  assert.equal(requested.manifest.kind, "requested");
+  assert.equal(requested.manifest.csiName, "nightly");
+  assert.equal(h.sends[1]?.base, `${ds}@.backup-${T0 / 1000}`);
+  // Newer still, but not in the store: never a base. Neither are hidden snapshots of others.
+  h.snapshot(ds, "not-stored");
+  h.snapshot(ds, ".clone-0123456789abcdef-1");
+  h.clock.ms += HOUR;
+  const next = stored(await backupVolume(h.deps, ds));
+  assert.equal(h.sends[2]?.base, csi);
+  assert.equal(next.manifest.baseGuid, requested.manifest.guid);
+  // The user's snapshots stay; the older backup snapshot goes.
+  assert.deepEqual(snapshotsOf(h, ds), [
+    `.backup-${(T0 + 2 * HOUR) / 1000}`,
+    ".clone-0123456789abcdef-1",
+    "nightly",
+    "not-stored",
+  ]);
+});
+
+Deno.test("backupSnapshot of a snapshot already stored sends nothing", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  const csi = h.snapshot(ds, "nightly");
+  const first = stored(await backupSnapshot(h.deps, { dataset: ds, snapshot: csi, csiName: "n" }));
+  const again = stored(await backupSnapshot(h.deps, { dataset: ds, snapshot: csi, csiName: "n" }));
+  assert.equal(again.sent, false);
+  assert.deepEqual(again.manifest, first.manifest);
+  assert.equal(h.sends.length, 1);
+  await assertRejectsCsi(
+    backupSnapshot(h.deps, { dataset: ds, snapshot: `${ds}@gone`, csiName: "gone" }),
+    Code.NOT_FOUND,
+    /gone/,
+  );
+});
+
+Deno.test("backupVolume starts a new full stream when the chain is long or old", async () => {
+  const h = backupHarness({ maxChainLength: 3, maxChainAgeMs: 10 * HOUR });
+  const ds = h.volume("pg");
+  const bases: (string | undefined)[] = [];
+  for (let i = 0; i < 5; i++) {
+    stored(await backupVolume(h.deps, ds));
+    bases.push(h.sends.at(-1)!.base?.replace(/.*@\.backup-/, ""));
+    h.clock.ms += HOUR;
+  }
+  const s = (hours: number) => String((T0 + hours * HOUR) / 1000);
+  assert.deepEqual(bases, [undefined, s(0), s(1), undefined, s(3)]);
+  // Old: a full stream again once the chain's full stream is 10 hours old.
+  h.clock.ms += 10 * HOUR;
+  await backupVolume(h.deps, ds);
+  assert.equal(h.sends.at(-1)!.base, undefined);
+});
+
+Deno.test("backupVolume refuses a store record of another uid, before taking a snapshot", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  // Another volume once wrote under this name.
+  const record = { ...RECORD, uid: "f".repeat(32), deletedAt: "2024-01-01T00:00:00.000Z" };
+  h.store.poke(volumeRecordKey("pg"), new TextEncoder().encode(JSON.stringify(record)));
+  const sends = h.sends.length;
+  await assertRejectsCsi(
+    backupVolume(h.deps, ds),
+    Code.FAILED_PRECONDITION,
+    /belongs to another volume of this name \(uid f{32}, deleted at 2024-01-01T00:00:00.000Z; this volume's uid is [0-9a-f]{32}\)/,
+  );
+  assert.equal(h.sends.length, sends);
+  assert.deepEqual(snapshotsOf(h, ds), []);
+});
+
+Deno.test("backupVolume clears deletedAt of its own record", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  await backupVolume(h.deps, ds);
+  const key = volumeRecordKey("pg");
+  const text = decoder.decode(h.store.peek(key));
+  const deleted = { ...JSON.parse(text), deletedAt: "2024-01-01T00:30:00.000Z" };
+  h.store.poke(key, new TextEncoder().encode(JSON.stringify(deleted)));
+  h.clock.ms += HOUR;
+  await backupVolume(h.deps, ds);
+  assert.equal(parseVolumeRecord(h.store.peek(key)!).deletedAt, undefined);
+});
+
+Deno.test("a failed upload leaves no manifest; the next backup drops its snapshot", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  const first = stored(await backupVolume(h.deps, ds));
+  h.clock.ms += HOUR;
+  h.failSend = new StoreError("unavailable", "store down");
+  await assert.rejects(backupVolume(h.deps, ds), /store down/);
+  assert.equal(manifests(h).length, 1);
+  assert.equal(h.pool.value(ds, BACKUP_LAST_PROPERTY), String(T0 / 1000));
+  h.clock.ms += HOUR;
+  await assert.rejects(backupVolume(h.deps, ds), /store down/);
+  // Only the stored one and the last failed one: a long outage leaves no pile of snapshots.
+  assert.deepEqual(snapshotsOf(h, ds), [
+    `.backup-${T0 / 1000}`,
+    `.backup-${(T0 + 2 * HOUR) / 1000}`,
+  ]);
+  h.failSend = undefined;
+  h.clock.ms += HOUR;
+  const next = stored(await backupVolume(h.deps, ds));
+  assert.equal(next.manifest.baseGuid, first.manifest.guid);
+  assert.deepEqual(snapshotsOf(h, ds), [`.backup-${(T0 + 3 * HOUR) / 1000}`]);
+});
+
+Deno.test("backupVolume destroys only .backup-* snapshots of that very dataset", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  const neighbour = h.volume("pg2");
+  await backupVolume(h.deps, ds);
+  const untouchable = [
+    h.snapshot(ds, "csi-snap"),
+    h.snapshot(ds, ".backup-x1"),
+    h.snapshot(ds, ".backupx-1"),
+    h.snapshot(ds, ".deleted-1700000000-.backup-1"),
+    h.snapshot(neighbour, ".backup-1"),
+  ];
+  h.pool.add(`${ds}/child`);
+  h.pool.add(`${ds}/child@.backup-1`);
+  h.clock.ms += HOUR;
+  const out = stored(await backupVolume(h.deps, ds));
+  assert.deepEqual(out.destroyed, [`${ds}@.backup-${T0 / 1000}`]);
+  for (const name of [...untouchable, `${ds}/child@.backup-1`]) assert.ok(h.pool.has(name), name);
+  const destroyed = h.runner.argvs.filter((a) => a[1] === "destroy");
+  assert.deepEqual(destroyed, [["zfs", "destroy", `${ds}@.backup-${T0 / 1000}`]]);
+});
+
+Deno.test("backupVolume holds the volume's lock around zfs steps, never during the upload", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  let heldDuringSend: boolean | undefined;
+  h.onSend = () => {
+    heldDuringSend = h.locks.isHeld(ds);
+  };
+  const held: boolean[] = [];
+  h.pool.hook = (argv) => {
+    if (argv[1] !== "get") held.push(h.locks.isHeld(ds));
+    return undefined;
+  };
+  await backupVolume(h.deps, ds);
+  assert.equal(heldDuringSend, false);
+  // uid set, snapshot, backup-last set: each under the lock.
+  assert.ok(held.length >= 2 && held.every((x) => x), JSON.stringify(held));
+  // With skipIfBusy, a held lock means no backup at all.
+  const lock = h.locks.tryAcquire([ds])!;
+  const sends = h.sends.length;
+  assert.deepEqual(await backupVolume(h.deps, ds, { skipIfBusy: true }), { status: "busy" });
+  assert.equal(h.sends.length, sends);
+  lock.release();
+});
+
+Deno.test("backupVolume prunes the store by the keep policy, manifest before stream", async () => {
+  const h = backupHarness({ maxChainLength: 2 });
+  const ds = h.volume("pg", { [BACKUP_KEEP_PROPERTY]: "last=2" });
+  const deletes: string[] = [];
+  const del = h.store.delete.bind(h.store);
+  h.store.delete = (key: string) => {
+    deletes.push(key.replace(/^v1\/volumes\/pg\//, "").replace(/-[0-9a-f]+\.zfs$/, ".zfs"));
+    return del(key);
+  };
+  const guids: string[] = [];
+  for (let i = 0; i < 5; i++) {
+    guids.push(stored(await backupVolume(h.deps, ds)).manifest.guid);
+    h.clock.ms += HOUR;
+  }
+  // Chains [1 2] [3 4] [5]: last=2 keeps 4 and 5, and 3 as 4's base.
+  const hex = (g: string) => BigInt(g).toString(16).padStart(16, "0");
+  assert.deepEqual(manifests(h).map((m) => m.guid).sort(), guids.slice(2).sort());
+  assert.deepEqual(deletes, [
+    `snapshots/${hex(guids[1]!)}.json`,
+    `streams/${hex(guids[1]!)}.zfs`,
+    `snapshots/${hex(guids[0]!)}.json`,
+    `streams/${hex(guids[0]!)}.zfs`,
+  ]);
+});
+
+Deno.test("backupVolume refuses what is not a volume of the plugin", async () => {
+  const h = backupHarness();
+  h.pool.add(`${PARENT}/foreign`);
+  await assertRejectsCsi(
+    backupVolume(h.deps, `${PARENT}/foreign`),
+    Code.FAILED_PRECONDITION,
+    /not a volume of zfs-csi/,
+  );
+  await assertRejectsCsi(backupVolume(h.deps, `${PARENT}/gone`), Code.NOT_FOUND, /gone/);
+  await assertRejectsCsi(
+    backupVolume(h.deps, `${PARENT}/.deleted-1-pg`),
+    Code.INVALID_ARGUMENT,
+    /not a volume below/,
+  );
+  assert.deepEqual(h.sends, []);
+});
+
+Deno.test("backupVolume stops when the dataset was replaced while the store was read", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  await backupVolume(h.deps, ds);
+  const list = h.store.list.bind(h.store);
+  h.store.list = (prefix: string) => {
+    // A delete and a create of the same name meanwhile: a dataset without the uid.
+    h.pool.setValue(ds, UID_PROPERTY, ["-", "-"]);
+    return list(prefix);
+  };
+  h.clock.ms += HOUR;
+  await assertRejectsCsi(backupVolume(h.deps, ds), Code.ABORTED, /was replaced/);
+  assert.equal(h.sends.length, 1);
+  assert.deepEqual(snapshotsOf(h, ds), [`.backup-${T0 / 1000}`]);
+});
+
+Deno.test("backupVolume sends an encrypted dataset raw, and reads zfs without encryption", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg", { encryption: "aes-256-gcm" });
+  const out = stored(await backupVolume(h.deps, ds));
+  assert.equal(h.sends[0]?.raw, true);
+  assert.equal(out.manifest.raw, true);
+  // zfs-fuse: "encryption" is refused; asked once, then left out.
+  const z = backupHarness();
+  const plain = z.volume("pg");
+  z.pool.hook = (argv) =>
+    argv[1] === "get" && argv.some((a) => a.split(",").includes("encryption"))
+      ? { code: 2, stderr: "bad property list: invalid property 'encryption'\n" }
+      : undefined;
+  stored(await backupVolume(z.deps, plain));
+  z.clock.ms += HOUR;
+  stored(await backupVolume(z.deps, plain));
+  assert.equal(z.sends[0]?.raw, false);
+  const refused = z.runner.argvs.filter((a) =>
+    a[1] === "get" && a.join(" ").includes("encryption")
+  );
+  // The first volume read and unknownProperties' question, then never again.
+  assert.equal(refused.length, 2);
+});
+
+Deno.test("backupVolume drives the real sendToStore: zfs send -i <base>, the bytes as sent", async () => {
+  const chunks = patternChunks(50_000, 4096);
+  const streams = new FakeStreamRunner(() => ({ stdout: chunks }));
+  const h = backupHarness();
+  const deps = {
+    ...h.deps,
+    send: (spec: Parameters<typeof sendToStore>[1]) =>
+      sendToStore({ streams, zfsPath: "zfs", store: h.store, log: h.deps.log }, spec),
+  };
+  const ds = h.volume("pg");
+  await backupVolume(deps, ds);
+  h.clock.ms += HOUR;
+  const out = stored(await backupVolume(deps, ds));
+  const [t0, t1] = [T0 / 1000, T0 / 1000 + 3600];
+  assert.deepEqual(streams.processes.map((p) => p.argv), [
+    ["zfs", "send", `${ds}@.backup-${t0}`],
+    ["zfs", "send", "-i", `${ds}@.backup-${t0}`, `${ds}@.backup-${t1}`],
+  ]);
+  assert.deepEqual(h.store.peek(out.manifest.stream), joinChunks(chunks));
+  assert.equal(out.manifest.size, 50_000);
+  const digest = createHash("sha256").update(joinChunks(chunks)).digest("hex");
+  assert.equal(out.manifest.sha256, digest);
+});

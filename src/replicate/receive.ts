@@ -1,0 +1,278 @@
+/**
+ * Store to `zfs receive`: a stored stream reaches zfs only once it is known to be the one its
+ * manifest describes. The stream is hashed as it downloads and passed on with its last chunk
+ * held back; only when the whole download's size and SHA-256 match the manifest is that chunk
+ * written and stdin closed. Otherwise zfs receive is stopped short of that chunk (its stdin cut,
+ * then a kill if it does not exit), and a receive without `-s` that fails leaves nothing: zfs
+ * never completes a stream that was not checked.
+ */
+
+import { createHash } from "node:crypto";
+import type { ZfsError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { StreamedExit, StreamRunner } from "../run.ts";
+import type { SnapshotManifest } from "../store/layout.ts";
+import type { Store } from "../store/store.ts";
+import { receiveArgs } from "../zfs/args.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import { ReplicateError } from "./errors.ts";
+import { streamedZfsError } from "./zfs_stream.ts";
+
+/** What {@linkcode receiveFromStore} works with. */
+export interface ReceiveDeps {
+  readonly streams: StreamRunner;
+  readonly zfsPath: string;
+  /** Reads the received snapshot's guid. */
+  readonly zfs: Zfs;
+  readonly store: Store;
+  readonly log: Logger;
+  /**
+   * How long a stopped zfs receive may take to fail on its own and clean up before it is killed
+   * (default {@linkcode STOP_WAIT_MS}).
+   */
+  readonly stopWaitMs?: number;
+}
+
+/**
+ * Default of {@linkcode ReceiveDeps.stopWaitMs}: removing a large partly received dataset
+ * takes a while, and zfs removes it only if it is not killed first.
+ */
+export const STOP_WAIT_MS = 60_000;
+
+/** One stored stream and the dataset it is received into. */
+export interface ReceiveSpec {
+  readonly manifest: SnapshotManifest;
+  /** The dataset to receive into: absent for a full stream; for an incremental, holding the base. */
+  readonly target: string;
+  /** Stops the download and zfs receive. */
+  readonly signal?: AbortSignal;
+}
+
+/** A failed write to zfs receive's stdin: zfs stopped reading, and its stderr says why. */
+class StdinClosed extends Error {}
+
+/**
+ * Receives one stored stream into `spec.target` (unmounted), checked against its manifest, and
+ * makes sure the snapshot zfs made has the manifest's guid. Never destroys or rolls back.
+ * @throws {ReplicateError} checksum when the download is not the manifest's bytes (nothing was
+ *   received); guid when the received snapshot is another one
+ * @throws {ZfsError} classified, when zfs receive fails
+ * @throws {StoreError} when the download fails
+ * @throws the signal's reason when aborted
+ */
+export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Promise<void> {
+  const { manifest, target, signal } = spec;
+  signal?.throwIfAborted();
+  const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
+  const started = performance.now();
+  const download = await deps.store.getStream(manifest.stream, signal ? { signal } : {});
+  const argv = [deps.zfsPath, ...receiveArgs(target, { unmounted: true })];
+  log.debug("receive started", { argv });
+  // No signal for spawn: an abort stops zfs receive the careful way below, not by a kill.
+  let child;
+  try {
+    child = deps.streams.spawn(argv, { stdin: "piped" });
+  } catch (err) {
+    await download.cancel().catch(() => {});
+    throw err;
+  }
+  const reader = download.getReader();
+  const writer = child.stdin!.getWriter();
+  const digest = new Digest(manifest);
+  let stopping: Promise<StreamedExit> | undefined;
+  // zfs sees its input end short of the last chunk (which holds the END record's last bytes), so
+  // it fails, removes what it made, and exits. A kill comes only if it does not exit in time:
+  // zfs-fuse's daemon, which does the receive, goes on after its client is killed until the pipe
+  // closes, and removes the partial dataset later, after this call returned.
+  const stop = () =>
+    stopping ??= (async () => {
+      const closed = writer.abort(new Error("stopped")).catch(() => {});
+      const timer = setTimeout(() => child.kill(), deps.stopWaitMs ?? STOP_WAIT_MS);
+      try {
+        return await child.exit;
+      } finally {
+        clearTimeout(timer);
+        await closed;
+      }
+    })();
+  signal?.addEventListener("abort", stop, { once: true });
+  try {
+    await pump(reader, writer, digest);
+  } catch (err) {
+    const exit = await stop();
+    signal?.throwIfAborted();
+    if (!(err instanceof StdinClosed)) throw err;
+    const zfsError = streamedZfsError(argv, exit);
+    throw await damagedInstead(zfsError, reader, digest, log) ?? zfsError;
+  } finally {
+    signal?.removeEventListener("abort", stop);
+    await reader.cancel().catch(() => {});
+  }
+  const exit = await child.exit;
+  if (exit.code !== 0) throw streamedZfsError(argv, exit);
+  const snapshot = `${target}@${manifest.snapshot}`;
+  const guid = (await deps.zfs.getProperties(snapshot, ["guid"]))?.get("guid")?.value;
+  if (guid !== manifest.guid) {
+    throw new ReplicateError(
+      "guid",
+      `Received "${snapshot}" from "${manifest.stream}" in ${deps.store.description}, but its ` +
+        `guid is ${guid ?? "missing"}, not the manifest's ${manifest.guid}`,
+    );
+  }
+  log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
+}
+
+/** Copies the download to stdin, holding back the last chunk until the whole download checks. */
+async function pump(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  writer: WritableStreamDefaultWriter<Uint8Array>,
+  digest: Digest,
+): Promise<void> {
+  const toZfs = (p: Promise<void>) =>
+    p.catch((err: unknown) => {
+      throw new StdinClosed("zfs receive stopped reading", { cause: err });
+    });
+  let held: Uint8Array | undefined;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    // An empty chunk must not push out the held one: the held chunk holds the last byte.
+    if (value.length === 0) continue;
+    digest.update(value);
+    if (held !== undefined) await toZfs(writer.write(held));
+    held = value;
+  }
+  digest.check();
+  if (held !== undefined) await toZfs(writer.write(held));
+  await toZfs(writer.close());
+}
+
+/**
+ * When zfs refused the stream as malformed (OpenZFS checks each record as it reads), whether
+ * the stored bytes are damaged: reads the rest of the download (hashing only) to tell. A zfs
+ * failure of another kind (no space, a target that exists) is zfs's to report.
+ */
+async function damagedInstead(
+  zfsError: ZfsError,
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  digest: Digest,
+  log: Logger,
+): Promise<ReplicateError | undefined> {
+  if (zfsError.kind !== "invalid" && zfsError.kind !== "unknown") return undefined;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      digest.update(value);
+    }
+    digest.check();
+    return undefined;
+  } catch (err) {
+    if (err instanceof ReplicateError) {
+      return new ReplicateError(err.kind, err.message, { cause: zfsError });
+    }
+    log.warn("could not read the rest of a stream zfs refused", { error: err });
+    return undefined;
+  }
+}
+
+/** Size and SHA-256 of a download so far, and the check of both against the manifest. */
+class Digest {
+  readonly #manifest: SnapshotManifest;
+  readonly #hash = createHash("sha256");
+  #size = 0;
+  #sha256: string | undefined;
+
+  constructor(manifest: SnapshotManifest) {
+    this.#manifest = manifest;
+  }
+
+  /** Adds a chunk; a download longer than the manifest's size fails at once. */
+  update(chunk: Uint8Array): void {
+    this.#hash.update(chunk);
+    this.#size += chunk.length;
+    if (this.#size > this.#manifest.size) this.#fail(`more than ${this.#manifest.size} bytes`);
+  }
+
+  /** Checks the whole download. */
+  check(): void {
+    const { size, sha256 } = this.#manifest;
+    if (this.#size !== size) this.#fail(`${this.#size} bytes, not ${size}`);
+    // A hash gives its digest once; a second check (after zfs refused the last chunk) reuses it.
+    const got = this.#sha256 ??= this.#hash.digest("hex");
+    if (got !== sha256) this.#fail(`SHA-256 ${got}, not ${sha256}`);
+  }
+
+  #fail(what: string): never {
+    const m = this.#manifest;
+    throw new ReplicateError(
+      "checksum",
+      `Stored stream "${m.stream}" of snapshot "${m.snapshot}" of volume "${m.volume}" is not ` +
+        `what its manifest says (${what}): the stored bytes changed or are damaged; nothing was ` +
+        `received from it`,
+    );
+  }
+}
+
+/** A chain of stored snapshots and the dataset it is received into. */
+export interface RestoreSpec {
+  /** Manifests, the full stream first, each next one incremental from the one before. */
+  readonly chain: readonly SnapshotManifest[];
+  /** The dataset to receive into; it must not exist yet. */
+  readonly target: string;
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * Receives a chain of stored streams into `target`, the full stream first, each incremental
+ * on the one before. The chain's links are checked before anything is received.
+ * @throws {ReplicateError} chain when the manifests do not form one chain; and whatever
+ *   {@linkcode receiveFromStore} throws, for the first stream that failed (the ones before it
+ *   stay received: the caller restores into a temporary dataset it destroys on failure)
+ */
+export async function restoreChain(deps: ReceiveDeps, spec: RestoreSpec): Promise<void> {
+  checkChain(spec.chain);
+  for (const manifest of spec.chain) {
+    await receiveFromStore(deps, {
+      manifest,
+      target: spec.target,
+      ...(spec.signal && { signal: spec.signal }),
+    });
+  }
+}
+
+/**
+ * Refuses manifests that are not one chain of one volume: a full stream, then each stream
+ * incremental from the one before.
+ * @throws {ReplicateError} chain, naming the first broken link
+ */
+export function checkChain(chain: readonly SnapshotManifest[]): void {
+  const first = chain[0];
+  if (first === undefined) throw new ReplicateError("chain", "No stored snapshots to restore");
+  if (first.baseGuid !== null) {
+    throw new ReplicateError(
+      "chain",
+      `Stored snapshot "${first.snapshot}" (guid ${first.guid}) of volume "${first.volume}" is ` +
+        `incremental from guid ${first.baseGuid}, which is not part of the restore: a restore ` +
+        `starts from a full stream`,
+    );
+  }
+  for (let i = 1; i < chain.length; i++) {
+    const [prev, cur] = [chain[i - 1]!, chain[i]!];
+    if (cur.volumeUid !== first.volumeUid) {
+      throw new ReplicateError(
+        "chain",
+        `Stored snapshot "${cur.snapshot}" belongs to volume uid ${cur.volumeUid}, not ` +
+          `${first.volumeUid} like "${first.snapshot}": one restore reads one volume's backups`,
+      );
+    }
+    if (cur.baseGuid !== prev.guid) {
+      throw new ReplicateError(
+        "chain",
+        `Stored snapshot "${cur.snapshot}" (guid ${cur.guid}) of volume "${cur.volume}" is ` +
+          (cur.baseGuid === null ? "a full stream" : `incremental from guid ${cur.baseGuid}`) +
+          `, not from "${prev.snapshot}" (guid ${prev.guid}) before it: the chain has a gap`,
+      );
+    }
+  }
+}

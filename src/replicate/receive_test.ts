@@ -1,0 +1,295 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { ZfsError } from "../errors.ts";
+import type { SnapshotManifest } from "../store/layout.ts";
+import { StoreError, type TransferOptions } from "../store/store.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import {
+  CUT_SHORT,
+  FakeStreamRunner,
+  joinChunks,
+  KILLED_CODE,
+  patternChunks,
+  type StreamScript,
+} from "../../tests/support/fake_stream_runner.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
+import { ReplicateError } from "./errors.ts";
+import { checkChain, receiveFromStore, restoreChain } from "./receive.ts";
+
+const TARGET = "tank/nomad/.restore-v";
+const CHUNK = 4096;
+
+function manifest(bytes: Uint8Array, over: Partial<SnapshotManifest> = {}): SnapshotManifest {
+  const guid = over.guid ?? "1001";
+  return {
+    format: 1,
+    volume: "v",
+    volumeUid: "0123456789abcdef0123456789abcdef",
+    guid,
+    baseGuid: null,
+    snapshot: `.backup-${guid}`,
+    kind: "scheduled",
+    createdAt: "2026-11-23T10:00:00.000Z",
+    stream: `v1/volumes/v/streams/${BigInt(guid).toString(16).padStart(16, "0")}-0a0b0c0d.zfs`,
+    size: bytes.length,
+    sha256: createHash("sha256").update(bytes).digest("hex"),
+    raw: false,
+    node: "n1",
+    capacityBytes: 1 << 30,
+    ...over,
+  };
+}
+
+/** A store, a stream runner and a zfs whose snapshots of TARGET have the guids given. */
+function setup(script: StreamScript = {}, store = new MemoryStore({ chunkSize: CHUNK })) {
+  const streams = new FakeStreamRunner(() => script);
+  const runner = new FakeRunner().when(
+    (argv) => argv[1] === "get" && argv.at(-2) === "guid",
+    (argv) => {
+      const snap = argv.at(-1)!;
+      return { stdout: `${snap}\tguid\t${snap.split("-").at(-1)}\t-\n` };
+    },
+  );
+  const { zfs, log } = fakeTools(runner);
+  return { streams, store, runner, deps: { streams, zfsPath: "zfs", zfs, store, log } };
+}
+
+async function stored(store: MemoryStore, m: SnapshotManifest, bytes: Uint8Array) {
+  await store.putBytes(m.stream, bytes);
+}
+
+function failure(p: Promise<unknown>): Promise<unknown> {
+  return p.then(() => assert.fail("expected a failure"), (e: unknown) => e);
+}
+
+Deno.test("receiveFromStore passes the whole stream to zfs receive -u and checks the guid", async () => {
+  const bytes = joinChunks(patternChunks(50_001, 1000));
+  const m = manifest(bytes);
+  const { streams, store, runner, deps } = setup();
+  await stored(store, m, bytes);
+  await receiveFromStore(deps, { manifest: m, target: TARGET });
+  const proc = streams.processes[0]!;
+  assert.deepEqual(proc.argv, ["zfs", "receive", "-u", TARGET]);
+  assert.deepEqual(proc.stdinBytes, bytes);
+  assert.equal(proc.events.at(-2), "close");
+  assert.ok(!proc.killed);
+  assert.deepEqual(runner.argvs.at(-1)?.at(-1), `${TARGET}@.backup-1001`);
+});
+
+Deno.test("receiveFromStore cuts zfs receive's input short of the last chunk when the last byte differs", async () => {
+  const bytes = joinChunks(patternChunks(3 * CHUNK + 100, 1000));
+  const m = manifest(bytes);
+  const { streams, store, runner, deps } = setup();
+  const bad = bytes.slice();
+  bad[bad.length - 1]! ^= 1;
+  await stored(store, m, bad);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  assert.match(err.message, new RegExp(`"${m.stream}".*SHA-256`));
+  const proc = streams.processes[0]!;
+  // Every chunk but the last (100 bytes) reached zfs, then its input ended short: zfs fails
+  // on a cut stream and removes what it made. The bad byte never reached it.
+  assert.deepEqual(proc.stdinBytes, bytes.slice(0, 3 * CHUNK));
+  assert.deepEqual(proc.events.slice(-2), ["abort", "exit 1"]);
+  assert.ok(!proc.events.includes("close"));
+  assert.deepEqual(runner.argvs, [], "no guid read after a refused stream");
+});
+
+Deno.test("receiveFromStore kills a zfs receive that does not exit once its input is cut", async () => {
+  const bytes = joinChunks(patternChunks(2 * CHUNK, 1000));
+  const m = manifest(bytes, { sha256: "0".repeat(64) });
+  const { streams, store, deps } = setup({ cutShort: "hang" });
+  await stored(store, m, bytes);
+  const err = await failure(
+    receiveFromStore({ ...deps, stopWaitMs: 10 }, { manifest: m, target: TARGET }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  assert.deepEqual(streams.processes[0]!.events.slice(-3), [
+    "abort",
+    "kill",
+    `exit ${KILLED_CODE}`,
+  ]);
+});
+
+Deno.test("receiveFromStore refuses a stored stream shorter or longer than its manifest", async () => {
+  const bytes = joinChunks(patternChunks(2 * CHUNK, 1000));
+  for (const size of [bytes.length - 1, bytes.length + 1]) {
+    const { streams, store, deps } = setup();
+    const m = manifest(bytes.slice(0, size), { size: bytes.length - (size - bytes.length) });
+    await stored(store, m, bytes);
+    const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+    assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+    assert.ok(streams.processes[0]!.events.includes("abort"));
+    assert.ok(!streams.processes[0]!.events.includes("close"));
+  }
+});
+
+/** A store whose downloads fail after `chunks` chunks. */
+class BreakingStore extends MemoryStore {
+  constructor(readonly chunks: number) {
+    super({ chunkSize: CHUNK });
+  }
+
+  override async getStream(key: string, options?: TransferOptions) {
+    const reader = (await super.getStream(key, options)).getReader();
+    let left = this.chunks;
+    return new ReadableStream<Uint8Array>({
+      async pull(c) {
+        if (left-- === 0) {
+          return c.error(new StoreError("unavailable", `Download of "${key}" was cut`));
+        }
+        const r = await reader.read();
+        if (r.done) c.close();
+        else c.enqueue(r.value);
+      },
+    });
+  }
+}
+
+Deno.test("receiveFromStore kills zfs receive when the download fails", async () => {
+  const bytes = joinChunks(patternChunks(4 * CHUNK, 1000));
+  const m = manifest(bytes);
+  const { streams, store, deps } = setup({}, new BreakingStore(2));
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof StoreError && err.kind === "unavailable", String(err));
+  assert.ok(streams.processes[0]!.events.includes("abort"));
+  assert.ok(!streams.processes[0]!.events.includes("close"));
+  assert.equal(streams.processes[0]!.stdinBytes.length, CHUNK);
+});
+
+Deno.test("receiveFromStore reports zfs receive's refusal, classified", async () => {
+  const bytes = joinChunks(patternChunks(4 * CHUNK, 1000));
+  const m = manifest(bytes, { baseGuid: "77", guid: "1002" });
+  const stderr = "cannot receive incremental stream: destination 'tank/nomad/.restore-v' " +
+    "does not exist\n";
+  const { streams, store, deps } = setup({ exitAfterStdinBytes: CHUNK, code: 1, stderr });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof ZfsError, String(err));
+  assert.equal(err.kind, "not_found");
+  assert.equal(err.stderr, stderr);
+  assert.deepEqual(err.argv, ["zfs", "receive", "-u", TARGET]);
+  assert.ok(!streams.processes[0]!.events.includes("close"));
+});
+
+Deno.test("receiveFromStore blames the stored bytes when zfs refuses a damaged stream early", async () => {
+  const bytes = joinChunks(patternChunks(8 * CHUNK, 1000));
+  const m = manifest(bytes);
+  const bad = bytes.slice();
+  bad[CHUNK + 10]! ^= 1;
+  for (const [content, kind] of [[bad, "checksum"], [bytes, "invalid"]] as const) {
+    // OpenZFS checks each record as it reads: it stops at the damage, long before the end.
+    const { store, deps } = setup({ exitAfterStdinBytes: 2 * CHUNK, ...CUT_SHORT });
+    await stored(store, m, content);
+    const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+    if (kind === "checksum") {
+      assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+      assert.ok(err.cause instanceof ZfsError);
+    } else {
+      assert.ok(err instanceof ZfsError && err.kind === "invalid", String(err));
+    }
+  }
+});
+
+Deno.test("receiveFromStore refuses a received snapshot whose guid is not the manifest's", async () => {
+  const bytes = joinChunks(patternChunks(1000, 1000));
+  // The fake zfs answers guid 1001 for "@.backup-1001"; the manifest says 999.
+  const m = manifest(bytes, { guid: "999", snapshot: ".backup-1001" });
+  const { store, deps } = setup();
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof ReplicateError && err.kind === "guid", String(err));
+  assert.match(err.message, /guid is 1001, not the manifest's 999/);
+});
+
+/** A store whose downloads give one chunk per timer tick, as a network would. */
+class PacedStore extends MemoryStore {
+  constructor() {
+    super({ chunkSize: CHUNK });
+  }
+
+  override async getStream(key: string, options?: TransferOptions) {
+    const reader = (await super.getStream(key, options)).getReader();
+    return new ReadableStream<Uint8Array>({
+      async pull(c) {
+        await new Promise((r) => setTimeout(r, 1));
+        try {
+          const r = await reader.read();
+          if (r.done) c.close();
+          else c.enqueue(r.value);
+        } catch (err) {
+          c.error(err);
+        }
+      },
+    });
+  }
+}
+
+Deno.test("receiveFromStore aborted midway kills zfs receive and closes nothing", async () => {
+  const bytes = joinChunks(patternChunks(64 * CHUNK, 1000));
+  const m = manifest(bytes);
+  const { streams, store, deps } = setup({}, new PacedStore());
+  await stored(store, m, bytes);
+  const controller = new AbortController();
+  const receiving = receiveFromStore(deps, {
+    manifest: m,
+    target: TARGET,
+    signal: controller.signal,
+  });
+  while ((streams.processes[0]?.stdinBytes.length ?? 0) < 2 * CHUNK) {
+    await new Promise((r) => setTimeout(r, 0));
+  }
+  controller.abort();
+  await assert.rejects(receiving, { name: "AbortError" });
+  assert.ok(streams.processes[0]!.events.includes("abort"));
+  assert.ok(!streams.processes[0]!.events.includes("close"));
+  assert.ok(streams.processes[0]!.ended);
+});
+
+Deno.test("restoreChain receives the full stream, then each incremental, in order", async () => {
+  const a = joinChunks(patternChunks(5000, 1000, 1));
+  const b = joinChunks(patternChunks(3000, 1000, 2));
+  const full = manifest(a, { guid: "1001" });
+  const inc = manifest(b, { guid: "1002", baseGuid: "1001" });
+  const { streams, store, deps } = setup();
+  await stored(store, full, a);
+  await stored(store, inc, b);
+  await restoreChain(deps, { chain: [full, inc], target: TARGET });
+  assert.deepEqual(streams.processes.map((p) => p.stdinBytes), [a, b]);
+});
+
+Deno.test("restoreChain refuses a chain with a gap before receiving anything", async () => {
+  const a = joinChunks(patternChunks(5000, 1000, 1));
+  const full = manifest(a, { guid: "1001" });
+  const inc = manifest(a, { guid: "1003", baseGuid: "1002" });
+  const { streams, store, deps } = setup();
+  await stored(store, full, a);
+  await stored(store, inc, a);
+  const err = await failure(restoreChain(deps, { chain: [full, inc], target: TARGET }));
+  assert.ok(err instanceof ReplicateError && err.kind === "chain", String(err));
+  assert.match(err.message, /incremental from guid 1002, not from ".backup-1001".*gap/);
+  assert.equal(streams.processes.length, 0);
+});
+
+Deno.test("checkChain wants a full stream first and one volume throughout", () => {
+  const a = new Uint8Array(1);
+  assert.throws(() => checkChain([]), /No stored snapshots/);
+  assert.throws(
+    () => checkChain([manifest(a, { guid: "2", baseGuid: "1" })]),
+    /starts from a full stream/,
+  );
+  assert.throws(
+    () => checkChain([manifest(a), manifest(a, { guid: "1002", baseGuid: null })]),
+    /is a full stream, not from/,
+  );
+  assert.throws(
+    () =>
+      checkChain([
+        manifest(a),
+        manifest(a, { guid: "1002", baseGuid: "1001", volumeUid: "f".repeat(32) }),
+      ]),
+    /one restore reads one volume's backups/,
+  );
+  checkChain([manifest(a), manifest(a, { guid: "1002", baseGuid: "1001" })]);
+});

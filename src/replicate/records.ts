@@ -1,0 +1,225 @@
+/**
+ * One volume's objects in the store, read and written as layout.ts says: its manifests (read
+ * through a small cache, since a manifest never changes once written), its record (created
+ * with If-None-Match, rewritten with If-Match), and the removal of one stored snapshot.
+ */
+
+import { Code, CsiError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import { encodeJson, parseManifest, parseVolumeRecord } from "../store/chain.ts";
+import {
+  manifestKey,
+  manifestsPrefix,
+  type SnapshotManifest,
+  type VolumeRecord,
+  volumeRecordKey,
+} from "../store/layout.ts";
+import { type Store, StoreError } from "../store/store.ts";
+
+/** Manifests already read, by key, with the etag they had: a listing with the same etag is trusted. */
+export type ManifestCache = Map<
+  string,
+  { readonly etag: string; readonly manifest: SnapshotManifest }
+>;
+
+/** What {@linkcode readManifests} found under a volume's `snapshots/`. */
+export interface VolumeManifests {
+  readonly manifests: SnapshotManifest[];
+  /** Keys of manifests that could not be read: never pruned, for the operator to look at. */
+  readonly unreadable: string[];
+}
+
+/**
+ * Every manifest of one volume (all uids). A manifest that does not parse is logged and listed
+ * in `unreadable`, never thrown: one damaged object must not stop a volume's backups.
+ * @throws {StoreError} when the store fails
+ */
+export async function readManifests(
+  store: Store,
+  volumeKey: string,
+  log: Logger,
+  cache?: ManifestCache,
+): Promise<VolumeManifests> {
+  const manifests: SnapshotManifest[] = [];
+  const unreadable: string[] = [];
+  const prefix = manifestsPrefix(volumeKey);
+  const listed = await store.list(prefix);
+  const keys = new Set(listed.map((o) => o.key));
+  for (const obj of listed) {
+    if (!obj.key.endsWith(".json")) continue;
+    const hit = cache?.get(obj.key);
+    if (hit && hit.etag === obj.etag) {
+      manifests.push(hit.manifest);
+      continue;
+    }
+    const got = await store.getBytes(obj.key);
+    // Deleted since the listing (a prune elsewhere).
+    if (!got) continue;
+    try {
+      const manifest = parseManifest(got.bytes, { key: obj.key });
+      cache?.set(obj.key, { etag: got.etag, manifest });
+      manifests.push(manifest);
+    } catch (err) {
+      log.warn("store holds a manifest that cannot be read; it is left as it is", {
+        key: obj.key,
+        store: store.description,
+        error: err,
+      });
+      unreadable.push(obj.key);
+    }
+  }
+  // Forget this volume's manifests that are gone (the cache may hold other volumes' too).
+  for (const key of cache?.keys() ?? []) {
+    if (key.startsWith(prefix) && !keys.has(key)) cache!.delete(key);
+  }
+  return { manifests, unreadable };
+}
+
+/** What a backup wants the volume's record to say. */
+export interface RecordWanted {
+  readonly name: string;
+  readonly uid: string;
+  readonly capacityBytes: number;
+  readonly parameters: Readonly<Record<string, string>>;
+  readonly schedule?: VolumeRecord["schedule"];
+  readonly node: string;
+  /** Now, for a new record's createdAt. */
+  readonly nowMs: number;
+}
+
+const RECORD_ATTEMPTS = 5;
+
+/**
+ * Makes the volume's record say what `want` says: creates it (If-None-Match) when absent, else
+ * updates it (If-Match) where it differs, clearing `deletedAt` (a backup of the same uid means
+ * the volume lives). Fields it does not know are kept. A lost race reads it again.
+ * @throws {CsiError} FAILED_PRECONDITION when the record belongs to another uid (another volume
+ *   of this name writes there) or cannot be read
+ * @throws {StoreError} when the store fails, or the record keeps changing under it
+ */
+export async function ensureRecord(
+  store: Store,
+  volumeKey: string,
+  want: RecordWanted,
+): Promise<VolumeRecord> {
+  const key = volumeRecordKey(volumeKey);
+  for (let attempt = 1;; attempt++) {
+    const got = await store.getBytes(key);
+    let next: VolumeRecord;
+    let condition;
+    if (!got) {
+      next = {
+        format: 1,
+        name: want.name,
+        uid: want.uid,
+        createdAt: new Date(want.nowMs).toISOString(),
+        capacityBytes: want.capacityBytes,
+        parameters: want.parameters,
+        ...(want.schedule ? { schedule: want.schedule } : {}),
+        node: want.node,
+      };
+      condition = { ifNoneMatch: "*" } as const;
+    } else {
+      const current = readRecord(got.bytes, key, store);
+      if (current.uid !== want.uid) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `Cannot back up volume "${want.name}" to ${store.description}: "${key}" belongs to ` +
+            `another volume of this name (uid ${current.uid}${
+              current.deletedAt ? `, deleted at ${current.deletedAt}` : ""
+            }; this volume's uid is ${want.uid}). Its backups stay until they are pruned; ` +
+            `give this volume another name, or remove that volume's objects from the store`,
+        );
+      }
+      const { deletedAt: _, schedule: __, ...kept } = current;
+      next = {
+        ...kept,
+        capacityBytes: want.capacityBytes,
+        parameters: want.parameters,
+        ...(want.schedule ? { schedule: want.schedule } : {}),
+        node: want.node,
+      };
+      if (JSON.stringify(next) === JSON.stringify(current)) return current;
+      condition = { ifMatch: got.etag };
+    }
+    try {
+      await store.putBytes(key, encodeJson(next), condition);
+      return next;
+    } catch (err) {
+      if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
+      if (attempt >= RECORD_ATTEMPTS) {
+        throw new StoreError(
+          "unavailable",
+          `"${key}" in ${store.description} kept changing while a backup wrote it; retrying later`,
+          { cause: err },
+        );
+      }
+    }
+  }
+}
+
+/**
+ * Reads a record, or refuses: a record the plugin cannot read is never overwritten.
+ * @throws {CsiError} FAILED_PRECONDITION naming the key and what is wrong
+ */
+export function readRecord(bytes: Uint8Array, key: string, store: Store): VolumeRecord {
+  try {
+    return parseVolumeRecord(bytes);
+  } catch (err) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `"${key}" in ${store.description} cannot be read (${(err as Error).message}); ` +
+        `it is left as it is: repair or remove it`,
+      { cause: err },
+    );
+  }
+}
+
+/**
+ * Removes one stored snapshot: its manifest first (from then on the snapshot does not exist),
+ * then its stream. A crash between the two leaves an orphan stream, which the store-wide prune
+ * removes.
+ * @throws {StoreError} when the store fails
+ */
+export async function removeStored(
+  store: Store,
+  volumeKey: string,
+  manifest: SnapshotManifest,
+): Promise<void> {
+  await store.delete(manifestKey(volumeKey, manifest.guid));
+  await store.delete(manifest.stream);
+}
+
+/** What {@linkcode releaseStored} did. */
+export type ReleaseOutcome = "removed" | "released" | "absent";
+
+/**
+ * Lets go of a stored snapshot a user asked for (DeleteSnapshot): it is removed at once
+ * (manifest, then stream) when no other stored snapshot is based on it; otherwise it becomes
+ * kind "scheduled" (its manifest rewritten with If-Match), and the volume's keep policy removes
+ * it once nothing needs it. Run it where no backup of the volume runs meanwhile
+ * (scheduler.ts runExclusive): a backup could otherwise base a new stream on it in between.
+ * @returns "absent" when the store has no such snapshot
+ * @throws {StoreError} when the store fails or the manifest changes meanwhile
+ */
+export async function releaseStored(
+  store: Store,
+  volumeKey: string,
+  guid: string,
+  log: Logger,
+): Promise<ReleaseOutcome> {
+  const key = manifestKey(volumeKey, guid);
+  const got = await store.getBytes(key);
+  if (!got) return "absent";
+  const manifest = parseManifest(got.bytes, { key });
+  const { manifests } = await readManifests(store, volumeKey, log);
+  if (!manifests.some((m) => m.baseGuid === guid)) {
+    await removeStored(store, volumeKey, manifest);
+    return "removed";
+  }
+  if (manifest.kind === "requested") {
+    const { csiName: _, ...rest } = manifest;
+    await store.putBytes(key, encodeJson({ ...rest, kind: "scheduled" }), { ifMatch: got.etag });
+  }
+  return "released";
+}

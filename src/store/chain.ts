@@ -1,0 +1,348 @@
+/**
+ * Reading what the store holds, and chains of streams. Pure: parsers that accept exactly what
+ * layout.ts describes (and refuse anything else with a SyntaxError that says what is wrong),
+ * and the walk from a snapshot back to the full stream it needs.
+ *
+ * Fields a later version of the layout adds are kept as they are: a record rewritten by this
+ * version (with If-Match) must not drop what a newer node wrote there.
+ */
+
+import { encodeComponent } from "../zfs/names.ts";
+import {
+  guidHex,
+  type KeepPolicy,
+  manifestKey,
+  type SnapshotManifest,
+  streamsPrefix,
+  type VolumeRecord,
+} from "./layout.ts";
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+const GUID = /^\d{1,20}$/;
+const HEX32 = /^[0-9a-f]{32}$/;
+const SHA256 = /^[0-9a-f]{64}$/;
+/** ISO 8601 in UTC as `Date.prototype.toISOString` writes it (milliseconds optional). */
+const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z$/;
+/** The last segment of a stream key: `<guid hex>-<upload>.zfs`. */
+const STREAM_NAME = /^([0-9a-f]{16})-[0-9a-f]{8,32}\.zfs$/;
+
+type Json = Record<string, unknown>;
+
+/** Reads a JSON object from bytes or text; `what` names it in messages. */
+function readObject(input: Uint8Array | string, what: string): Json {
+  let text: string;
+  try {
+    text = typeof input === "string" ? input : decoder.decode(input);
+  } catch {
+    throw new SyntaxError(`${what} is not UTF-8 text`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new SyntaxError(`${what} is not JSON: ${(err as Error).message}`);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new SyntaxError(`${what} is not a JSON object`);
+  }
+  return value as Json;
+}
+
+/** Field readers that throw a SyntaxError naming the field. */
+class Fields {
+  constructor(readonly obj: Json, readonly what: string) {}
+
+  fail(field: string, want: string): never {
+    const got = this.obj[field];
+    const shown = got === undefined ? "missing" : `got ${JSON.stringify(got)?.slice(0, 80)}`;
+    throw new SyntaxError(`${this.what}: field "${field}" must be ${want} (${shown})`);
+  }
+
+  format(): 1 {
+    if (this.obj.format !== 1) this.fail("format", "1 (the only layout version this plugin reads)");
+    return 1;
+  }
+
+  string(field: string): string {
+    const v = this.obj[field];
+    if (typeof v !== "string" || v === "") this.fail(field, "a non-empty string");
+    return v;
+  }
+
+  optionalString(field: string): string | undefined {
+    return this.obj[field] === undefined ? undefined : this.string(field);
+  }
+
+  matching(field: string, re: RegExp, want: string): string {
+    const v = this.obj[field];
+    if (typeof v !== "string" || !re.test(v)) this.fail(field, want);
+    return v;
+  }
+
+  guid(field: string): string {
+    const v = this.matching(field, GUID, "a ZFS guid in decimal digits");
+    if (BigInt(v) >= 1n << 64n || BigInt(v) === 0n) this.fail(field, "a ZFS guid (64 bits, not 0)");
+    return v;
+  }
+
+  time(field: string): string {
+    const v = this.matching(field, ISO_UTC, "an ISO 8601 time in UTC");
+    if (Number.isNaN(Date.parse(v))) this.fail(field, "an ISO 8601 time in UTC");
+    return v;
+  }
+
+  optionalTime(field: string): string | undefined {
+    return this.obj[field] === undefined ? undefined : this.time(field);
+  }
+
+  count(field: string): number {
+    const v = this.obj[field];
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
+      this.fail(field, "a non-negative integer");
+    }
+    return v;
+  }
+
+  boolean(field: string): boolean {
+    const v = this.obj[field];
+    if (typeof v !== "boolean") this.fail(field, "true or false");
+    return v;
+  }
+
+  object(field: string): Json {
+    const v = this.obj[field];
+    if (v === null || typeof v !== "object" || Array.isArray(v)) this.fail(field, "an object");
+    return v as Json;
+  }
+}
+
+/** The key component of a volume name, as layout.ts keys use it. */
+function volumeKeyOf(name: string, what: string): string {
+  try {
+    return encodeComponent("Volume name", name);
+  } catch (err) {
+    throw new SyntaxError(`${what}: field "volume" is not a valid volume name`, { cause: err });
+  }
+}
+
+/** Options of {@linkcode parseManifest}. */
+export interface ParseManifestOptions {
+  /** The key the manifest was read from: it must be the key its guid and volume give. */
+  readonly key?: string;
+}
+
+/**
+ * Reads a snapshot manifest (`v1/volumes/<volume>/snapshots/<guid>.json`), checking every
+ * field: format 1, guids in decimal, a 64-hex-digit SHA-256, sizes that are non-negative safe
+ * integers, and a stream key under the same volume's `streams/` named after the same guid.
+ * @throws {SyntaxError} naming the first field that is wrong
+ */
+export function parseManifest(
+  input: Uint8Array | string,
+  options: ParseManifestOptions = {},
+): SnapshotManifest {
+  const what = `Snapshot manifest${options.key ? ` "${options.key}"` : ""}`;
+  const obj = readObject(input, what);
+  const f: Fields = new Fields(obj, what);
+  f.format();
+  const volume = f.string("volume");
+  const volumeKey = volumeKeyOf(volume, what);
+  const guid = f.guid("guid");
+  const baseGuid = obj.baseGuid === null ? null : f.guid("baseGuid");
+  if (baseGuid === guid) f.fail("baseGuid", "another snapshot's guid, or null");
+  const kind = obj.kind;
+  if (kind !== "scheduled" && kind !== "requested") f.fail("kind", `"scheduled" or "requested"`);
+  const stream = f.string("stream");
+  const prefix = streamsPrefix(volumeKey);
+  const name = stream.startsWith(prefix) ? STREAM_NAME.exec(stream.slice(prefix.length)) : null;
+  if (!name) f.fail("stream", `a key "${prefix}<guid hex>-<upload>.zfs"`);
+  if (name[1] !== guidHex(guid)) f.fail("stream", `named after the guid (${guidHex(guid)})`);
+  if (options.key !== undefined && options.key !== manifestKey(volumeKey, guid)) {
+    throw new SyntaxError(
+      `${what}: describes guid ${guid} of volume "${volume}", whose manifest key is ` +
+        `"${manifestKey(volumeKey, guid)}"`,
+    );
+  }
+  const csiName = f.optionalString("csiName");
+  const manifest: SnapshotManifest = {
+    ...obj,
+    format: 1,
+    volume,
+    volumeUid: f.matching("volumeUid", HEX32, "32 lowercase hex digits"),
+    guid,
+    baseGuid,
+    snapshot: f.string("snapshot"),
+    ...(csiName === undefined ? {} : { csiName }),
+    kind,
+    createdAt: f.time("createdAt"),
+    stream,
+    size: f.count("size"),
+    sha256: f.matching("sha256", SHA256, "64 lowercase hex digits"),
+    raw: f.boolean("raw"),
+    node: f.string("node"),
+    capacityBytes: f.count("capacityBytes"),
+  };
+  return manifest;
+}
+
+/** Reads a keep policy object (each count a non-negative integer). */
+function readKeep(obj: Json, what: string): KeepPolicy {
+  const f: Fields = new Fields(obj, what);
+  return {
+    last: f.count("last"),
+    hourly: f.count("hourly"),
+    daily: f.count("daily"),
+    weekly: f.count("weekly"),
+  };
+}
+
+/**
+ * Reads a volume record (`v1/volumes/<volume>/volume.json`), checking every field; fields it
+ * does not know are kept (see the module doc).
+ * @throws {SyntaxError} naming the first field that is wrong
+ */
+export function parseVolumeRecord(input: Uint8Array | string): VolumeRecord {
+  const what = "Volume record";
+  const obj = readObject(input, what);
+  const f: Fields = new Fields(obj, what);
+  f.format();
+  const name = f.string("name");
+  volumeKeyOf(name, what);
+  const parameters: Record<string, string> = {};
+  for (const [k, v] of Object.entries(f.object("parameters"))) {
+    if (typeof v !== "string") f.fail("parameters", "an object of strings");
+    parameters[k] = v;
+  }
+  let schedule: VolumeRecord["schedule"];
+  if (obj.schedule !== undefined) {
+    const s: Fields = new Fields(f.object("schedule"), `${what}: schedule`);
+    const intervalSeconds = s.count("intervalSeconds");
+    if (intervalSeconds === 0) s.fail("intervalSeconds", "a positive integer");
+    schedule = { intervalSeconds, keep: readKeep(s.object("keep"), `${what}: schedule.keep`) };
+  }
+  const deletedAt = f.optionalTime("deletedAt");
+  return {
+    ...obj,
+    format: 1,
+    name,
+    uid: f.matching("uid", HEX32, "32 lowercase hex digits"),
+    createdAt: f.time("createdAt"),
+    capacityBytes: f.count("capacityBytes"),
+    parameters,
+    ...(schedule ? { schedule } : {}),
+    node: f.string("node"),
+    ...(deletedAt === undefined ? {} : { deletedAt }),
+  } as VolumeRecord;
+}
+
+/** The bytes a manifest or record is stored as: pretty JSON, for operators' cat and jq. */
+export function encodeJson(value: SnapshotManifest | VolumeRecord): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify(value, null, 2) + "\n");
+}
+
+/** A chain that cannot be followed back to a full stream. */
+export class ChainError extends Error {
+  /** The snapshot whose chain was asked for. */
+  readonly guid: string;
+  /** The guid that is missing (a base, or the snapshot itself). */
+  readonly missing: string;
+
+  constructor(guid: string, missing: string, message: string) {
+    super(message);
+    this.name = "ChainError";
+    this.guid = guid;
+    this.missing = missing;
+  }
+}
+
+/**
+ * The manifests a restore of `guid` receives, the full stream first, then each incremental up
+ * to `guid` itself. Every stream of the chain must belong to the same volume uid.
+ * @throws {ChainError} naming the missing snapshot or base (or the loop or foreign uid found)
+ */
+export function chainTo(
+  manifests: readonly SnapshotManifest[],
+  guid: string,
+): SnapshotManifest[] {
+  const byGuid = new Map(manifests.map((m) => [m.guid, m]));
+  const chain: SnapshotManifest[] = [];
+  const target = byGuid.get(guid);
+  if (!target) throw new ChainError(guid, guid, `The store has no snapshot with guid ${guid}`);
+  const seen = new Set<string>();
+  for (let m: SnapshotManifest = target;;) {
+    seen.add(m.guid);
+    chain.push(m);
+    if (m.baseGuid === null) break;
+    const base = byGuid.get(m.baseGuid);
+    const at = `snapshot ${guid} of volume "${target.volume}"`;
+    if (!base) {
+      throw new ChainError(
+        guid,
+        m.baseGuid,
+        `Cannot restore ${at}: its chain needs base ${m.baseGuid} (of ${m.guid}), ` +
+          `which the store does not hold`,
+      );
+    }
+    if (seen.has(base.guid)) {
+      throw new ChainError(
+        guid,
+        base.guid,
+        `Cannot restore ${at}: its chain loops at ${base.guid}`,
+      );
+    }
+    if (base.volumeUid !== target.volumeUid) {
+      throw new ChainError(
+        guid,
+        base.guid,
+        `Cannot restore ${at}: base ${base.guid} belongs to another volume (uid ${base.volumeUid})`,
+      );
+    }
+    m = base;
+  }
+  return chain.reverse();
+}
+
+/**
+ * How many ancestors of each manifest the set holds (0 for a full stream or one whose base is
+ * missing): a manifest is always deeper than its base.
+ */
+export function depths(manifests: readonly SnapshotManifest[]): Map<string, number> {
+  const byGuid = new Map(manifests.map((m) => [m.guid, m]));
+  const out = new Map<string, number>();
+  const depthOf = (start: SnapshotManifest): number => {
+    const path: SnapshotManifest[] = [];
+    const onPath = new Set<string>();
+    let m: SnapshotManifest | undefined = start;
+    let base = 0;
+    while (m && !out.has(m.guid) && !onPath.has(m.guid)) {
+      path.push(m);
+      onPath.add(m.guid);
+      m = m.baseGuid === null ? undefined : byGuid.get(m.baseGuid);
+    }
+    // A loop (never written by the plugin) counts as a missing base.
+    if (m && out.has(m.guid)) base = out.get(m.guid)! + 1;
+    for (let i = path.length - 1; i >= 0; i--, base++) out.set(path[i]!.guid, base);
+    return out.get(start.guid)!;
+  };
+  for (const m of manifests) depthOf(m);
+  return out;
+}
+
+/**
+ * The manifests oldest first: by creation time, then (for the same second) base before the
+ * snapshots based on it, then by guid, so the order is total and stable.
+ */
+export function oldestFirst(manifests: readonly SnapshotManifest[]): SnapshotManifest[] {
+  const depth = depths(manifests);
+  const time = new Map(manifests.map((m) => [m.guid, Date.parse(m.createdAt)]));
+  return [...manifests].sort((a, b) =>
+    time.get(a.guid)! - time.get(b.guid)! ||
+    depth.get(a.guid)! - depth.get(b.guid)! ||
+    (a.guid < b.guid ? -1 : a.guid > b.guid ? 1 : 0)
+  );
+}
+
+/** The newest manifest (see {@linkcode oldestFirst}), or undefined for none. */
+export function latest(manifests: readonly SnapshotManifest[]): SnapshotManifest | undefined {
+  return oldestFirst(manifests).at(-1);
+}

@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import {
+  ChainError,
+  chainTo,
+  encodeJson,
+  latest,
+  oldestFirst,
+  parseManifest,
+  parseVolumeRecord,
+} from "./chain.ts";
+import { manifestKey, type SnapshotManifest, streamKey, type VolumeRecord } from "./layout.ts";
+
+const UID = "0123456789abcdef0123456789abcdef";
+
+/** A valid manifest of volume "pg-data" (guid 10 unless told), full unless a base is given. */
+function manifest(over: Partial<SnapshotManifest> = {}): SnapshotManifest {
+  const guid = over.guid ?? "10";
+  return {
+    format: 1,
+    volume: "pg-data",
+    volumeUid: UID,
+    guid,
+    baseGuid: null,
+    snapshot: ".backup-1700000000",
+    kind: "scheduled",
+    createdAt: "2023-11-14T22:13:20.000Z",
+    stream: streamKey("pg-data", guid, "00112233aabbccdd"),
+    size: 1234,
+    sha256: "a".repeat(64),
+    raw: false,
+    node: "node-1",
+    capacityBytes: 1 << 30,
+    ...over,
+  };
+}
+
+const record: VolumeRecord = {
+  format: 1,
+  name: "pg-data",
+  uid: UID,
+  createdAt: "2023-11-14T22:13:20Z",
+  capacityBytes: 1 << 30,
+  parameters: { compression: "lz4" },
+  schedule: { intervalSeconds: 900, keep: { last: 4, hourly: 24, daily: 14, weekly: 0 } },
+  node: "node-1",
+};
+
+/** The manifest as JSON with `field` replaced (undefined removes it). */
+function withField(field: string, value: unknown): string {
+  const obj: Record<string, unknown> = { ...manifest() };
+  if (value === undefined) delete obj[field];
+  else obj[field] = value;
+  return JSON.stringify(obj);
+}
+
+Deno.test("parseManifest reads back what encodeJson wrote, bytes or text", () => {
+  const m = manifest({ csiName: "nightly", kind: "requested", baseGuid: "9" });
+  const bytes = encodeJson(m);
+  assert.deepEqual(parseManifest(bytes), m);
+  assert.deepEqual(parseManifest(new TextDecoder().decode(bytes)), m);
+  assert.match(new TextDecoder().decode(bytes), /^{\n {2}"format": 1,\n/);
+});
+
+Deno.test("parseManifest keeps fields a later layout adds", () => {
+  const m = parseManifest(JSON.stringify({ ...manifest(), generation: 7 }));
+  assert.equal((m as unknown as Record<string, unknown>).generation, 7);
+});
+
+Deno.test("parseManifest refuses each malformed field, naming it", () => {
+  const cases: [string, unknown, RegExp][] = [
+    ["format", 2, /"format" must be 1/],
+    ["format", undefined, /"format" must be 1 .*missing/],
+    ["volume", "", /"volume" must be a non-empty string/],
+    ["volume", "a/b", /"volume" is not a valid volume name/],
+    ["volumeUid", "xyz", /"volumeUid" must be 32 lowercase hex digits/],
+    ["guid", "0x10", /"guid" must be a ZFS guid in decimal digits/],
+    ["guid", 10, /"guid" must be a ZFS guid/],
+    ["guid", "18446744073709551616", /"guid" must be a ZFS guid \(64 bits/],
+    ["guid", undefined, /"guid" .*missing/],
+    ["baseGuid", "10", /"baseGuid" must be another snapshot's guid/],
+    ["baseGuid", "abc", /"baseGuid" must be a ZFS guid/],
+    ["baseGuid", undefined, /"baseGuid" .*missing/],
+    ["kind", "manual", /"kind" must be "scheduled" or "requested"/],
+    ["createdAt", "yesterday", /"createdAt" must be an ISO 8601 time/],
+    ["createdAt", "2023-13-45T99:00:00Z", /"createdAt" must be an ISO 8601 time/],
+    ["size", -1, /"size" must be a non-negative integer/],
+    ["size", 1.5, /"size" must be a non-negative integer/],
+    ["size", 2 ** 53, /"size" must be a non-negative integer/],
+    ["size", "12", /"size" must be a non-negative integer/],
+    ["capacityBytes", null, /"capacityBytes" must be a non-negative integer/],
+    ["sha256", "A".repeat(64), /"sha256" must be 64 lowercase hex digits/],
+    ["sha256", "a".repeat(63), /"sha256" must be 64 lowercase hex digits/],
+    ["raw", "no", /"raw" must be true or false/],
+    ["node", undefined, /"node" must be a non-empty string/],
+    ["csiName", 5, /"csiName" must be a non-empty string/],
+    // Another volume's streams, or a key outside the volume.
+    ["stream", streamKey("other", "10", "00112233aabbccdd"), /"stream" must be a key/],
+    ["stream", "v1/volumes/pg-data/streams/../x.zfs", /"stream" must be a key/],
+    ["stream", "v1/volumes/pg-data/snapshots/000000000000000a.json", /"stream" must be a key/],
+    ["stream", streamKey("pg-data", "11", "00112233aabbccdd"), /named after the guid/],
+  ];
+  for (const [field, value, message] of cases) {
+    assert.throws(
+      () => parseManifest(withField(field, value)),
+      (err: unknown) => err instanceof SyntaxError && message.test(err.message),
+      `${field} = ${JSON.stringify(value)}`,
+    );
+  }
+});
+
+Deno.test("parseManifest refuses what is not a JSON object", () => {
+  for (const text of ["", "[]", "null", "{", "42"]) {
+    assert.throws(() => parseManifest(text), SyntaxError, text);
+  }
+  assert.throws(() => parseManifest(new Uint8Array([0xff, 0xfe])), /not UTF-8/);
+});
+
+Deno.test("parseManifest checks the key it was read from", () => {
+  const m = manifest();
+  const key = manifestKey("pg-data", m.guid);
+  assert.deepEqual(parseManifest(encodeJson(m), { key }), m);
+  assert.throws(
+    () => parseManifest(encodeJson(m), { key: manifestKey("pg-data", "11") }),
+    (err: unknown) =>
+      err instanceof SyntaxError && err.message.includes(`whose manifest key is "${key}"`),
+  );
+});
+
+Deno.test("parseVolumeRecord reads back a record, and refuses malformed ones", () => {
+  assert.deepEqual(parseVolumeRecord(encodeJson(record)), record);
+  const deleted = { ...record, deletedAt: "2024-01-01T00:00:00.000Z", owner: "x" };
+  assert.deepEqual(parseVolumeRecord(JSON.stringify(deleted)), deleted);
+  const { schedule: _, ...unscheduled } = record;
+  assert.deepEqual(parseVolumeRecord(JSON.stringify(unscheduled)), unscheduled);
+  const bad: [Record<string, unknown>, RegExp][] = [
+    [{ format: 0 }, /"format" must be 1/],
+    [{ uid: "0123" }, /"uid" must be 32 lowercase hex digits/],
+    [{ name: "" }, /"name" must be a non-empty string/],
+    [{ parameters: { a: 1 } }, /"parameters" must be an object of strings/],
+    [{ parameters: [] }, /"parameters" must be an object/],
+    [{ capacityBytes: -5 }, /"capacityBytes" must be a non-negative integer/],
+    [{ deletedAt: "soon" }, /"deletedAt" must be an ISO 8601 time/],
+    [{ schedule: { intervalSeconds: 0, keep: record.schedule!.keep } }, /intervalSeconds/],
+    [{ schedule: { intervalSeconds: 60, keep: { last: 1 } } }, /schedule.keep: field "hourly"/],
+  ];
+  for (const [over, message] of bad) {
+    assert.throws(
+      () => parseVolumeRecord(JSON.stringify({ ...record, ...over })),
+      (err: unknown) => err instanceof SyntaxError && message.test(err.message),
+      JSON.stringify(over),
+    );
+  }
+});
+
+/** Manifests: full 1, 2 on 1, 3 on 2; full 4; 6 on 5 (5 missing). */
+function history(): SnapshotManifest[] {
+  const at = (s: number) => new Date(Date.UTC(2024, 0, 1, 0, s)).toISOString();
+  return [
+    manifest({ guid: "3", baseGuid: "2", createdAt: at(3) }),
+    manifest({ guid: "1", createdAt: at(1) }),
+    manifest({ guid: "2", baseGuid: "1", createdAt: at(2) }),
+    manifest({ guid: "4", createdAt: at(4) }),
+    manifest({ guid: "6", baseGuid: "5", createdAt: at(6) }),
+  ];
+}
+
+Deno.test("chainTo returns the full stream first, then each incremental", () => {
+  assert.deepEqual(chainTo(history(), "3").map((m) => m.guid), ["1", "2", "3"]);
+  assert.deepEqual(chainTo(history(), "1").map((m) => m.guid), ["1"]);
+  assert.deepEqual(chainTo(history(), "4").map((m) => m.guid), ["4"]);
+});
+
+Deno.test("chainTo names the missing base of a broken chain", () => {
+  assert.throws(
+    () => chainTo(history(), "6"),
+    (err: unknown) =>
+      err instanceof ChainError && err.missing === "5" && err.guid === "6" &&
+      /needs base 5 \(of 6\), which the store does not hold/.test(err.message),
+  );
+  assert.throws(
+    () => chainTo(history(), "7"),
+    (err: unknown) => err instanceof ChainError && /no snapshot with guid 7/.test(err.message),
+  );
+});
+
+Deno.test("chainTo refuses a loop and a base of another volume uid", () => {
+  const loop = [manifest({ guid: "1", baseGuid: "2" }), manifest({ guid: "2", baseGuid: "1" })];
+  assert.throws(() => chainTo(loop, "1"), /loops at/);
+  const foreign = [
+    manifest({ guid: "1", volumeUid: "f".repeat(32) }),
+    manifest({ guid: "2", baseGuid: "1" }),
+  ];
+  assert.throws(() => chainTo(foreign, "2"), /belongs to another volume/);
+});
+
+Deno.test("latest is the newest; in one second a snapshot comes after its base", () => {
+  assert.equal(latest(history())?.guid, "6");
+  assert.equal(latest([]), undefined);
+  const same = "2024-01-01T00:00:00.000Z";
+  const tied = [
+    manifest({ guid: "9", baseGuid: "8", createdAt: same }),
+    manifest({ guid: "8", createdAt: same }),
+  ];
+  assert.equal(latest(tied)?.guid, "9");
+  assert.equal(latest([...tied].reverse())?.guid, "9");
+  assert.deepEqual(oldestFirst(history()).map((m) => m.guid), ["1", "2", "3", "4", "6"]);
+});

@@ -1,0 +1,91 @@
+/**
+ * How the directory store turns a failed file-system call into a {@linkcode StoreError}: by the
+ * OS error code (`err.code`, e.g. "ENOSPC"), with a message that names the key, the store and
+ * what to check. A dead NFS mount shows as EIO, ESTALE, ETIMEDOUT or ENOTCONN: "unavailable".
+ */
+
+import { StoreError, type StoreErrorKind } from "./store.ts";
+
+const KIND_BY_CODE: Readonly<Record<string, StoreErrorKind>> = {
+  ENOENT: "not_found",
+  ENOSPC: "no_space",
+  EDQUOT: "no_space",
+  EFBIG: "no_space",
+  EACCES: "denied",
+  EPERM: "denied",
+  EROFS: "denied",
+  EIO: "unavailable",
+  ESTALE: "unavailable",
+  ETIMEDOUT: "unavailable",
+  ENOTCONN: "unavailable",
+  EHOSTDOWN: "unavailable",
+  EHOSTUNREACH: "unavailable",
+  ENETUNREACH: "unavailable",
+  ECONNREFUSED: "unavailable",
+  ECONNRESET: "unavailable",
+  ENODEV: "unavailable",
+  ENXIO: "unavailable",
+  EAGAIN: "unavailable",
+  EBUSY: "unavailable",
+  EINTR: "unavailable",
+  // Something other than an object is at the key's path (a directory, a file where a
+  // directory should be): the key cannot be used in this store as it is.
+  ENOTDIR: "invalid",
+  EISDIR: "invalid",
+  ENOTEMPTY: "invalid",
+  EEXIST: "invalid",
+  ENAMETOOLONG: "invalid",
+  ELOOP: "invalid",
+  EXDEV: "invalid",
+};
+
+const HINTS: Readonly<Record<StoreErrorKind, string>> = {
+  not_found: "there is no such object",
+  precondition_failed: "the object changed meanwhile",
+  no_space: "the store's file system is full or over quota: free space in it or grow it",
+  denied: "not allowed: check the directory's owner and mode, that it is not mounted " +
+    "read-only, and that the plugin's write permission covers it",
+  unavailable: "the store's file system does not answer: check that it is mounted " +
+    "(for NFS, that the server is up and reachable) and try again",
+  invalid: "something other than an object is in the way at this path: " +
+    "look at the store's directory",
+};
+
+/** The OS error code of a failed Deno file-system call ("ENOSPC"), if it has one. */
+export function errorCode(err: unknown): string | undefined {
+  if (typeof err !== "object" || err === null || !("code" in err)) return undefined;
+  return typeof err.code === "string" ? err.code : undefined;
+}
+
+/**
+ * The store error kind of a failed file-system call: by its OS error code; Deno's own
+ * permission refusal is "denied"; anything unknown is "unavailable" (try again later).
+ */
+export function fileErrorKind(err: unknown): StoreErrorKind {
+  if (err instanceof StoreError) return err.kind;
+  if (err instanceof Deno.errors.NotCapable || err instanceof Deno.errors.PermissionDenied) {
+    return "denied";
+  }
+  const code = errorCode(err);
+  return (code === undefined ? undefined : KIND_BY_CODE[code]) ?? "unavailable";
+}
+
+/**
+ * A {@linkcode StoreError} for a failed file-system call while doing `action` ("write", "read",
+ * ...) on `key` of the store described as `store`; a StoreError passes through unchanged.
+ */
+export function fileStoreError(
+  err: unknown,
+  action: string,
+  key: string,
+  store: string,
+): StoreError {
+  if (err instanceof StoreError) return err;
+  const kind = fileErrorKind(err);
+  const detail = err instanceof Error ? err.message : String(err);
+  return new StoreError(
+    kind,
+    `Cannot ${action} "${key}" in ${store}: ${HINTS[kind]} (${detail})`,
+    { cause: err },
+  );
+}

@@ -1,0 +1,206 @@
+/**
+ * Per-key locks for the directory store, shared by every process (and every NFS client) that
+ * uses the same directory: a lock is a directory `<dir>/<name>` made with mkdir, which exactly
+ * one caller can create (also over NFS, where the server decides).
+ *
+ * A holder that dies leaves its lock behind. A waiter breaks a lock only after seeing it
+ * unchanged (same inode and mtime) for `staleMs` (30 s) of its OWN monotonic clock, so clocks
+ * of different machines are never compared. Breaking happens under a second lock
+ * (`<name>.break`) and re-checks the lock is still the one seen, so two waiters never break a
+ * fresh lock. A holder refuses to commit once it has held its lock for `holdMs` (10 s), well
+ * before anyone may call it stale: a slow holder (a stalled NFS server) fails with
+ * "unavailable" instead of writing after its lock was broken. What is not covered: a breaker
+ * that dies inside the (microseconds long) break leaves `<name>.break`, which is itself broken
+ * the same way after `staleMs`; two waiters doing that at the same instant could remove each
+ * other's guard.
+ */
+
+import { errorCode } from "./file_errors.ts";
+import { StoreError } from "./store.ts";
+
+/** Timing of {@linkcode FileLocks}, in milliseconds. */
+export interface FileLockOptions {
+  /** A lock seen unchanged this long was left by a dead holder and is broken (30 s). */
+  readonly staleMs?: number;
+  /**
+   * Longest wait for a lock before failing with "unavailable" (90 s: room to see a lock and
+   * then its break guard go stale, one after the other).
+   */
+  readonly waitMs?: number;
+  /** Longest a holder may take before it refuses to commit (10 s). */
+  readonly holdMs?: number;
+}
+
+/** Locks as directories below one directory; see the module doc. */
+export class FileLocks {
+  readonly #dir: string;
+  readonly #staleMs: number;
+  readonly #waitMs: number;
+  readonly #holdMs: number;
+
+  /** @param dir where the lock directories live (made on first use; its parent must exist) */
+  constructor(dir: string, options: FileLockOptions = {}) {
+    this.#dir = dir;
+    this.#staleMs = options.staleMs ?? 30_000;
+    this.#waitMs = options.waitMs ?? 90_000;
+    this.#holdMs = options.holdMs ?? 10_000;
+    if (this.#holdMs >= this.#staleMs) {
+      throw new RangeError(`Lock hold time ${this.#holdMs} ms must be below ${this.#staleMs} ms`);
+    }
+  }
+
+  /**
+   * Waits for the lock `name` (a file name) and takes it.
+   * @param what the locked thing, for the timeout message
+   * @throws {StoreError} unavailable when the lock stays taken for `waitMs`; errors of the
+   * file-system calls as they are
+   */
+  async acquire(name: string, what: string): Promise<FileLock> {
+    const path = `${this.#dir}/${name}`;
+    const start = performance.now();
+    const watch = new StaleWatch(this.#staleMs);
+    for (let attempt = 0;; attempt++) {
+      if (await this.#tryMake(path)) {
+        const info = await Deno.lstat(path);
+        return new FileLock(path, identity(info), this.#holdMs, what);
+      }
+      if (await watch.isStale(path) && await this.#breakStale(path, watch)) continue;
+      if (performance.now() - start > this.#waitMs) {
+        throw new StoreError(
+          "unavailable",
+          `Timed out after ${Math.round(this.#waitMs / 1000)} s waiting for the lock on ${what}: ` +
+            `another writer holds ${path}; if none is running, remove that directory`,
+        );
+      }
+      await sleep(Math.min(2 ** attempt, 50) * (0.5 + Math.random()));
+    }
+  }
+
+  async #tryMake(path: string): Promise<boolean> {
+    try {
+      await Deno.mkdir(path, { mode: 0o700 });
+      return true;
+    } catch (err) {
+      if (errorCode(err) === "EEXIST") return false;
+      if (errorCode(err) !== "ENOENT") throw err;
+    }
+    // Not recursive: the lock directory's parent (the store) must exist, never be made here.
+    try {
+      await Deno.mkdir(this.#dir, { mode: 0o700 });
+    } catch (err) {
+      if (errorCode(err) !== "EEXIST") throw err;
+    }
+    return false;
+  }
+
+  /**
+   * Removes `path` if it is still the lock `watch` saw go stale, under `<path>.break`.
+   * @returns whether it removed the lock
+   */
+  async #breakStale(path: string, watch: StaleWatch): Promise<boolean> {
+    const guard = `${path}.break`;
+    if (!await this.#tryMake(guard)) {
+      // Another waiter is breaking it, or one died doing so: its guard goes stale in turn.
+      if (await watch.isStale(guard)) await removeDir(guard);
+      return false;
+    }
+    try {
+      if (!await watch.isStale(path)) return false;
+      await removeDir(path);
+      return true;
+    } finally {
+      await removeDir(guard);
+    }
+  }
+}
+
+/** A taken lock; release it with `await using` or {@linkcode FileLock.release}. */
+export class FileLock implements AsyncDisposable {
+  readonly #path: string;
+  readonly #identity: string;
+  readonly #holdMs: number;
+  readonly #what: string;
+  readonly #takenAt = performance.now();
+  #released = false;
+
+  constructor(path: string, id: string, holdMs: number, what: string) {
+    this.#path = path;
+    this.#identity = id;
+    this.#holdMs = holdMs;
+    this.#what = what;
+  }
+
+  /**
+   * Call right before the write the lock protects.
+   * @throws {StoreError} unavailable when the lock was held too long to still be trusted
+   */
+  checkHeld(): void {
+    const held = performance.now() - this.#takenAt;
+    if (held > this.#holdMs) {
+      throw new StoreError(
+        "unavailable",
+        `Gave up writing ${this.#what}: the store took ${Math.round(held)} ms under its lock ` +
+          `(at most ${this.#holdMs} ms); try again`,
+      );
+    }
+  }
+
+  /** Removes the lock directory, unless it is no longer this lock (it was broken). */
+  async release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    try {
+      if (identity(await Deno.lstat(this.#path)) === this.#identity) await removeDir(this.#path);
+    } catch (err) {
+      if (errorCode(err) !== "ENOENT") throw err;
+    }
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+}
+
+/** Tracks, per path, how long the same lock directory has been seen. */
+class StaleWatch {
+  readonly #staleMs: number;
+  readonly #seen = new Map<string, { id: string; since: number }>();
+
+  constructor(staleMs: number) {
+    this.#staleMs = staleMs;
+  }
+
+  /** Looks at `path` now: true when it is the same directory as `staleMs` ago. */
+  async isStale(path: string): Promise<boolean> {
+    let id: string;
+    try {
+      id = identity(await Deno.lstat(path));
+    } catch (err) {
+      if (errorCode(err) === "ENOENT") return false;
+      throw err;
+    }
+    const now = performance.now();
+    const seen = this.#seen.get(path);
+    if (seen === undefined || seen.id !== id) {
+      this.#seen.set(path, { id, since: now });
+      return false;
+    }
+    return now - seen.since >= this.#staleMs;
+  }
+}
+
+function identity(info: Deno.FileInfo): string {
+  return `${info.ino}:${info.mtime?.getTime()}:${info.birthtime?.getTime()}`;
+}
+
+async function removeDir(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch (err) {
+    if (errorCode(err) !== "ENOENT") throw err;
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,287 @@
+/**
+ * Writes a stream to one S3 object in bounded memory: a body smaller than one part is a single
+ * PutObject; anything larger is a multipart upload (CreateMultipartUpload, UploadPart per part,
+ * CompleteMultipartUpload) that is aborted (AbortMultipartUpload) on any failure, so nothing
+ * becomes visible. At most two parts are in memory: the one uploading and the one being read.
+ */
+
+import { answerError, badAnswerError, S3StoreError } from "./s3_errors.ts";
+import type { S3Client } from "./s3_client.ts";
+import {
+  completeMultipartUploadXml,
+  type CompleteResult,
+  parseCompleteMultipartUpload,
+  parseInitiateMultipartUpload,
+  unquoteEtag,
+} from "./s3_xml.ts";
+import type { PutResult } from "./store.ts";
+
+/** S3's limits: parts of 5 MiB to 5 GiB (the last may be smaller), at most 10,000 of them. */
+export const MIN_PART_BYTES = 5 * 1024 * 1024;
+const MAX_PART_BYTES = 5 * 1024 ** 3;
+const MAX_PARTS = 10_000;
+/** Parts per size step: the part size doubles after each 1,000 parts. */
+const PARTS_PER_STEP = 1000;
+
+/**
+ * The size of part `n` (1-based): `base` for the first 1,000 parts, then doubled every 1,000,
+ * so a stream of unknown length fits in 10,000 parts: with 8 MiB, 7.8 GiB at constant memory,
+ * and more than S3's 5 TiB object limit by the last part.
+ */
+export function partSizeFor(base: number, n: number): number {
+  return Math.min(MAX_PART_BYTES, base * 2 ** Math.floor((n - 1) / PARTS_PER_STEP));
+}
+
+/** Reads a byte stream into caller-given buffers, whole buffers until the stream ends. */
+class PartReader {
+  readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  #carry: Uint8Array | undefined;
+  #ended = false;
+
+  constructor(reader: ReadableStreamDefaultReader<Uint8Array>) {
+    this.#reader = reader;
+  }
+
+  /** Fills `buffer`; returns the bytes filled, fewer than its length only at the end. */
+  async fill(buffer: Uint8Array): Promise<number> {
+    let at = 0;
+    while (at < buffer.length) {
+      let chunk = this.#carry;
+      this.#carry = undefined;
+      if (chunk === undefined) {
+        if (this.#ended) break;
+        const r = await this.#reader.read();
+        if (r.done) {
+          this.#ended = true;
+          break;
+        }
+        chunk = r.value;
+      }
+      const n = Math.min(chunk.length, buffer.length - at);
+      buffer.set(chunk.subarray(0, n), at);
+      at += n;
+      if (n < chunk.length) this.#carry = chunk.subarray(n);
+    }
+    return at;
+  }
+}
+
+/** Where to write and how. */
+export interface UploadTarget {
+  readonly client: S3Client;
+  /** The whole S3 key. */
+  readonly key: string;
+  /** For messages: `Writing "k" to <store>`. */
+  readonly what: string;
+  readonly partSizeBytes: number;
+  readonly signal?: AbortSignal | undefined;
+}
+
+/**
+ * Writes `body` to the target's key. On failure or abort the source is cancelled and the
+ * multipart upload aborted (best effort: a bucket lifecycle rule should clean up what a
+ * crash leaves).
+ * @throws {StoreError} as the client classifies it; the signal's reason on abort
+ */
+export async function uploadStream(
+  target: UploadTarget,
+  body: ReadableStream<Uint8Array>,
+): Promise<PutResult> {
+  target.signal?.throwIfAborted();
+  // Stops the requests in flight once anything fails, before the upload is aborted.
+  const stop = new AbortController();
+  const signal = target.signal ? AbortSignal.any([target.signal, stop.signal]) : stop.signal;
+  const reader = body.getReader();
+  // An abort also ends a read waiting on a slow source.
+  const onAbort = () => void reader.cancel(signal.reason).catch(() => {});
+  signal.addEventListener("abort", onAbort, { once: true });
+  const t = { ...target, signal };
+  const upload = new MultipartUpload(t);
+  let uploading: Promise<void> | undefined;
+  try {
+    const parts = new PartReader(reader);
+    let current = new Uint8Array(partSizeFor(t.partSizeBytes, 1));
+    let length = await parts.fill(current);
+    signal.throwIfAborted();
+    if (length < current.length) return await putObject(t, current.subarray(0, length));
+    await upload.create();
+    let spare: Uint8Array<ArrayBuffer> | undefined;
+    let size = 0;
+    for (let n = 1;; n++) {
+      if (n > MAX_PARTS) throw new RangeError("The stream needs more than 10,000 parts");
+      uploading = upload.part(n, current.subarray(0, length));
+      // A failed part ends the read of the next one at once.
+      uploading.catch(() => stop.abort());
+      const nextSize = partSizeFor(t.partSizeBytes, n + 1);
+      const next = spare?.length === nextSize ? spare : new Uint8Array(nextSize);
+      const nextLength = await parts.fill(next);
+      await uploading;
+      signal.throwIfAborted();
+      size += length;
+      if (nextLength === 0) break;
+      spare = current;
+      current = next;
+      length = nextLength;
+    }
+    return { etag: await upload.complete(size), size };
+  } catch (e) {
+    stop.abort(e);
+    await uploading?.catch(() => {});
+    await reader.cancel(e).catch(() => {});
+    await upload.abort();
+    throw e;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+async function putObject(target: UploadTarget, bytes: Uint8Array<ArrayBuffer>): Promise<PutResult> {
+  const { response } = await target.client.send({
+    method: "PUT",
+    key: target.key,
+    body: bytes,
+    what: target.what,
+    // Unconditional, the same bytes to a key only this writer uses: safe to send again.
+    idempotent: true,
+    signal: target.signal,
+  });
+  return { etag: unquoteEtag(response.headers.get("etag") ?? ""), size: bytes.length };
+}
+
+function completeResult(what: string, body: Uint8Array): CompleteResult {
+  try {
+    return parseCompleteMultipartUpload(new TextDecoder().decode(body));
+  } catch (e) {
+    throw badAnswerError(what, e);
+  }
+}
+
+/** One multipart upload's requests. */
+class MultipartUpload {
+  readonly #t: UploadTarget;
+  #uploadId: string | undefined;
+  readonly #etags: string[] = [];
+
+  constructor(target: UploadTarget) {
+    this.#t = target;
+  }
+
+  async create(): Promise<void> {
+    const { body } = await this.#t.client.send({
+      method: "POST",
+      key: this.#t.key,
+      query: [["uploads", ""]],
+      what: this.#t.what,
+      // A retried create may leave an unused upload behind; aborted by lifecycle rules only.
+      idempotent: true,
+      signal: this.#t.signal,
+    });
+    try {
+      this.#uploadId = parseInitiateMultipartUpload(new TextDecoder().decode(body));
+    } catch (e) {
+      throw badAnswerError(this.#t.what, e);
+    }
+  }
+
+  async part(n: number, bytes: Uint8Array<ArrayBuffer>): Promise<void> {
+    const { response } = await this.#t.client.send({
+      method: "PUT",
+      key: this.#t.key,
+      query: [["partNumber", String(n)], ["uploadId", this.#id()]],
+      body: bytes,
+      what: `${this.#t.what} (part ${n})`,
+      idempotent: true,
+      signal: this.#t.signal,
+    });
+    const etag = response.headers.get("etag");
+    if (!etag) throw badAnswerError(this.#t.what, new SyntaxError(`part ${n} has no ETag`));
+    this.#etags[n - 1] = unquoteEtag(etag);
+  }
+
+  /**
+   * Joins the parts. A try that got no answer may have completed the upload: when the next
+   * try finds the upload gone, the object's size tells whether it was this one.
+   */
+  async complete(size: number): Promise<string> {
+    const client = this.#t.client;
+    const xml = new TextEncoder().encode(completeMultipartUploadXml(this.#etags));
+    let ambiguous = false;
+    for (let n = 1;; n++) {
+      try {
+        const { body } = await client.send({
+          method: "POST",
+          key: this.#t.key,
+          query: [["uploadId", this.#id()]],
+          body: xml,
+          what: this.#t.what,
+          idempotent: false,
+          signal: this.#t.signal,
+          // S3 may take minutes to join many parts (it answers 200 at once and sends the
+          // result when done).
+          timeoutMs: 300_000,
+        });
+        const result = completeResult(this.#t.what, body);
+        if (result.error) throw answerError(this.#t.what, 200, result.error);
+        this.#uploadId = undefined;
+        return result.etag;
+      } catch (e) {
+        if (!(e instanceof S3StoreError)) throw e;
+        if (ambiguous && e.code === "NoSuchUpload") {
+          const etag = await this.#landed(size);
+          if (etag !== undefined) {
+            this.#uploadId = undefined;
+            return etag;
+          }
+        }
+        if (!e.retryable || n >= client.tries) throw e;
+        // No answer, or a server error: the upload may have been completed all the same.
+        ambiguous = true;
+      }
+      await client.backoff(n, this.#t.signal);
+    }
+  }
+
+  /** The object's etag if it is there with `size` bytes (HeadObject). */
+  async #landed(size: number): Promise<string | undefined> {
+    let response: Response;
+    try {
+      ({ response } = await this.#t.client.send({
+        method: "HEAD",
+        key: this.#t.key,
+        what: this.#t.what,
+        idempotent: true,
+        signal: this.#t.signal,
+      }));
+    } catch (e) {
+      if (e instanceof S3StoreError && e.kind === "not_found") return undefined;
+      throw e;
+    }
+    if (Number(response.headers.get("content-length")) !== size) return undefined;
+    return unquoteEtag(response.headers.get("etag") ?? "");
+  }
+
+  /** Best effort: the parts are dropped, the key never shows the object. */
+  async abort(): Promise<void> {
+    const uploadId = this.#uploadId;
+    if (uploadId === undefined) return;
+    this.#uploadId = undefined;
+    try {
+      await this.#t.client.send({
+        method: "DELETE",
+        key: this.#t.key,
+        query: [["uploadId", uploadId]],
+        what: `${this.#t.what} (abort)`,
+        idempotent: true,
+        // Not the caller's signal: an aborted write still cleans up.
+        timeoutMs: 30_000,
+      });
+    } catch {
+      // The parts stay until a lifecycle rule removes them; they are never visible.
+    }
+  }
+
+  #id(): string {
+    if (this.#uploadId === undefined) throw new TypeError("No multipart upload is open");
+    return this.#uploadId;
+  }
+}

@@ -1,0 +1,39 @@
+import assert from "node:assert/strict";
+import { receiveArgs, sendArgs } from "./args.ts";
+
+Deno.test("sendArgs of a full stream names only the snapshot", () => {
+  assert.deepEqual(sendArgs({ snapshot: "tank/v@s1", raw: false }), ["send", "tank/v@s1"]);
+});
+
+Deno.test("sendArgs of a raw incremental puts -w, then -i and its base", () => {
+  assert.deepEqual(
+    sendArgs({ snapshot: "tank/v@s2", base: "tank/v@s1", raw: true }),
+    ["send", "-w", "-i", "tank/v@s1", "tank/v@s2"],
+  );
+});
+
+Deno.test("sendArgs refuses a dataset or a base of another dataset", () => {
+  assert.throws(() => sendArgs({ snapshot: "tank/v", raw: false }), /not a snapshot name/);
+  assert.throws(
+    () => sendArgs({ snapshot: "tank/v@s2", base: "tank/w@s1", raw: false }),
+    /not a snapshot of the dataset/,
+  );
+  assert.throws(
+    () => sendArgs({ snapshot: "tank/v@s2", base: "tank/v", raw: false }),
+    /not a snapshot of the dataset/,
+  );
+  assert.deepEqual(
+    sendArgs({ snapshot: "tank/v@s2", base: "tank/v#b1", raw: false }),
+    ["send", "-i", "tank/v#b1", "tank/v@s2"],
+  );
+});
+
+Deno.test("receiveArgs receives unmounted and never forces", () => {
+  assert.deepEqual(receiveArgs("tank/.restore-v", { unmounted: true }), [
+    "receive",
+    "-u",
+    "tank/.restore-v",
+  ]);
+  assert.deepEqual(receiveArgs("tank/v", { unmounted: false }), ["receive", "tank/v"]);
+  assert.throws(() => receiveArgs("tank/v@s1", { unmounted: true }), /not "tank\/v@s1"/);
+});
