@@ -5,6 +5,8 @@
 
 import { Code, CsiError } from "../errors.ts";
 import { MIN_VOLUME_BYTES, parseSize } from "../size.ts";
+import type { KeepPolicy } from "../store/layout.ts";
+import { parseInterval, parseKeepPolicy } from "../store/policy.ts";
 
 /** Keys the plugin reads from a volume context. */
 export const CONTEXT_KEYS = {
@@ -15,6 +17,12 @@ export const CONTEXT_KEYS = {
    * that it names the dataset the volume id maps to, so a stale context cannot mislead it.
    */
   dataset: "dataset",
+  /**
+   * Backups of a registered volume (as the CreateVolume parameters of the same names): how
+   * often, e.g. "15m" ("0": none), and what to keep, e.g. "last=4,hourly=24,daily=14".
+   */
+  backupInterval: "backup_interval",
+  backupKeep: "backup_keep",
 } as const;
 
 /** A checked volume context. */
@@ -23,6 +31,9 @@ export interface VolumeContext {
   readonly sizeBytes?: number;
   /** The dataset the context says holds the volume, if it says. */
   readonly dataset?: string;
+  /** Seconds between scheduled backups, if the context says (0: none). */
+  readonly backupIntervalSeconds?: number;
+  readonly backupKeep?: KeepPolicy;
 }
 
 /**
@@ -43,7 +54,7 @@ export function parseVolumeContext(
     }
   }
   const dataset = ctx?.[CONTEXT_KEYS.dataset];
-  const base = dataset ? { dataset } : {};
+  const base = { ...(dataset ? { dataset } : {}), ...backupOf(ctx) };
   const size = ctx?.[CONTEXT_KEYS.size];
   if (size === undefined || size === "") return base;
   let sizeBytes: number;
@@ -59,4 +70,20 @@ export function parseVolumeContext(
     );
   }
   return { ...base, sizeBytes };
+}
+
+/** The backup keys of a context, checked. */
+function backupOf(
+  ctx: Readonly<Record<string, string>> | null | undefined,
+): Pick<VolumeContext, "backupIntervalSeconds" | "backupKeep"> {
+  const interval = ctx?.[CONTEXT_KEYS.backupInterval];
+  const keep = ctx?.[CONTEXT_KEYS.backupKeep];
+  try {
+    return {
+      ...(interval ? { backupIntervalSeconds: parseInterval(interval) } : {}),
+      ...(keep ? { backupKeep: parseKeepPolicy(keep) } : {}),
+    };
+  } catch (err) {
+    throw new CsiError(Code.INVALID_ARGUMENT, `volume_context: ${(err as Error).message}`);
+  }
 }

@@ -795,7 +795,7 @@ export class ControllerService {
 
   /** Backup parameters need a store. */
   #checkBackupParameters(params: VolumeParameters): void {
-    if (params.backup && !this.#d.stored) {
+    if (params.backup && !this.#d.config.store) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
         `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} need a store, ` +

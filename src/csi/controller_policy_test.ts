@@ -235,3 +235,73 @@ Deno.test("ControllerService.ControllerExpandVolume reads back recorded paramete
   assert.ok(sets.includes(`refreservation=${128 * MiB}`), JSON.stringify(h.runner.argvs));
   h.runner.assertNoUnexpected();
 });
+
+Deno.test("ControllerService without a store refuses backups and stored snapshots, before any zfs command", async () => {
+  const h = setup();
+  await assertRejectsCsi(
+    h.controller.CreateVolume(createReq("v1", { parameters: { backup_interval: "15m" } })),
+    Code.INVALID_ARGUMENT,
+    "Parameters backup_interval and backup_keep need a store, and this plugin has none " +
+      "(start it with --store)",
+  );
+  await assertRejectsCsi(
+    h.controller.CreateVolume(createReq("v1", { parameters: { backup_keep: "last=0" } })),
+    Code.INVALID_ARGUMENT,
+    /^Parameter backup_keep="last=0": Keep policy/,
+  );
+  const snap = (parameters: Record<string, string>) =>
+    h.controller.CreateSnapshot({
+      source_volume_id: "v1@n1",
+      name: "s1",
+      secrets: {},
+      parameters,
+    });
+  await assertRejectsCsi(
+    snap({ store: "true" }),
+    Code.INVALID_ARGUMENT,
+    'Snapshot parameter store="true": this plugin has no store (start it with --store)',
+  );
+  await assertRejectsCsi(
+    snap({ store: "yes" }),
+    Code.INVALID_ARGUMENT,
+    'Snapshot parameter store="yes" must be "true" or "false"',
+  );
+  const stored = "store:v1:00000000000000ff";
+  await assertRejectsCsi(
+    h.controller.CreateVolume(
+      createReq("v2", { volume_content_source: { snapshot: { snapshot_id: stored } } }),
+    ),
+    Code.FAILED_PRECONDITION,
+    `Snapshot "${stored}" is kept in a store, and this plugin has none (start it with --store)`,
+  );
+  await assertRejectsCsi(
+    h.controller.DeleteSnapshot({ snapshot_id: stored, secrets: {} }),
+    Code.FAILED_PRECONDITION,
+    /is kept in a store, and this plugin has none/,
+  );
+  // An id this plugin never makes names nothing: deleting nothing succeeds.
+  assert.deepEqual(
+    await h.controller.DeleteSnapshot({ snapshot_id: "store:v1:ff", secrets: {} }),
+    {},
+  );
+  assert.deepEqual(h.runner.argvs, [], "no zfs command");
+  h.runner.assertNoUnexpected();
+});
+
+Deno.test("ControllerService.CreateVolume records the volume's backup schedule, or the plugin's default", async () => {
+  const h = setup(["--store", "file:///srv/backups", "--backup-interval", "1h"]);
+  h.runner.on(["zfs", "create"], {});
+  await h.controller.CreateVolume(createReq("v1"));
+  await h.controller.CreateVolume(
+    createReq("v2", { parameters: { backup_interval: "15m", backup_keep: "daily=7" } }),
+  );
+  await h.controller.CreateVolume(createReq("v3", { parameters: { backup_interval: "0" } }));
+  const creates = h.runner.argvs.filter((a) => a[1] === "create").map((a) =>
+    createOptions(a).filter((o) => o.startsWith("org.zfs-csi:backup-"))
+  );
+  assert.deepEqual(creates, [
+    ["org.zfs-csi:backup-interval=3600"],
+    ["org.zfs-csi:backup-interval=900", "org.zfs-csi:backup-keep=last=0,hourly=0,daily=7,weekly=0"],
+    [],
+  ]);
+});

@@ -16,6 +16,8 @@ import { resolveVolume } from "../zfs/ids.ts";
 import { STAGED_PROPERTY } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseVolumeContext, type VolumeContext } from "./context.ts";
+import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../replicate/backup.ts";
+import { formatKeepPolicy } from "../store/policy.ts";
 import { checkOwned, type Datasets } from "./datasets.ts";
 import { type HealthChecker, storageProblem } from "./health.ts";
 import { planSize, SIZE_STATE } from "./sizing.ts";
@@ -135,6 +137,7 @@ export class NodeService {
           `staging_target_path "${staging}" already holds another mount ("${top.source}")`,
         );
       }
+      await this.#applyBackupContext(id, dataset, ctx);
       // The first stage marks the volume as used: a CreateVolume of its name is then no retry
       // (tenancy.ts). Set before the bind, so that a failed set fails the stage, to be retried.
       if (stagedAt(ds.props) === undefined) {
@@ -148,6 +151,34 @@ export class NodeService {
       });
       return {};
     });
+  }
+
+  /**
+   * A registered volume's backup settings, from its context, onto its dataset (where the
+   * scheduler reads them); set only where they differ, so a repeated stage sets nothing.
+   * @throws {CsiError} FAILED_PRECONDITION when the context asks for backups and the plugin has
+   *   no store: a volume must not look backed up when it is not
+   */
+  async #applyBackupContext(id: string, dataset: string, ctx: VolumeContext): Promise<void> {
+    const wanted: [string, string][] = [];
+    if (ctx.backupIntervalSeconds !== undefined) {
+      wanted.push([BACKUP_INTERVAL_PROPERTY, String(ctx.backupIntervalSeconds)]);
+    }
+    if (ctx.backupKeep) wanted.push([BACKUP_KEEP_PROPERTY, formatKeepPolicy(ctx.backupKeep)]);
+    if (wanted.length === 0) return;
+    if (!this.#d.config.store && (ctx.backupIntervalSeconds ?? 0) > 0) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" asks for backups (volume_context backup_interval), and this plugin has ` +
+          `no store: start it with --store, or remove backup_interval from the volume`,
+      );
+    }
+    const props = await this.#d.zfs.getProperties(dataset, wanted.map(([name]) => name));
+    const changes = wanted.filter(([name, value]) => {
+      const got = props?.get(name);
+      return got?.value !== value || got.source !== "local";
+    });
+    if (changes.length > 0) await this.#d.zfs.setProperties(dataset, changes);
   }
 
   async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {

@@ -40,6 +40,8 @@ interface FakeDataset {
   refquota: number;
   /** The staged marker's value, once a stage has set it. */
   stagedAt?: string;
+  /** Other properties set locally (the backup settings). */
+  extra?: Record<string, string>;
 }
 
 interface FakeMount {
@@ -113,6 +115,7 @@ class FakeHost {
         row("available", "1073643520", "-"),
         row(MANAGED_PROPERTY, ds.managed ? "yes" : "-", ds.managed ? "local" : "-"),
         row(STAGED_PROPERTY, ds.stagedAt ?? "-", ds.stagedAt ? "local" : "-"),
+        ...Object.entries(ds.extra ?? {}).map(([k, v]) => row(k, v, "local")),
       ].join("\n") + "\n",
     };
   }
@@ -146,14 +149,15 @@ class FakeHost {
   }
 
   zfsSet(argv: readonly string[]): FakeResponse {
-    const [k, v] = argv[2]!.split("=");
-    const ds = this.datasets.get(argv[3]!)!;
-    if (k === STAGED_PROPERTY) {
-      ds.stagedAt = v!;
-      return {};
+    const ds = this.datasets.get(argv.at(-1)!)!;
+    for (const pair of argv.slice(2, -1)) {
+      const eq = pair.indexOf("=");
+      const [k, v] = [pair.slice(0, eq), pair.slice(eq + 1)];
+      if (k === STAGED_PROPERTY) ds.stagedAt = v;
+      else if (k === "refquota") ds.refquota = Number(v);
+      else if (k.startsWith("org.zfs-csi:backup-")) ds.extra = { ...ds.extra, [k]: v };
+      else assert.fail(`unexpected zfs set ${pair}`);
     }
-    assert.equal(k, "refquota");
-    ds.refquota = Number(v);
     return {};
   }
 
@@ -192,6 +196,7 @@ interface Harness extends AsyncDisposable, FakeServices<FakeHost> {
 
 async function setup(
   opts: {
+    flags?: readonly string[];
     before?: (runner: FakeRunner, host: () => FakeHost) => void;
     statfs?: (path: string) => Promise<FsStats>;
   } = {},
@@ -199,7 +204,7 @@ async function setup(
   const base = await Deno.makeTempDir({ prefix: "zfs-csi-node-" });
   const parts = fakeServices({
     parent: PARENT,
-    flags: ["--stage-publish-base-dir", base],
+    flags: ["--stage-publish-base-dir", base, ...opts.flags ?? []],
     host: (runner) => new FakeHost(runner),
     ...(opts.before ? { before: opts.before } : {}),
   });
@@ -1086,4 +1091,33 @@ Deno.test("NodeService refuses stage, publish and unpublish paths below another 
   assert.equal(await isDirectory(`${foreign}/x`), false, "nothing made below the mount");
   assert.equal(hasArgv(h.runner.argvs, ["mount", "-c", "--bind"]), false);
   assert.equal(hasArgv(h.runner.argvs, ["umount"]), false);
+});
+
+Deno.test("NodeService.NodeStageVolume records a registered volume's backup context on its dataset, once", async () => {
+  await using h = await setup();
+  const ds = h.host.addDataset("tank/nomad/v1", { stagedAt: "1700000000" });
+  const staging = `${h.base}/staging/v1/rw`;
+  const req = stageReq("v1", staging, {
+    volume_context: { backup_interval: "15m", backup_keep: "daily=14,last=4" },
+  });
+  // Refused without a store: the volume must not look backed up when it is not.
+  await assertRejectsCsi(
+    h.node.NodeStageVolume(req),
+    Code.FAILED_PRECONDITION,
+    'Volume "v1" asks for backups (volume_context backup_interval), and this plugin has no ' +
+      "store: start it with --store, or remove backup_interval from the volume",
+  );
+  assert.equal(ds.extra, undefined);
+  await using s = await setup({ flags: ["--store", "file:///srv/backups"] });
+  const ds2 = s.host.addDataset("tank/nomad/v1", { stagedAt: "1700000000" });
+  const staging2 = `${s.base}/staging/v1/rw`;
+  const req2 = { ...req, staging_target_path: staging2 };
+  assert.deepEqual(await s.node.NodeStageVolume(req2), {});
+  assert.deepEqual(ds2.extra, {
+    "org.zfs-csi:backup-interval": "900",
+    "org.zfs-csi:backup-keep": "last=4,hourly=0,daily=14,weekly=0",
+  });
+  const sets = s.runner.argvs.filter((a) => a[1] === "set").length;
+  assert.deepEqual(await s.node.NodeStageVolume(req2), {});
+  assert.equal(s.runner.argvs.filter((a) => a[1] === "set").length, sets, "a repeat sets nothing");
 });

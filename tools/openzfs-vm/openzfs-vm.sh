@@ -404,6 +404,15 @@ fill_image() { # project dir
     # Without its modules the churn test would try the network; without go it is skipped.
     rm -rf "$m/usr/local/go"
   fi
+  # The S3 tests' server (versitygw), built on the host from the Go module proxy: the VM has no
+  # network to build it. Without it those tests fail in the VM, saying Go is needed.
+  rm -rf "$m/var/cache/zfs-csi"
+  local vgw
+  for vgw in "${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"/versitygw-*/versitygw; do
+    [ -x "$vgw" ] || continue
+    mkdir -p "$m/var/cache/zfs-csi/$(basename "$(dirname "$vgw")")"
+    cp -a "$vgw" "$m/var/cache/zfs-csi/$(basename "$(dirname "$vgw")")/"
+  done
   rev="$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")"
   dirty="$(git -C "$src" status --porcelain 2>/dev/null | wc -l)"
   echo "project: $src at $rev ($dirty uncommitted paths), copied $(date -u)" >"$m$VM_HOME/source.txt"
