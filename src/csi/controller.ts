@@ -745,6 +745,9 @@ export class ControllerService {
     const manifest = await this.#storeFor(ref.id).restore(ref, dataset, (m) => {
       const refquota = refquotaOf(m.capacityBytes);
       const all = { ...props };
+      // Restored under its own name (a delete undone), the volume continues its history in the
+      // store: the same record, and increments on the snapshots just received.
+      if (m.volume === this.#nameOf(dataset)) all[STORE_UID_PROPERTY] = m.volumeUid;
       if (refquota > 0) all.refquota = String(refquota);
       this.#sizeProps(all, params, refquota);
       return Object.entries(all) as PropertyList;

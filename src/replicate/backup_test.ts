@@ -378,3 +378,22 @@ Deno.test("backupVolume drives the real sendToStore: zfs send -i <base>, the byt
   const digest = createHash("sha256").update(joinChunks(chunks)).digest("hex");
   assert.equal(out.manifest.sha256, digest);
 });
+
+Deno.test("backupVolume bases on a snapshot stored by CreateSnapshot (.stored-*), as after a restore", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  const kept = h.snapshot(ds, ".stored-nightly");
+  const requested = stored(
+    await backupSnapshot(h.deps, { dataset: ds, snapshot: kept, csiName: "nightly" }),
+  );
+  assert.equal(requested.manifest.baseGuid, null);
+  h.clock.ms += HOUR;
+  const next = stored(await backupVolume(h.deps, ds));
+  assert.equal(h.sends[1]?.base, kept);
+  assert.equal(next.manifest.baseGuid, requested.manifest.guid);
+  // A look-alike is no base: its name does not decode.
+  h.clock.ms += HOUR;
+  h.snapshot(ds, ".stored-.x");
+  await backupVolume(h.deps, ds);
+  assert.equal(h.sends[2]?.base, `${ds}@.backup-${(T0 + HOUR) / 1000}`);
+});

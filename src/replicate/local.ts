@@ -15,6 +15,7 @@ import {
   encodeComponent,
   MANAGED_PROPERTY,
   MANAGED_VALUE,
+  STORED_PREFIX,
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
@@ -231,7 +232,12 @@ export function pickBase(
   const stored = new Set(manifests.map((m) => m.guid));
   const candidates = local
     .filter((s) => s.createtxg < opts.before && stored.has(s.guid))
-    .filter((s) => BACKUP_COMPONENT.test(s.component) || decodeComponent(s.component) !== undefined)
+    .filter((s) =>
+      BACKUP_COMPONENT.test(s.component) || decodeComponent(s.component) !== undefined ||
+      // A snapshot CreateSnapshot stored (stored_snapshots.ts), or one a restore received.
+      (s.component.startsWith(STORED_PREFIX) &&
+        decodeComponent(s.component.slice(STORED_PREFIX.length)) !== undefined)
+    )
     .sort((a, b) => b.createtxg - a.createtxg);
   for (const s of candidates) {
     let chain;
