@@ -180,7 +180,9 @@ export class ControllerService {
     const dataset = childDataset(this.#d.config.parentDataset, "Volume name", name);
     checkCapabilities(req.volume_capabilities);
     const capacity = checkCapacity(req.capacity_range);
-    const params = parseParameters(req.parameters, this.#d.config.parameterPolicy);
+    const params = parseParameters(req.parameters, this.#d.config.parameterPolicy, {
+      restoring: isStoredSnapshotId(req.volume_content_source?.snapshot?.snapshot_id ?? ""),
+    });
     checkRequisite(req.accessibility_requirements, this.#d.config.topology, this.#d.config.nodeId);
     let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
     if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
@@ -743,6 +745,7 @@ export class ControllerService {
     }
     const refquotaOf = (capacity: number) => (size > 0 ? size : capacity);
     const manifest = await this.#storeFor(ref.id).restore(ref, dataset, (m) => {
+      checkRestoredKey(ref.id, m.raw, params);
       const refquota = refquotaOf(m.capacityBytes);
       const all = { ...props };
       // Restored under its own name (a delete undone), the volume continues its history in the
@@ -923,6 +926,28 @@ export class ControllerService {
         message: problem ?? "Volume is healthy",
       },
     };
+  }
+}
+
+/**
+ * A snapshot of an encrypted volume arrives encrypted (sent raw) and needs its key named with
+ * `keylocation`; an unencrypted one cannot take a key. Refused before anything is received.
+ * @throws {CsiError} INVALID_ARGUMENT saying what to give or drop
+ */
+function checkRestoredKey(id: string, raw: boolean, params: VolumeParameters): void {
+  const keylocation = params.properties.keylocation;
+  if (raw && keylocation === undefined) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `Snapshot "${id}" is of an encrypted volume, stored encrypted: give parameter ` +
+        `keylocation (file:///<a file below --key-dir> holding its key) to restore it`,
+    );
+  }
+  if (!raw && keylocation !== undefined) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `Snapshot "${id}" is of an unencrypted volume: it takes no keylocation`,
+    );
   }
 }
 

@@ -457,6 +457,15 @@ export function resolveParameterPolicy(flags: ParameterPolicyFlags): ParameterPo
   return Object.freeze({ rules: Object.freeze(rules), keyDir: flags.keyDir });
 }
 
+/** How parameters are used. */
+export interface ParseOptions {
+  /**
+   * The volume is restored from the store: an encrypted one arrives encrypted (sent raw), so
+   * `keylocation` alone, without `encryption`, is how its key is named.
+   */
+  readonly restoring?: boolean;
+}
+
 /**
  * Checks CreateVolume parameters: known names, values zfs accepts, and what `policy` lets volume
  * creators use. Nothing here runs zfs: a refused request never reaches it.
@@ -466,6 +475,7 @@ export function resolveParameterPolicy(flags: ParameterPolicyFlags): ParameterPo
 export function parseParameters(
   params: Readonly<Record<string, string>> | null | undefined,
   policy: ParameterPolicy,
+  options: ParseOptions = {},
 ): VolumeParameters {
   const entries = Object.entries(params ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const properties: Record<string, string> = {};
@@ -504,7 +514,10 @@ export function parseParameters(
     }
     properties[key] = value;
   }
-  if (properties.keylocation !== undefined && properties.encryption === undefined) {
+  if (
+    properties.keylocation !== undefined && properties.encryption === undefined &&
+    !options.restoring
+  ) {
     throw invalid(`Parameter "keylocation" needs "encryption"`);
   }
   // zfs would prompt for the key, and the plugin has no terminal: the create would fail late.

@@ -1,0 +1,147 @@
+/**
+ * The controller's store side without a real store: a restore's key checks, made before anything
+ * is received (the receive itself runs on real pools in tests/integration/store_*_test.ts).
+ */
+
+import assert from "node:assert/strict";
+import { Code } from "../errors.ts";
+import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
+import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
+import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
+import { encodeJson } from "../store/chain.ts";
+import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import { storedSnapshotId } from "../store/snapshot_ids.ts";
+import { BackupScheduler } from "../replicate/scheduler.ts";
+import { ControllerService } from "./controller.ts";
+import { StoredSnapshots } from "./stored_snapshots.ts";
+import { Trash } from "./trash.ts";
+import type { CreateVolumeRequest } from "./types.ts";
+
+const PARENT = "tank/nomad";
+
+/** A controller with a store holding one full snapshot of "pg", `raw` or not. */
+async function setup(raw: boolean) {
+  const parts = fakeServices({
+    parent: PARENT,
+    flags: ["--store", "file:///srv/backups", "--key-dir", "/etc/zfs/keys"],
+    host: (runner) => runner,
+  });
+  const { config, zfs, mounter, health, locks, log, runner } = parts;
+  const store = new MemoryStore();
+  const guid = "1234";
+  const manifest: SnapshotManifest = {
+    format: 1,
+    volume: "pg",
+    volumeUid: "0".repeat(32),
+    guid,
+    baseGuid: null,
+    snapshot: ".backup-1700000000",
+    kind: "scheduled",
+    createdAt: "2024-01-01T00:00:00.000Z",
+    stream: streamKey("pg", guid, "0".repeat(32)),
+    size: 3,
+    sha256: "0".repeat(64),
+    raw,
+    node: "node-a",
+    capacityBytes: 1 << 30,
+  };
+  await store.putBytes(manifestKey("pg", guid), encodeJson(manifest));
+  await store.putBytes(manifest.stream, new Uint8Array([1, 2, 3]));
+  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 0, locks, log });
+  const streams = new FakeStreamRunner(() => ({ code: 1, stderr: "not expected" }));
+  const scheduler = new BackupScheduler({
+    zfs,
+    parentDataset: PARENT,
+    log,
+    backup: () => Promise.reject(new Error("no backups in this test")),
+  });
+  const stored = new StoredSnapshots({
+    zfs,
+    store,
+    parentDataset: PARENT,
+    nodeId: "n1",
+    locks,
+    trash,
+    scheduler,
+    backup: {
+      zfs,
+      store,
+      send: () => Promise.reject(new Error("no sends in this test")),
+      locks,
+      log,
+      parentDataset: PARENT,
+      node: "n1",
+    },
+    receive: { streams, zfsPath: "zfs", zfs, store, log },
+    log,
+  });
+  const controller = new ControllerService({
+    config,
+    zfs,
+    mounter,
+    health,
+    locks,
+    trash,
+    log,
+    stored,
+    scheduler,
+  });
+  // The parent exists and knows every property asked; the target does not exist yet.
+  runner.on(
+    ["zfs", "get"],
+    (argv) =>
+      argv.at(-1) === PARENT
+        ? { stdout: `${PARENT}\t${argv.at(-2)}\t-\t-\n` }
+        : { code: 1, stderr: `cannot open '${argv.at(-1)}': dataset does not exist\n` },
+  );
+  return { ...parts, controller, streams, id: storedSnapshotId("pg", guid) };
+}
+
+function restoreReq(id: string, parameters: Record<string, string>): CreateVolumeRequest {
+  return {
+    name: "restored",
+    capacity_range: null,
+    volume_capabilities: [fsCap()],
+    parameters,
+    secrets: {},
+    volume_content_source: { snapshot: { snapshot_id: id } },
+    accessibility_requirements: null,
+    mutable_parameters: {},
+  };
+}
+
+Deno.test("ControllerService.CreateVolume from an encrypted stored snapshot needs keylocation, before any receive", async () => {
+  const h = await setup(true);
+  await assertRejectsCsi(
+    h.controller.CreateVolume(restoreReq(h.id, {})),
+    Code.INVALID_ARGUMENT,
+    `Snapshot "${h.id}" is of an encrypted volume, stored encrypted: give parameter keylocation ` +
+      "(file:///<a file below --key-dir> holding its key) to restore it",
+  );
+  // keylocation alone, without encryption, is how a restore names the key: not refused as such.
+  const withKey = h.controller.CreateVolume(
+    restoreReq(h.id, { keylocation: "file:///etc/zfs/keys/pg.key" }),
+  );
+  await assert.rejects(withKey, (err: Error) => !/needs "encryption"/.test(err.message));
+  assert.equal(h.streams.processes.length > 0, true, "the keyed restore went on to receive");
+});
+
+Deno.test("ControllerService.CreateVolume from an unencrypted stored snapshot takes no keylocation", async () => {
+  const h = await setup(false);
+  await assertRejectsCsi(
+    h.controller.CreateVolume(restoreReq(h.id, { keylocation: "file:///etc/zfs/keys/pg.key" })),
+    Code.INVALID_ARGUMENT,
+    `Snapshot "${h.id}" is of an unencrypted volume: it takes no keylocation`,
+  );
+  assert.equal(h.streams.processes.length, 0, "nothing received");
+  // A plain create still needs encryption with a keylocation.
+  await assertRejectsCsi(
+    h.controller.CreateVolume({
+      ...restoreReq(h.id, { keylocation: "file:///etc/zfs/keys/pg.key" }),
+      volume_content_source: null,
+    }),
+    Code.INVALID_ARGUMENT,
+    'Parameter "keylocation" needs "encryption"',
+  );
+});
