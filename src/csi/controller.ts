@@ -755,6 +755,18 @@ export class ControllerService {
       this.#sizeProps(all, params, refquota);
       return Object.entries(all) as PropertyList;
     });
+    if (manifest.volume === this.#nameOf(dataset)) {
+      try {
+        await this.#storeFor(ref.id).volumeRestored(manifest.volume, manifest.volumeUid);
+      } catch (err) {
+        if (!(err instanceof StoreError)) throw err;
+        // The next backup clears the mark too; until then the pruner waits out the retention.
+        this.#d.log.warn("could not clear the restored volume's deletion mark in the store", {
+          dataset,
+          error: err,
+        });
+      }
+    }
     return refquotaOf(manifest.capacityBytes);
   }
 

@@ -288,28 +288,43 @@ export class StoredSnapshots {
    */
   async volumeDeleted(volumeName: string, uid: string | undefined): Promise<void> {
     if (uid === undefined) return;
-    const volumeKey = encodeComponent("Volume name", volumeName);
-    const key = volumeRecordKey(volumeKey);
+    if (await this.#markRecord(volumeName, uid, new Date().toISOString())) {
+      this.#d.log.info("volume's backups kept in the store for its deleted retention", {
+        volume: volumeName,
+        store: this.description,
+      });
+    }
+  }
+
+  /**
+   * A volume restored under its own name lives again: its record's deletion mark goes at once,
+   * not only at its next backup (it may have none), so the pruner never takes its history.
+   * @throws {StoreError} when the store fails
+   */
+  async volumeRestored(volumeName: string, uid: string): Promise<void> {
+    await this.#markRecord(volumeName, uid, undefined);
+  }
+
+  /** Sets or clears `deletedAt` on the record of `uid`; false when there was nothing to do. */
+  async #markRecord(volumeName: string, uid: string, deletedAt: string | undefined) {
+    const key = volumeRecordKey(encodeComponent("Volume name", volumeName));
     for (let attempt = 0; attempt < 5; attempt++) {
       const got = await this.#d.store.getBytes(key);
-      if (!got) return;
-      const record = parseVolumeRecord(got.bytes);
-      if (record.uid !== uid || record.deletedAt !== undefined) return;
+      if (!got) return false;
+      const { deletedAt: was, ...record } = parseVolumeRecord(got.bytes);
+      if (record.uid !== uid || (was === undefined) === (deletedAt === undefined)) return false;
       try {
-        await this.#d.store.putBytes(
-          key,
-          encodeJson({ ...record, deletedAt: new Date().toISOString() }),
-          { ifMatch: got.etag },
-        );
-        this.#d.log.info("volume's backups kept in the store for its deleted retention", {
-          volume: volumeName,
-          store: this.description,
-        });
-        return;
+        const next = deletedAt === undefined ? record : { ...record, deletedAt };
+        await this.#d.store.putBytes(key, encodeJson(next), { ifMatch: got.etag });
+        return true;
       } catch (err) {
         if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
       }
     }
+    throw new StoreError(
+      "unavailable",
+      `"${key}" in ${this.description} kept changing while the plugin wrote it; try again`,
+    );
   }
 
   #answerWithinMs(): number {

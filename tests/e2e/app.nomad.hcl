@@ -9,6 +9,11 @@
 #   mode = "share"  prints the checksum of /data/payload, then keeps the volume mounted until
 #                   the job is stopped: with count = 2 and access_mode = "multi-node-reader-only",
 #                   two allocations on one node read one volume
+#   mode = "fill"   writes a small tree of files (1 MiB of random bytes, a subdirectory with two
+#                   more files), prints the tree's checksum ("tree <sha256>  -"), exits
+#   mode = "tree"   prints the tree's checksum of /data, exits
+# The tree's checksum is the sha256 of the sorted "sha256  ./path" lines of every file below
+# /data: the test computes the same on the host (nomad_e2e.sh, tree_sum).
 
 variable "job_id" {
   type = string
@@ -22,8 +27,8 @@ variable "mode" {
   type = string
 
   validation {
-    condition     = contains(["write", "read", "hold", "look", "share"], var.mode)
-    error_message = "The mode must be write, read, hold, look or share."
+    condition     = contains(["write", "read", "hold", "look", "share", "fill", "tree"], var.mode)
+    error_message = "The mode must be write, read, hold, look, share, fill or tree."
   }
 }
 
@@ -39,12 +44,22 @@ variable "access_mode" {
 
 locals {
   write = "head -c 1048576 /dev/urandom > /data/payload && sha256sum /data/payload"
+  tree  = "echo \"tree $(cd /data && find . -type f -exec sha256sum {} + | LC_ALL=C sort -k 2 | sha256sum)\""
+  fill = join(" && ", [
+    "mkdir /data/dir",
+    "head -c 1048576 /dev/urandom > /data/payload",
+    "head -c 65536 /dev/urandom > /data/dir/part",
+    "echo known > /data/dir/note",
+    local.tree,
+  ])
   script = {
     write = local.write
     read  = "sha256sum /data/payload"
     hold  = "${local.write} && exec sleep 3600"
     look  = "ls -ldn /data"
     share = "sha256sum /data/payload && exec sleep 3600"
+    fill  = local.fill
+    tree  = local.tree
   }
   # Nomad requires read_only for the reader-only access modes.
   read_only = contains(["single-node-reader-only", "multi-node-reader-only"], var.access_mode)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end proof under a real Nomad agent: the plugin runs as a Nomad job from the files in
 # nomad/, and Nomad itself creates, registers, mounts, snapshots, grows and deletes volumes on a
-# throw-away zfs pool, retries a create, and is refused a volume name that another namespace
-# already uses. Every check prints one line; the last line is
+# throw-away zfs pool, retries a create, is refused a volume name that another namespace
+# already uses, and puts a snapshot in the plugin's store (a directory), deletes the volume and
+# restores it from the store with the same bytes. Every check prints one line; the last line is
 #   nomad-e2e: N checks passed, N failed (Nomad vX.Y.Z)
 # and the exit code is non-zero if any check failed.
 #
@@ -12,17 +13,21 @@
 # What runs where (raw_exec and exec need nothing but Nomad; why not docker or podman on our CI
 # machines: the README's "Running under Nomad" section):
 #   - a Nomad dev agent on 127.0.0.1, free non-default ports, data_dir in a temporary directory;
-#   - the plugin with nomad/zfs-csi-raw-exec.nomad.hcl, as a monolith (plugin id zfs-e2e) and as
-#     the node-only layout (plugin id zfs, on a second parent dataset); the job's binary_path is a
-#     small wrapper that runs main.ts with the production permission flags (src/permissions.ts)
-#     scoped to the agent's <data_dir>/client/csi, since "deno compile" cannot run here;
+#   - the plugin with nomad/zfs-csi-raw-exec.nomad.hcl, as a monolith (plugin id zfs-e2e, with
+#     --store file://<temp dir>/store added to the job's args as an operator would) and as the
+#     node-only layout (plugin id zfs, on a second parent dataset, no store); the job's
+#     binary_path is a small wrapper that runs main.ts with the production permission flags
+#     (src/permissions.ts) scoped to the agent's <data_dir>/client/csi, plus the store directory
+#     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts),
+#     since "deno compile" cannot run here;
 #   - the application job (tests/e2e/app.nomad.hcl) with the exec driver.
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3, the newest the Go module proxy serves; also
 # 1.10.5, whose client overlaps node calls for one volume), ZFS_CSI_CACHE (Nomad build cache,
-# default /var/cache/zfs-csi), E2E_KEEP=1 keeps the temporary directory's logs (the pool is
-# destroyed either way), E2E_PLUGIN_ROOT=<dir> runs the plugin (its main.ts and, for the flags
-# that main.ts knows, its nomad/zfs-csi-raw-exec.nomad.hcl) from another checkout of zfs-csi
-# (e.g. `git archive <commit> | tar -x -C <dir>`) to show that a check fails without a fix.
+# default /var/cache/zfs-csi), E2E_KEEP=1 keeps the temporary directory's logs and the store
+# (the pool is destroyed either way), E2E_PLUGIN_ROOT=<dir> runs the plugin (its main.ts and, for
+# the flags that main.ts knows, its nomad/zfs-csi-raw-exec.nomad.hcl) from another checkout of
+# zfs-csi (e.g. `git archive <commit> | tar -x -C <dir>`) to show that a check fails without a
+# fix; a checkout whose plugin has no --store runs without the store and its checks.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -113,10 +118,22 @@ cleanup() {
   if [ -n "$agent_pid" ] && kill -0 "$agent_pid" 2>/dev/null; then
     # Jobs first, so the plugins unmount what they mounted; then the agent (a dev agent also
     # destroys what is left when it stops). Application jobs may run in other namespaces.
-    for ns in $(nomad namespace list -json 2>/dev/null | jq -r '.[].Name'); do
+    local namespaces ns job vol
+    namespaces=$(nomad namespace list -json 2>/dev/null | jq -r '.[].Name')
+    for ns in $namespaces; do
       for job in $(NOMAD_NAMESPACE=$ns nomad job status -short 2>/dev/null |
         awk 'NR > 1 && $1 !~ /^zfs-csi-/ {print $1}'); do
         NOMAD_NAMESPACE=$ns nomad job stop -purge "$job" >/dev/null 2>&1
+      done
+    done
+    # Volumes a failed check left (a passing run leaves none), while the plugins still run:
+    # deleted (retried while their claims go), else deregistered.
+    for ns in $namespaces; do
+      for vol in $(NOMAD_NAMESPACE=$ns nomad volume status -type csi -json 2>/dev/null |
+        jq -r '.[]?.ID'); do
+        say "  volume $vol (namespace $ns) was left: nomad volume delete"
+        NOMAD_NAMESPACE=$ns wait_until 30 nomad volume delete "$vol" ||
+          NOMAD_NAMESPACE=$ns nomad volume deregister -force "$vol" >/dev/null 2>&1
       done
     done
     for job in $(nomad job status -short 2>/dev/null | awk 'NR > 1 {print $1}'); do
@@ -137,6 +154,7 @@ cleanup() {
     sleep 0.5
   done
   zpool list -H "$pool" >/dev/null 2>&1 && say "could not destroy pool $pool: zpool destroy -f $pool"
+  # The store directory (store_dir, below $tmp) goes with it.
   if [ "${E2E_KEEP:-}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
   say ""
   say "took $(($(date +%s) - started_at))s under ${nomad_version:-Nomad (not started)}"
@@ -154,22 +172,49 @@ zfs create "$pool/nomad" && zfs create "$pool/nodeonly" || abort "parent dataset
 say "pool: $pool on $tmp/pool.img, parents $pool/nomad (monolith) and $pool/nodeonly (node only)"
 
 # -- the plugin "binary" for raw_exec: main.ts under the pinned Deno, with the production
-# permission flags scoped to this agent's CSI directory.
+# permission flags scoped to this agent's CSI directory, and the store's directory granted as a
+# production build grants it: ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts.
 mkdir -p "$tmp/bin"
-flags=$(cd "$plugin_root" && E2E_CSI_DIR="$csi_dir" "$root/tools/deno" eval --quiet '
-  const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
-  const dirs = [Deno.env.get("E2E_CSI_DIR")!];
-  await Deno.stdout.write(new TextEncoder().encode(runtimeFlags({ dirs }).join(" ")));
-') || abort "permission flags read from src/permissions.ts"
-cat >"$tmp/bin/zfs-csi" <<EOF
+# write_wrapper extra-dirs: (re)writes the wrapper; extra-dirs is ZFS_CSI_EXTRA_DIRS ("" for none).
+write_wrapper() {
+  local flags
+  flags=$(cd "$plugin_root" && E2E_CSI_DIR="$csi_dir" ZFS_CSI_EXTRA_DIRS="$1" \
+    "$root/tools/deno" eval --quiet '
+    const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
+    const vars = { ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS") };
+    const extraDirs = vars.ZFS_CSI_EXTRA_DIRS
+      ? (await import(`${Deno.cwd()}/tools/compile_args.ts`)).fromBuildVariables(vars).extraDirs
+      : [];
+    const dirs = [Deno.env.get("E2E_CSI_DIR")!, ...extraDirs];
+    await Deno.stdout.write(new TextEncoder().encode(runtimeFlags({ dirs }).join(" ")));
+  ') || return 1
+  cat >"$tmp/bin/zfs-csi" <<EOF
 #!/bin/sh
 # Runs zfs-csi from source as the compiled binary would run (its flags from src/permissions.ts).
 cd '$plugin_root' || exit 1
 export DENO_DIR='${DENO_DIR:-$HOME/.cache/deno}'
 exec '$root/tools/deno' run --quiet --frozen --config deno.json $flags main.ts "\$@"
 EOF
-chmod +x "$tmp/bin/zfs-csi"
+  chmod +x "$tmp/bin/zfs-csi"
+}
+write_wrapper "" || abort "permission flags read from src/permissions.ts"
 check "plugin wrapper runs main.ts (--version)" "$tmp/bin/zfs-csi" --version
+
+# -- the store: a directory (file://), as on an NFS mount or a second disk. The plugin never
+# creates its root. A plugin without --store (an older E2E_PLUGIN_ROOT) runs without it.
+store_dir="$tmp/store"
+store_on=""
+if "$tmp/bin/zfs-csi" --help 2>&1 | grep -qE '^ *--store URL'; then
+  store_on=1
+  mkdir -m 0700 "$store_dir" || abort "store directory $store_dir created"
+  write_wrapper "$store_dir" || abort "permission flags with ZFS_CSI_EXTRA_DIRS=$store_dir"
+  check "the wrapper grants the store directory as ZFS_CSI_EXTRA_DIRS=$store_dir would" \
+    grep -qF -- "--allow-write=$csi_dir,$store_dir " "$tmp/bin/zfs-csi"
+elif [ "$plugin_root" = "$root" ]; then
+  fail "the plugin's --help lists --store"
+else
+  say "plugin: no --store in its --help: the store's checks are left out"
+fi
 
 # -- the agent: loopback, free ports outside Nomad's dynamic range (20000-32000)
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -184,7 +229,7 @@ port_free 4646 || say "note: port 4646 is in use by something else; this agent u
 
 # The exec driver copies chroot_env into every task: only what tests/e2e/app.nomad.hcl runs.
 chroot_entries=""
-for prog in sh head sha256sum sleep cat ls; do
+for prog in sh head sha256sum sleep cat ls mkdir find sort; do
   path=$(readlink -f "$(command -v "$prog")")
   chroot_entries+="    \"$path\" = \"/bin/$prog\""$'\n'
   for lib in $(ldd "$path" | grep -o '/[^ ]*'); do
@@ -242,8 +287,17 @@ step "plugin jobs from nomad/zfs-csi-raw-exec.nomad.hcl"
 # The job file that goes with the plugin's main.ts: its flags are the ones that main.ts knows.
 plugin_job="$plugin_root/nomad/zfs-csi-raw-exec.nomad.hcl"
 plugin_vars=(-var "nomad_data_dir=$data_dir" -var "binary_path=$tmp/bin/zfs-csi" -var log_level=debug)
+# The monolith gets the store: the operator adds the flag to the job's args.
+monolith_job="$plugin_job"
+if [ -n "$store_on" ]; then
+  monolith_job="$tmp/zfs-csi-raw-exec-store.nomad.hcl"
+  sed 's|^\( *\)"--log-level", var.log_level,$|&\n\1"--store", "file://'"$store_dir"'",|' \
+    "$plugin_job" >"$monolith_job"
+  check "the monolith's job passes --store file://$store_dir (added to its args)" \
+    grep -qF "\"--store\", \"file://$store_dir\"," "$monolith_job"
+fi
 nomad job run -detach -var "node=$node_name" -var "parent_dataset=$pool/nomad" "${plugin_vars[@]}" \
-  "$plugin_job" >/dev/null || abort "monolith plugin job submitted"
+  "$monolith_job" >/dev/null || abort "monolith plugin job submitted"
 nomad job run -detach -var "parent_dataset=$pool/nodeonly" "${plugin_vars[@]}" \
   "$plugin_job" >/dev/null || abort "node-only plugin job submitted"
 
@@ -384,9 +438,13 @@ check "reg-data: its dataset has refquota 32MiB (context.size) and the managed m
 # ---------------------------------------------------------------------------------------------
 step "snapshots: create, list, a volume from one, delete"
 
-out=$(nomad volume snapshot create pg-data snap1 2>&1)
+# With a store, a snapshot goes there unless the parameter store=false asks for a local one.
+local_snapshot=()
+[ -n "$store_on" ] && local_snapshot=(-parameter store=false)
+out=$(nomad volume snapshot create "${local_snapshot[@]}" pg-data snap1 2>&1)
 say "  $(tail -1 <<<"$out")"
-check "nomad volume snapshot create pg-data snap1" grep -q "pg-data@snap1@$node_name" <<<"$out"
+check "nomad volume snapshot create ${local_snapshot[*]}${local_snapshot[*]:+ }pg-data snap1" \
+  grep -q "pg-data@snap1@$node_name" <<<"$out"
 check "ZFS has the snapshot $pool/nomad/pg-data@snap1" zexists "$pool/nomad/pg-data@snap1"
 check "nomad volume snapshot list -plugin $monolith_plugin shows it" \
   grep -q "pg-data@snap1@$node_name" <<<"$(nomad volume snapshot list -plugin "$monolith_plugin" 2>&1)"
@@ -531,6 +589,13 @@ check_shared() {
   for id in $(awk '$2 != "running" {print $1}' <<<"$a"); do
     nomad alloc status "$id" 2>&1 | grep -E "Setup Failure|csi_hook" | head -2 | sed 's/^/  /'
   done
+  # The plugin's node calls on the volume that led there (its "rpc" log lines), oldest first.
+  say "  the plugin's last node calls on volume shared (paths below $csi_dir/monolith/...):"
+  nomad alloc logs -stderr "$plugin_alloc" plugin 2>/dev/null | grep -F '"volumeId":"shared@' |
+    jq -r --arg base "$csi_dir/monolith/$monolith_plugin/" 'select(.msg == "rpc") |
+      [.ts, .method, .code, "wait=\(.lockWaitMs // 0)ms",
+        ((.targetPath // .stagingTargetPath // "") | ltrimstr($base))] | join(" ")' 2>/dev/null |
+    tail -16 | sed 's/^/    /'
 }
 
 run_shared || abort "job shared submitted"
@@ -663,6 +728,104 @@ check "nomad volume delete -namespace staging postgres; nomad namespace delete p
   wait_until 30 nomad volume delete -namespace staging postgres && zgone "$pg_ds" &&
   nomad namespace delete prod >/dev/null && nomad namespace delete staging >/dev/null'
 say "  $(($(date +%s) - names_started))s for the retry and the two namespaces"
+
+# ---------------------------------------------------------------------------------------------
+# The store (issue 12): with --store, `nomad volume snapshot create` puts the snapshot in the
+# store and answers with its id, store:<volume>:<guid>; `nomad volume create` with that id as
+# snapshot_id receives it back, checked against the sizes and sha256s recorded at backup time,
+# also after the volume was deleted.
+
+# tree_sum dir: one sha256 over every file below dir: the sorted "sha256  ./path" lines, as
+# tests/e2e/app.nomad.hcl's modes fill and tree print it for /data.
+tree_sum() {
+  (cd "$1" && find . -type f -exec sha256sum {} + | LC_ALL=C sort -k 2 | sha256sum | awk '{print $1}')
+}
+# The tree checksum a job printed ("tree <sha256>  -").
+job_tree() { nomad alloc logs "$(alloc_of "$1")" app 2>/dev/null | awk '$1 == "tree" {print $2}'; }
+# The Ready? column of a snapshot in nomad volume snapshot list (empty: not listed).
+snapshot_ready() {
+  nomad volume snapshot list -plugin "$monolith_plugin" 2>/dev/null |
+    awk -v id="$1" '$1 == id {print $NF}'
+}
+
+if [ -n "$store_on" ]; then
+  step "the store: a snapshot to the store, the volume deleted, restored from the store"
+  store_started=$(date +%s)
+
+  backed_ds="$pool/nomad/backed"
+  backed_mp="$tmp/zfs/nomad/backed"
+  volume_spec backed.hcl backed backed
+  out=$(nomad volume create "$tmp/backed.hcl" 2>&1)
+  say "  $out"
+  check "nomad volume create backed: External ID backed@$node_name" \
+    created_as "$out" backed "backed@$node_name"
+  chown 65534:65534 "$backed_mp"
+  run_app backed-fill backed fill
+  check "a job (exec driver) wrote a tree of files to backed and finished" job_done backed-fill
+  backed_sum=$(job_tree backed-fill)
+  say "  job printed tree sha256 ${backed_sum:-<none>}" \
+    "($(find "$backed_mp" -type f 2>/dev/null | wc -l) files on the host)"
+  check "the host reads the same tree in $backed_ds (tree sha256)" \
+    same "$backed_sum" "$(tree_sum "$backed_mp")"
+  nomad job stop -purge backed-fill >/dev/null 2>&1
+  check "the job is done and no staging or target mount is left" wait_until 60 no_csi_mounts
+
+  out=$(nomad volume snapshot create backed nightly 2>&1)
+  say "$(sed 's/^/  /' <<<"$out")"
+  store_id=$(awk '$1 ~ /^store:/ {print $1; exit}' <<<"$out")
+  check "nomad volume snapshot create backed nightly: snapshot id ${store_id:-<none>} (store:...)" \
+    eval '[[ "$store_id" =~ ^store:backed:[0-9a-f]{16}$ ]]'
+  check "nomad volume snapshot list -plugin $monolith_plugin lists it with Ready? true" \
+    wait_until 120 eval '[ "$(snapshot_ready "$store_id")" = true ]'
+  say "  $(nomad volume snapshot list -plugin "$monolith_plugin" 2>&1 | grep -F "$store_id")"
+  # What an operator finds in the store directory (README, the store's layout).
+  manifest="$store_dir/v1/volumes/backed/snapshots/${store_id##*:}.json"
+  local_snap="$backed_ds@$(jq -r .snapshot "$manifest" 2>/dev/null)"
+  check "the store holds its manifest: kind requested, csiName nightly, the guid of $local_snap" \
+    same "requested nightly $(zget guid "$local_snap")" \
+    "$(jq -r '"\(.kind) \(.csiName) \(.guid)"' "$manifest" 2>/dev/null)"
+  stream="$store_dir/$(jq -r .stream "$manifest" 2>/dev/null)"
+  check "and its stream ${stream#"$store_dir/"}, with the manifest's size and sha256" \
+    same "$(jq -r '"\(.size) \(.sha256)"' "$manifest" 2>/dev/null)" \
+    "$(stat -c %s "$stream" 2>/dev/null) $(host_sum "$stream")"
+
+  check "nomad volume delete backed (retried while zfs-fuse calls it busy)" \
+    wait_until 30 nomad volume delete backed
+  check "dataset $backed_ds is gone under its name" zgone "$backed_ds"
+  check "the store keeps the snapshot: its manifest stays, the volume's record has deletedAt" \
+    eval '[ -f "$manifest" ] &&
+      jq -e ".deletedAt | strings" "$store_dir/v1/volumes/backed/volume.json" >/dev/null'
+  check "nomad volume snapshot list still lists $store_id" \
+    eval '[ "$(snapshot_ready "$store_id")" = true ]'
+
+  check "volume-from-snapshot.hcl -> backed from snapshot_id $store_id, 32MiB" \
+    spec_from volume-from-snapshot.hcl restore-store.hcl 's/pg-data-restore/backed/g' \
+    "s/zfs-node-a/$monolith_plugin/" \
+    "s/snapshot_id = \"pg-data@nightly@node-a\"/snapshot_id = \"$store_id\"/" \
+    's/capacity_min = "10GiB"/capacity_min = "32MiB"/'
+  restore_started=$(date +%s)
+  out=$(nomad volume create "$tmp/restore-store.hcl" 2>&1)
+  say "$(fold -s -w 96 <<<"$out" | sed 's/^/  /')"
+  check "nomad volume create restore-store.hcl: External ID backed@$node_name" \
+    created_as "$out" backed "backed@$node_name"
+  say "  restored in $(($(date +%s) - restore_started))s"
+  check "$backed_ds is back: not a clone, refquota 32MiB, managed, no .restore- dataset left" \
+    same "- 33554432 yes 0" "$(zget origin "$backed_ds") $(zget refquota "$backed_ds") $(
+      zget org.zfs-csi:managed "$backed_ds") $(datasets_named /.restore- | wc -l)"
+  run_app backed-tree backed tree
+  check "a job mounted the restored volume and finished" job_done backed-tree
+  check "it read the same tree (sha256 ${backed_sum:0:12}...)" \
+    same "$backed_sum" "$(job_tree backed-tree)"
+  nomad job stop -purge backed-tree >/dev/null 2>&1
+  check "the job is done and no staging or target mount is left" wait_until 60 no_csi_mounts
+
+  check "nomad volume delete backed (the restored volume)" wait_until 30 nomad volume delete backed
+  out=$(nomad volume snapshot delete "$monolith_plugin" "$store_id" 2>&1)
+  check "nomad volume snapshot delete $monolith_plugin $store_id" test $? -eq 0
+  [ -n "$out" ] && say "  $out"
+  check "it is no longer listed" eval '[ -z "$(snapshot_ready "$store_id")" ]'
+  say "  $(($(date +%s) - store_started))s for the store"
+fi
 
 # ---------------------------------------------------------------------------------------------
 step "nomad volume delete (monolith) and nomad volume deregister (node only)"
