@@ -31,18 +31,45 @@ Deno.test("deno task bench (quick) measures every section and process counts sta
     assert.equal(result.quick, true);
     assert.deepEqual(
       [...new Set(result.rows.map((r) => r.section))].sort(),
-      ["1", "2", "3", "4", "5", "6", "7"],
+      ["1", "2", "3", "4", "5", "6", "7", "8"],
     );
     for (const row of result.rows) {
       assert.match(row.plugin, /\d/, `${row.what} has no figure`);
       // The table prints what the JSON holds.
       assert.ok(stdout.includes(row.what), row.what);
     }
-    // Every comparison with a target (the lifecycle, create and delete) has its ratio.
+    // Every comparison with a target (the lifecycle, create and delete, the store) has its ratio.
     const targeted = result.rows.filter((r) => r.target !== undefined);
-    assert.deepEqual([...new Set(targeted.map((r) => r.section))].sort(), ["1", "2"]);
+    assert.deepEqual([...new Set(targeted.map((r) => r.section))].sort(), ["1", "2", "8"]);
     for (const row of targeted) {
       assert.ok(Number.isFinite(row.ratio) && row.ratio! > 0, `${row.what}: ratio ${row.ratio}`);
+    }
+    // The store (section 8): every row measured, with a finite figure and, against a floor, a
+    // finite ratio.
+    const store = result.rows.filter((r) => r.section === "8");
+    for (
+      const want of [
+        /^backup of .* to the file store/,
+        /^backup of .* to S3/,
+        /^restore of .* from the file store/,
+        /^restore of .* from S3/,
+        /^incremental backup, .* file store/,
+        /^incremental backup, .* S3/,
+        /^RSS during .* backups to the file store/,
+        /^RSS during .* restores from the file store/,
+        /^RSS during .* backups to S3/,
+        /^RSS during .* restores from S3/,
+        /^stage\+publish of another volume during a .* backup vs without/,
+      ]
+    ) {
+      assert.ok(store.some((r) => want.test(r.what)), `no store row ${want}`);
+    }
+    for (const row of store) {
+      assert.ok(Number.isFinite(Number.parseFloat(row.plugin)), `${row.what}: ${row.plugin}`);
+      if (row.base !== undefined) {
+        assert.ok(Number.isFinite(row.ratio) && row.ratio! > 0, `${row.what}: ratio ${row.ratio}`);
+      }
+      if (row.what.startsWith("incremental")) assert.match(row.note ?? "", /bytes moved .* \d/);
     }
     for (const call of ["ListVolumes", "GetCapacity", "NodeGetVolumeStats"]) {
       const runs = result.scale.filter((s) => s.call === call);

@@ -1,0 +1,294 @@
+/**
+ * The README's manual restore recipe, run as an operator would without the plugin: the shell
+ * block between `<!-- manual-restore:begin -->` and `<!-- manual-restore:end -->` in README.md
+ * (or, until it is pasted there, in /tmp/team/recipe.md), run by bash with only bash,
+ * coreutils, grep, sed and zfs on PATH, against a directory store the plugin filled. The data
+ * received on another pool must be the source's at snapshot time.
+ */
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import type { SnapshotManifest } from "../../src/store/layout.ts";
+import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
+import { PluginProcess } from "../support/plugin_process.ts";
+import { treeHash } from "../support/tree_hash.ts";
+import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const BEGIN = "<!-- manual-restore:begin -->";
+const END = "<!-- manual-restore:end -->";
+/** Where the recipe is drafted before the lead pastes it into README.md. */
+const DRAFT = "/tmp/team/recipe.md";
+const VOLUME = "pg-data";
+const MiB = 1024 * 1024;
+
+/** The shell block between the markers of README.md, else of the draft; and where it was. */
+async function recipe(): Promise<{ script: string; from: string }> {
+  for (const from of [`${ROOT}README.md`, DRAFT]) {
+    let text;
+    try {
+      text = await Deno.readTextFile(from);
+    } catch (e) {
+      if (e instanceof Deno.errors.NotFound) continue;
+      throw e;
+    }
+    const begin = text.indexOf(BEGIN);
+    const end = text.indexOf(END, begin);
+    if (begin < 0 || end < 0) continue;
+    const lines = text.slice(begin + BEGIN.length, end).split("\n");
+    const open = lines.findIndex((l) => l.startsWith("```"));
+    const close = lines.findLastIndex((l) => l.startsWith("```"));
+    assert.ok(open >= 0 && close > open, `${from}: the markers hold no fenced code block`);
+    return { script: lines.slice(open + 1, close).join("\n") + "\n", from };
+  }
+  return assert.fail(`No ${BEGIN} ... ${END} block in README.md or ${DRAFT}`);
+}
+
+/** The tools the recipe may use: bash, coreutils, grep, sed and zfs (no jq, no python). */
+const TOOLS = [
+  "bash",
+  "zfs",
+  "grep",
+  "sed",
+  ...[
+    "basename",
+    "cat",
+    "cut",
+    "date",
+    "dirname",
+    "echo",
+    "env",
+    "false",
+    "head",
+    "ls",
+    "printf",
+    "sha256sum",
+    "sort",
+    "stat",
+    "tail",
+    "test",
+    "[",
+    "tr",
+    "true",
+    "uniq",
+    "wc",
+  ],
+];
+
+/** A directory of links to exactly {@linkcode TOOLS}, to be the recipe's whole PATH. */
+async function toolDir(dir: string): Promise<string> {
+  const bin = `${dir}/tools-bin`;
+  await Deno.mkdir(bin, { recursive: true });
+  const path = (Deno.env.get("PATH") ?? "").split(":").filter((p) => p !== "");
+  for (const tool of TOOLS) {
+    for (const p of path) {
+      try {
+        await Deno.stat(`${p}/${tool}`);
+      } catch {
+        continue;
+      }
+      await Deno.symlink(`${p}/${tool}`, `${bin}/${tool}`);
+      break;
+    }
+  }
+  return bin;
+}
+
+/** Runs the recipe with bash, its variables set in the environment. */
+async function runRecipe(
+  script: string,
+  vars: { STORE_DIR: string; VOLUME: string; SNAPSHOT: string; TARGET: string; PATH: string },
+): Promise<{ code: number; output: string }> {
+  const file = await Deno.makeTempFile({ prefix: "zfs-csi-restore-", suffix: ".sh" });
+  try {
+    await Deno.writeTextFile(file, script);
+    const out = await new Deno.Command(`${vars.PATH}/bash`, {
+      args: [file],
+      env: vars,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+    return { code: out.code, output: decode(out.stdout) + decode(out.stderr) };
+  } finally {
+    await Deno.remove(file);
+  }
+}
+
+/** Writes `bytes` random bytes to `path`. */
+async function writeRandom(path: string, bytes: number): Promise<void> {
+  const data = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i += 65_536) {
+    crypto.getRandomValues(data.subarray(i, Math.min(bytes, i + 65_536)));
+  }
+  await Deno.writeFile(path, data);
+}
+
+/** The manifests of the volume in the store, by CSI snapshot name. */
+async function manifestsByName(storeDir: string): Promise<Map<string, SnapshotManifest>> {
+  const dir = `${storeDir}/v1/volumes/${VOLUME}/snapshots`;
+  const out = new Map<string, SnapshotManifest>();
+  for await (const e of Deno.readDir(dir)) {
+    if (!e.name.endsWith(".json")) continue;
+    const m = JSON.parse(await Deno.readTextFile(`${dir}/${e.name}`)) as SnapshotManifest;
+    out.set(m.csiName ?? m.snapshot, m);
+  }
+  return out;
+}
+
+/** Mounts a received dataset and hashes its tree. */
+async function mountedHash(dataset: string, mountpoint: string): Promise<string> {
+  await sh("zfs", "mount", dataset);
+  try {
+    return await treeHash(mountpoint);
+  } finally {
+    await tryRun("zfs", "unmount", dataset);
+  }
+}
+
+Deno.test("store: the README's manual restore recipe restores without the plugin", async (t) => {
+  const storeDir = await Deno.makeTempDir({ prefix: "zfs-csi-store-manual-" });
+  const a = await TestPool.create();
+  let b: TestPool | undefined;
+  let plugin: PluginProcess | undefined;
+  try {
+    b = await TestPool.create();
+    const pathDir = await toolDir(b.dir);
+    const { script, from } = await recipe();
+    /** The source's tree at each snapshot, by CSI snapshot name. */
+    const hashes = new Map<string, string>();
+    let manifests = new Map<string, SnapshotManifest>();
+
+    await t.step("the plugin fills a file store with a chain of three snapshots", async () => {
+      plugin = await PluginProcess.start({
+        parentDataset: a.parent,
+        dir: a.dir,
+        nodeId: "node-a",
+        extraArgs: ["--store", `file://${storeDir}`],
+        scope: { extraDirs: [storeDir] },
+      });
+      const c = plugin.client;
+      const volume = (await c.controller("CreateVolume", createVolumeRequest(VOLUME))).volume;
+      const p = await claimPaths(plugin.baseDir, { volumeId: volume.volume_id, allocId: "alloc" });
+      const base = {
+        volume_id: volume.volume_id,
+        volume_capability: mountCapability(),
+        volume_context: volume.volume_context,
+      };
+      await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
+      await c.node("NodePublishVolume", {
+        ...base,
+        staging_target_path: p.staging,
+        target_path: p.target,
+      });
+      await Deno.mkdir(`${p.target}/base`);
+      await writeRandom(`${p.target}/base/one.bin`, 2 * MiB);
+      for (const [i, name] of ["s1", "s2", "s3"].entries()) {
+        await Deno.writeTextFile(`${p.target}/version.txt`, `${name}\n`);
+        await writeRandom(`${p.target}/base/${name}.bin`, 128 * 1024 * (i + 1));
+        if (i === 2) await Deno.remove(`${p.target}/base/s1.bin`);
+        hashes.set(name, await treeHash(p.target));
+        const made = await c.controller(
+          "CreateSnapshot",
+          { source_volume_id: volume.volume_id, name, parameters: {} },
+          120_000,
+        );
+        assert.equal(made.snapshot.ready_to_use, true);
+      }
+      // Written after the last snapshot: never in a restore.
+      await writeRandom(`${p.target}/after.bin`, 64 * 1024);
+      await c.node("NodeUnpublishVolume", { volume_id: volume.volume_id, target_path: p.target });
+      await c.node("NodeUnstageVolume", {
+        volume_id: volume.volume_id,
+        staging_target_path: p.staging,
+      });
+      assert.equal((await plugin.stop("SIGTERM")).code, 0);
+      plugin = undefined;
+      manifests = await manifestsByName(storeDir);
+      const [s1, s2, s3] = ["s1", "s2", "s3"].map((n) => manifests.get(n));
+      assert.ok(s1 && s2 && s3, `three manifests: ${[...manifests.keys()]}`);
+      assert.equal(s1.baseGuid, null, "s1 is a full stream");
+      assert.equal(s2.baseGuid, s1.guid, "s2 is incremental on s1");
+      assert.equal(s3.baseGuid, s2.guid, "s3 is incremental on s2");
+    });
+
+    await t.step(`the recipe (from ${from}) restores the newest snapshot`, async () => {
+      assert.doesNotMatch(
+        script,
+        /\b(jq|python3?|perl|awk)\b/,
+        "only bash, coreutils, grep, sed, zfs",
+      );
+      const target = `${b!.pool}/restored-newest`;
+      const run = await runRecipe(script, {
+        STORE_DIR: storeDir,
+        VOLUME,
+        SNAPSHOT: "",
+        TARGET: target,
+        PATH: pathDir,
+      });
+      assert.equal(run.code, 0, run.output);
+      assert.equal(
+        await mountedHash(target, `${b!.mountRoot}/restored-newest`),
+        hashes.get("s3"),
+        `the tree at s3; the recipe said:\n${run.output}`,
+      );
+      assert.equal(await b!.get(target, "refquota"), String(64 * MiB), "refquota as the volume's");
+    });
+
+    await t.step("the recipe restores a chosen older snapshot, and stops there", async () => {
+      const s2 = manifests.get("s2");
+      assert.ok(s2);
+      const target = `${b!.pool}/restored-s2`;
+      const run = await runRecipe(script, {
+        STORE_DIR: storeDir,
+        VOLUME,
+        SNAPSHOT: BigInt(s2.guid).toString(16).padStart(16, "0"),
+        TARGET: target,
+        PATH: pathDir,
+      });
+      assert.equal(run.code, 0, run.output);
+      assert.equal(
+        await mountedHash(target, `${b!.mountRoot}/restored-s2`),
+        hashes.get("s2"),
+        `the tree at s2; the recipe said:\n${run.output}`,
+      );
+      const snaps = (await sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", target))
+        .split("\n").filter((l) => l !== "");
+      assert.deepEqual(
+        snaps,
+        [manifests.get("s1")!, s2].map((m) => `${target}@${m.snapshot}`),
+        "the chain s1, s2 was received, not s3",
+      );
+    });
+
+    await t.step("the recipe refuses a damaged stream before receiving anything", async () => {
+      const copy = `${b!.dir}/store-copy`;
+      await sh("cp", "-a", storeDir, copy);
+      const s1 = manifests.get("s1")!;
+      const path = `${copy}/${s1.stream}`;
+      const bytes = await Deno.readFile(path);
+      const at = bytes.length >> 1;
+      bytes[at] = bytes[at]! ^ 0x80;
+      await Deno.writeFile(path, bytes);
+      const target = `${b!.pool}/restored-damaged`;
+      const run = await runRecipe(script, {
+        STORE_DIR: copy,
+        VOLUME,
+        SNAPSHOT: "",
+        TARGET: target,
+        PATH: pathDir,
+      });
+      assert.notEqual(run.code, 0, run.output);
+      assert.match(run.output, /SHA-256/, "the recipe names the check that failed");
+      const exists = await tryRun("zfs", "list", target);
+      assert.notEqual(exists.code, 0, `${target} was not created`);
+    });
+  } finally {
+    await plugin?.stop("SIGKILL");
+    await b?.destroy();
+    await a.destroy();
+    await Deno.remove(storeDir, { recursive: true });
+  }
+});
