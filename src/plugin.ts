@@ -93,6 +93,8 @@ function storeParts(
     store,
     log,
     deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
+    // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
+    ...(store instanceof FileStore ? { cleanTemp: () => store.cleanTemp() } : {}),
   });
   const stored = new StoredSnapshots({
     zfs: deps.zfs,

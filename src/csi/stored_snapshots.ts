@@ -6,7 +6,7 @@
  * is done by src/replicate/ and src/store/.
  */
 
-import { Code, CsiError } from "../errors.ts";
+import { Code, CsiError, ZfsError } from "../errors.ts";
 import { type KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import { type BackupDeps, backupSnapshot } from "../replicate/backup.ts";
@@ -270,7 +270,20 @@ export class StoredSnapshots {
       // Forgotten once settled: a repeat then finds the volume, or starts again after a failure.
       done.finally(() => this.#restores.delete(target)).catch(() => {});
     }
-    const finished = await within(restore.done.then(() => true), this.#answerWithinMs());
+    const bytes = restore.bytes;
+    const finished = await within(
+      restore.done.then(() => true, (err) => {
+        if (!(err instanceof ZfsError && err.kind === "no_space")) throw err;
+        throw new CsiError(
+          Code.RESOURCE_EXHAUSTED,
+          `Restoring "${target}" from stored snapshot "${ref.id}" needs room for about ${bytes} ` +
+            `bytes (its streams), more than the pool has free; nothing was kept. Free space or ` +
+            `restore on another node (zfs said: ${err.stderr.trim().split("\n")[0]})`,
+          { cause: err },
+        );
+      }),
+      this.#answerWithinMs(),
+    );
     if (!finished) {
       throw new CsiError(
         Code.UNAVAILABLE,

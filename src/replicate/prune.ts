@@ -31,6 +31,11 @@ export interface StorePrunerDeps {
   readonly now?: () => number;
   /** A clock that never jumps, in ms (default `performance.now()`); replaceable in tests. */
   readonly monotonic?: () => number;
+  /**
+   * The store's own leftovers of crashed writers (a directory store's temporary files), removed
+   * at each pass; returns how many went.
+   */
+  readonly cleanTemp?: () => Promise<number>;
 }
 
 /** What one pass removed. */
@@ -88,6 +93,12 @@ export class StorePruner {
 
   async #pruneOnce(): Promise<StorePruneResult> {
     const result: StorePruneResult = { volumes: [], orphans: [] };
+    try {
+      const removed = await this.#d.cleanTemp?.();
+      if (removed) this.#d.log.info("store's leftover temporary files removed", { removed });
+    } catch (err) {
+      this.#d.log.warn("could not remove the store's leftover temporary files", { error: err });
+    }
     const prefix = volumesPrefix();
     const byVolume = new Map<string, StoredObject[]>();
     for (const obj of await this.#d.store.list(prefix)) {

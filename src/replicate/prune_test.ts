@@ -144,3 +144,20 @@ Deno.test("StorePruner forgets an orphan that got its manifest, and starts its d
   // Seen orphaned again only now: not a day yet.
   assert.deepEqual((await p.prune()).orphans, []);
 });
+
+Deno.test("StorePruner removes the store's temporary leftovers at each pass, and goes on when that fails", async () => {
+  const h = backupHarness();
+  let calls = 0;
+  const p = new StorePruner({
+    store: h.store,
+    log: new Logger("error", {}, () => {}),
+    deletedRetentionMs: 7 * DAY,
+    cleanTemp: () => {
+      calls++;
+      return calls === 1 ? Promise.resolve(2) : Promise.reject(new Error("EIO"));
+    },
+  });
+  await p.prune();
+  await p.prune();
+  assert.equal(calls, 2);
+});

@@ -12,16 +12,20 @@
  * then starts the plugin again and asserts that the operation completes when repeated
  * (CreateSnapshot again: ready, with its manifest; CreateVolume again: the volume with the
  * snapshot's tree hash, and no `.restore-*` left; the backup: done by the scheduler's first
- * tick), and that the volume can be staged and published at once after the restart.
+ * tick), and that the volume can be staged and published at once after the restart. A backup
+ * killed after it set backup-last leaves its local and store pruning to the next backup: the
+ * last step runs one more backup and asserts that only its base `.backup-*` is left.
  *
  * The file store gets ZFS_CSI_STORE_CRASH_TRIALS kills (default 6), versitygw
  * ZFS_CSI_STORE_CRASH_S3_TRIALS (default 3), rounded up to whole rounds of the three
  * operations; each store first runs one uncrashed reference round that measures the calls.
  * Seeded (ZFS_CSI_STORE_CRASH_SEED, a number or "random"; printed): the seed fixes the data
  * sizes, the sources restored and the kill points, not as exact instants but as a fraction of
- * the measured duration (1 in 5), "the k-th stream's transfer started + a fraction of its
- * expected time" (3 in 5), or "the last stream's transfer ended + 0-40 ms" (1 in 5: the
- * manifest write, the rename, the pruning). ZFS_CSI_STORE_CRASH_VERBOSE=1 prints each phase.
+ * the measured duration, "the k-th stream's transfer started + a fraction of its expected
+ * time", or "the last stream's transfer ended + 0-40 ms" (the manifest write, the rename, the
+ * pruning), taking turns per operation: transfer, after, transfer, delay, transfer, ... Every
+ * second restore is repeated at once after the restart, without waiting for the killed
+ * plugin's zfs receive to end. ZFS_CSI_STORE_CRASH_VERBOSE=1 prints each phase's time.
  *
  * zfs-fuse cannot show: resumable receives (`-s`, which these restores do not use), raw sends.
  */
@@ -40,6 +44,7 @@ import {
   fileStoreUnderTest,
   guidHex,
   MiB,
+  orphansOf,
   print,
   recordsOf,
   s3StoreUnderTest,
@@ -60,6 +65,8 @@ const OPS = ["snapshot", "restore", "backup"] as const;
 type Op = typeof OPS[number];
 const CAPACITY = 128 * MiB;
 const VERBOSE = Deno.env.get("ZFS_CSI_STORE_CRASH_VERBOSE") === "1";
+/** The kinds of kill plan, in turn for each operation. */
+const PLAN_TURNS = ["transfer", "after", "transfer", "delay", "transfer"] as const;
 const NODE = "node-a";
 const MANAGED = "org.zfs-csi:managed";
 const BACKUP_LAST = "org.zfs-csi:backup-last";
@@ -110,6 +117,13 @@ interface KillRecord {
   /** Restores: a `.restore-*` dataset was there after the kill; the target was. */
   readonly restoreLeftover?: boolean;
   readonly targetExisted?: boolean;
+  /**
+   * Restores repeated at once after the restart: how many of the killed plugin's subprocesses
+   * still ran when the repeat was sent.
+   */
+  readonly eager?: number;
+  /** Backups: `.backup-*` snapshots on the node once the backup completed after the restart. */
+  readonly backupsLeft?: number;
 }
 
 /** A volume of the trials, with its staging path and the publish kept for it. */
@@ -151,6 +165,8 @@ class StoreTrials {
   #alloc = 0;
   readonly #checked = new Map<string, string>();
   readonly #calibration = new Map<Op, Calibration>();
+  /** Kill plans made so far, by operation. */
+  readonly #planned = new Map<Op, number>();
   readonly kills: KillRecord[] = [];
   /** Mount points below the test dir (outside zfs's own) that must exist. */
   readonly #mounts = new Set<string>();
@@ -328,11 +344,14 @@ class StoreTrials {
   #plan(op: Op, sizes: readonly number[]): KillPlan {
     const c = this.#calibration.get(op)!;
     const total = sizes.reduce((a, b) => a + b, 0);
-    const draw = this.#rng.next();
-    if (draw < 0.2) {
+    // The kinds take turns, so that even a short run kills each operation in its transfer first.
+    const n = this.#planned.get(op) ?? 0;
+    this.#planned.set(op, n + 1);
+    const kind = PLAN_TURNS[n % PLAN_TURNS.length]!;
+    if (kind === "delay") {
       return { kind: "delay", ms: Math.round(this.#rng.next() * 1.3 * c.callMsPerMiB * total) };
     }
-    if (draw < 0.4) return { kind: "after", ms: this.#rng.int(0, 40) };
+    if (kind === "after") return { kind: "after", ms: this.#rng.int(0, 40) };
     const k = this.#rng.int(1, sizes.length);
     const ms = Math.round(this.#rng.next() * 0.9 * c.transferMsPerMiB * sizes[k - 1]!);
     return { kind: "transfer", k, ms };
@@ -372,6 +391,51 @@ class StoreTrials {
   }
 
   /** SIGKILL, then waits for the plugin's subprocesses to end; returns the polls it took. */
+  /** A kill, then at once a restart and the repeat; the subprocesses left are waited for after. */
+  async #eager<R>(
+    spec: { readonly op: Op; readonly call: (c: CsiClient) => Promise<R> },
+    plan: KillPlan,
+    phase: string,
+  ): Promise<{ res: R; record: KillRecord }> {
+    try {
+      await this.#plugin.stop("SIGKILL");
+      // What the killed plugin left running, by pid (the new plugin runs zfs on the pool too).
+      const pid = (line: string) => line.split(/\s+/)[0]!;
+      const left = new Set((await orphansOf(this.#pool.pool)).map(pid));
+      const alive = async () => (await orphansOf(this.#pool.pool)).filter((l) => left.has(pid(l)));
+      this.#phase("kill");
+      await this.start();
+      this.#phase("restart");
+      const running = await alive();
+      const res = await retry(() => spec.call(this.#plugin.client));
+      let orphanPolls = 0;
+      await waitFor(
+        "the killed plugin's subprocesses to end",
+        async () => {
+          if ((await alive()).length === 0) return true;
+          orphanPolls++;
+          return undefined;
+        },
+        30_000,
+        10,
+      );
+      const record: KillRecord = {
+        store: this.#label,
+        op: spec.op,
+        plan,
+        phase,
+        orphanPolls,
+        leftovers: (await this.#sut.leftovers()).length,
+        orphanStreams: (await auditStore(this.#sut.store, this.#checked)).orphanStreams.length,
+        eager: running.length,
+      };
+      this.kills.push(record);
+      return { res, record };
+    } catch (err) {
+      throw this.#failure(`${spec.op} repeated at once`, plan, phase, err);
+    }
+  }
+
   async #kill(): Promise<number> {
     await this.#plugin.stop("SIGKILL");
     return await waitForOrphans([this.#pool.pool]);
@@ -470,6 +534,11 @@ class StoreTrials {
     }, () => answered);
     const phase = spec.phaseOf(recordsOf(victim.logs(), from).filter(spec.mine), answered);
     this.#phase("prepare");
+    // Half the restores are repeated at once, while the killed plugin's zfs receive may still
+    // run (as when Nomad restarts the plugin at once): checked after the repeat instead.
+    if (op === "restore" && this.#planned.get(op)! % 2 === 0) {
+      return await this.#eager(spec, plan, phase);
+    }
     try {
       const orphanPolls = await this.#kill();
       this.#phase("kill");
@@ -743,11 +812,11 @@ class StoreTrials {
           leftovers: (await this.#sut.leftovers()).length,
           orphanStreams: checked.audit.orphanStreams.length,
         };
-        this.kills.push(record);
         await this.start();
         this.#phase("restart");
       }
-      const manifest = await this.#backupDone(vol, before);
+      const { manifest, left } = await this.#backupDone(vol, before, !kill);
+      if (record) this.kills.push({ ...record, backupsLeft: left });
       // After the backup: a stage that holds the volume's lock when the tick comes makes the
       // scheduler skip the volume until the next tick (30 s), by design.
       if (kill) await this.#usable(vol);
@@ -765,24 +834,31 @@ class StoreTrials {
 
   /**
    * Waits until the scheduler finished a backup of `vol` newer than `before`: backup-last set,
-   * one `.backup-*` snapshot left on the node (the base), and a scheduled manifest of it.
+   * the newest `.backup-*` snapshot stored under a scheduled manifest, and every `.backup-*`
+   * left on the node stored (one without a manifest, left by a killed upload, goes at the start
+   * of the next backup). With `pruned`, also only one `.backup-*` left (the base): a kill after
+   * backup-last was set leaves the older one to the next backup's local prune.
+   * @returns the new manifest and how many `.backup-*` snapshots are left
    */
-  async #backupDone(vol: Vol, before: ReadonlySet<string>) {
-    const volkey = encodeComponent("Volume name", vol.name);
+  async #backupDone(vol: Vol, before: ReadonlySet<string>, pruned: boolean) {
+    const dir = `v1/volumes/${encodeComponent("Volume name", vol.name)}`;
     return await waitFor(
       `the backup of ${vol.name} to complete`,
       async () => {
         const last = await zfsGet(vol.dataset, BACKUP_LAST);
         if (last === undefined || last === "0" || last === "-") return undefined;
         const backups = [...(await datasetsBelow(vol.dataset)).keys()]
-          .filter((n) => n.startsWith(`${vol.dataset}@.backup-`));
-        if (backups.length !== 1) return undefined;
-        const guid = await zfsGet(backups[0]!, "guid");
-        const audit = await auditStore(this.#sut.store, this.#checked);
-        return audit.manifests.find((m) =>
-          m.dir === `v1/volumes/${volkey}` && m.guid === guid && m.kind === "scheduled" &&
-          !before.has(m.guid)
+          .filter((n) => n.startsWith(`${vol.dataset}@.backup-`))
+          .sort((a, b) => Number(a.split("@.backup-")[1]) - Number(b.split("@.backup-")[1]));
+        if (backups.length === 0 || (pruned && backups.length !== 1)) return undefined;
+        const guids = await Promise.all(backups.map((b) => zfsGet(b, "guid")));
+        const mine = (await auditStore(this.#sut.store, this.#checked)).manifests
+          .filter((m) => m.dir === dir);
+        if (!guids.every((g) => mine.some((m) => m.guid === g))) return undefined;
+        const manifest = mine.find((m) =>
+          m.guid === guids.at(-1) && m.kind === "scheduled" && !before.has(m.guid)
         );
+        return manifest && { manifest, left: backups.length };
       },
       90_000,
       250,
@@ -799,7 +875,17 @@ class StoreTrials {
 
   /** Takes the sched volume down and checks that nothing else is left. */
   async finish(): Promise<void> {
-    if (this.#sched) await this.#delete(this.#sched);
+    if (this.#sched) {
+      // One more backup, not killed: it prunes what killed ones left, down to its base.
+      const vol = this.#sched;
+      await this.#write(vol, "data.bin", 1);
+      await this.#plugin.stop("SIGTERM");
+      await sh("zfs", "set", `${BACKUP_LAST}=0`, vol.dataset);
+      await this.start();
+      const { left } = await this.#backupDone(vol, new Set(), true);
+      assert.equal(left, 1);
+      await this.#delete(vol);
+    }
     this.#sched = undefined;
     await this.#check("at the end");
     const left = [...(await datasetsBelow(this.#pool.parent)).keys()]
@@ -821,9 +907,16 @@ function summarize(label: string, kills: readonly KillRecord[], trials: StoreTri
     const hist = new Map<string, number>();
     for (const k of mine) hist.set(k.phase, (hist.get(k.phase) ?? 0) + 1);
     const spread = [...hist].map(([p, c]) => `"${p}" ${c}`).join(", ");
+    const eager = mine.filter((k) => k.eager !== undefined);
     const extra = op === "restore"
       ? `; .restore-* left by the kill ${mine.filter((k) => k.restoreLeftover).length}, ` +
-        `target complete at the kill ${mine.filter((k) => k.targetExisted).length}`
+        `target complete at the kill ${mine.filter((k) => k.targetExisted).length}; ` +
+        `repeated at once ${eager.length} (the killed zfs receive still ran ` +
+        `${eager.filter((k) => k.eager! > 0).length})`
+      : op === "backup"
+      ? `; older .backup-* left for the next backup's prune ${
+        mine.filter((k) => (k.backupsLeft ?? 1) > 1).length
+      }`
       : "";
     print(
       `  ${op}: ${mine.length} kills: ${spread}; waited for a subprocess ` +

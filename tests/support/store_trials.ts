@@ -300,6 +300,18 @@ export async function destroyTree(name: string): Promise<void> {
 }
 
 /**
+ * The processes (`<pid> <args>` lines) whose line holds one of `marks` (e.g. a pool's name, for
+ * a killed plugin's zfs receive; `"<pid> "` for one process).
+ */
+export async function orphansOf(...marks: string[]): Promise<string[]> {
+  // Deno reads nothing below /proc without --allow-all; ps can.
+  return (await sh("ps", "-e", "-o", "pid=", "-o", "args="))
+    .split("\n")
+    .map((l) => l.trimStart())
+    .filter((l) => l !== "" && marks.some((m) => l.includes(m)) && !l.includes(" ps -e "));
+}
+
+/**
  * Waits until no process whose command line holds one of `marks` runs (the subprocesses a
  * killed plugin left); returns how many polls it took.
  */
@@ -307,10 +319,7 @@ export async function waitForOrphans(marks: readonly string[], timeoutMs = 30_00
   const started = Date.now();
   let polls = 0;
   for (;;) {
-    // Deno reads nothing below /proc without --allow-all; ps can.
-    const pending = (await sh("ps", "-e", "-o", "pid=", "-o", "args="))
-      .split("\n")
-      .filter((l) => marks.some((m) => l.includes(m)) && !l.includes(" ps -e "));
+    const pending = await orphansOf(...marks);
     if (pending.length === 0) return polls;
     if (Date.now() - started > timeoutMs) {
       throw new Error(`Subprocesses of the killed plugin still run:\n${pending.join("\n")}`);
