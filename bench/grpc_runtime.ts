@@ -34,7 +34,7 @@ async function serve(
   const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
   const first = await Promise.race([
     reader.read(),
-    new Promise<undefined>((r) => setTimeout(() => r(undefined), 20_000)),
+    new Promise<undefined>((r) => setTimeout(() => r(undefined), 60_000)),
   ]);
   if (!first?.value?.includes("serving")) {
     child.kill("SIGKILL");

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { codeOf } from "../support/csi_client.ts";
 import { claimPaths, mountCapability, mountsAt } from "../support/nomad.ts";
-import { PluginProcess } from "../support/plugin_process.ts";
+import { PluginProcess, READY_MS } from "../support/plugin_process.ts";
 import { poolState, sh, TestPool } from "../support/zfs_pool.ts";
 
 Deno.test("node: bad input is refused and changes nothing", async (t) => {
@@ -229,11 +229,17 @@ Deno.test("node: read-only publish, busy unmount, stats and expansion", async (t
 
   await t.step("stats report bytes, inodes and a normal condition", async () => {
     await Deno.writeFile(`${rw.target}/blob`, new Uint8Array(4 * 1024 * 1024).fill(7));
-    const stats = await c.node("NodeGetVolumeStats", { volume_id: "data", volume_path: rw.target });
+    // ZFS accounts writes when a transaction group syncs (OpenZFS: every 5 s): ask until it has.
+    const usedBytes = (s: { usage: { unit: string; used: string }[] }) =>
+      Number(s.usage.find((u) => u.unit === "BYTES")?.used ?? 0);
+    let stats = await c.node("NodeGetVolumeStats", { volume_id: "data", volume_path: rw.target });
+    for (let i = 0; i < 40 && usedBytes(stats) < 2 * 1024 * 1024; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      stats = await c.node("NodeGetVolumeStats", { volume_id: "data", volume_path: rw.target });
+    }
     const bytes = stats.usage.find((u: { unit: string }) => u.unit === "BYTES");
     const inodes = stats.usage.find((u: { unit: string }) => u.unit === "INODES");
     assert.ok(Number(bytes.total) > 30 * 1024 * 1024 && Number(bytes.total) <= 32 * 1024 * 1024);
-    // ZFS accounts writes when a transaction group syncs, so allow for some lag.
     assert.ok(Number(bytes.used) >= 2 * 1024 * 1024, `used ${bytes.used}`);
     assert.ok(Number(bytes.used) + Number(bytes.available) <= Number(bytes.total));
     assert.ok(Number(inodes.used) >= 2);
@@ -303,7 +309,8 @@ Deno.test("identity: Probe says not ready, with the reason logged, when the pare
     waitReady: false,
   });
   let ready: boolean | undefined;
-  for (let i = 0; i < 100 && ready === undefined; i++) {
+  const deadline = Date.now() + READY_MS;
+  while (Date.now() < deadline && ready === undefined) {
     try {
       ready = (await plugin.client.identity("Probe")).ready.value;
     } catch {

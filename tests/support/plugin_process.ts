@@ -14,7 +14,7 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
  * How long a started plugin may take to answer Probe ready. 20 s by default; a slow machine (the
  * OpenZFS VM under TCG, where one `zpool list` can take seconds) sets ZFS_CSI_TEST_READY_MS.
  */
-const READY_MS = Number(Deno.env.get("ZFS_CSI_TEST_READY_MS") ?? "20000");
+export const READY_MS = Number(Deno.env.get("ZFS_CSI_TEST_READY_MS") ?? "20000");
 if (!Number.isInteger(READY_MS) || READY_MS <= 0) {
   throw new RangeError(`ZFS_CSI_TEST_READY_MS must be a positive integer, got ${READY_MS}`);
 }
