@@ -228,7 +228,12 @@ Deno.test("node: read-only publish, busy unmount, stats and expansion", async (t
   });
 
   await t.step("stats report bytes, inodes and a normal condition", async () => {
-    await Deno.writeFile(`${rw.target}/blob`, new Uint8Array(4 * 1024 * 1024).fill(7));
+    // Random bytes: OpenZFS compresses by default, and 4 MiB of one byte would take a few blocks.
+    const blob = new Uint8Array(4 * 1024 * 1024);
+    for (let i = 0; i < blob.length; i += 65536) {
+      crypto.getRandomValues(blob.subarray(i, i + 65536));
+    }
+    await Deno.writeFile(`${rw.target}/blob`, blob);
     // ZFS accounts writes when a transaction group syncs (OpenZFS: every 5 s): ask until it has.
     const usedBytes = (s: { usage: { unit: string; used: string }[] }) =>
       Number(s.usage.find((u) => u.unit === "BYTES")?.used ?? 0);
