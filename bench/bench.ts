@@ -29,6 +29,7 @@ import { realPrograms, Shims } from "./shims.ts";
 import { DenoCommandRunner } from "../src/run.ts";
 import { formatMs, formatTable, median, percentile, ratio, type Row } from "./stats.ts";
 import { nodeServerComparison } from "./grpc_runtime.ts";
+import { storeBench } from "./store_bench.ts";
 
 const QUICK = Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1";
 const CFG = QUICK
@@ -674,6 +675,10 @@ rows.push({
 });
 await destroyChildrenExcept([life.context.dataset!, capVol.context.dataset!]);
 
+// 8. The store: backups and restores through the plugin against zfs send/receive and curl, on
+// a pool of its own (before the scale section fills zfs-fuse with volumes).
+rows.push(...await storeBench({ quick: QUICK, progress }));
+
 // 6. Scale: processes per call and time against the number of volumes.
 progress("scale");
 // The staged volume whose statistics are read; the captured one counts among the volumes.
@@ -715,7 +720,10 @@ for (const n of CFG.scale) {
   }
   // One at a time: zfs-fuse (one daemon shared by everything on the machine) deadlocked here
   // once with two concurrent creates in one parent, hanging every FUSE call until restarted.
-  if (script.length > 0) await sh("bash", "-ec", script.join("\n"));
+  // In slices: one argument may hold at most 128 KiB (MAX_ARG_STRLEN), about 800 such lines.
+  for (let i = 0; i < script.length; i += 200) {
+    await sh("bash", "-ec", script.slice(i, i + 200).join("\n"));
+  }
   const counts = (await capture(shims, () => scaleCalls(counted.client, capVol))).commands;
   const times = new Map<string, number[]>();
   const floors = new Map<string, number[]>();

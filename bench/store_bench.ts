@@ -1,0 +1,874 @@
+/**
+ * Section 8 of `deno task bench`: the store. A volume of random (incompressible) data on its own
+ * file-backed pool is backed up and restored through the plugin as it ships (a PluginProcess
+ * with `--store file://DIR`, then one with `--store s3://…` on versitygw at 127.0.0.1), timed
+ * from the client: CreateSnapshot until the snapshot is ready, CreateVolume from the stored
+ * snapshot until it answers. Floors, run by bash with nothing else around them, alternate with
+ * the plugin's trials:
+ *
+ * - file store: `zfs send ds@snap > DIR/file && sync` (same disk) and `zfs receive -u ds < file`
+ *   of the plugin's own stored stream;
+ * - S3: one PutObject of the same bytes (the zfs send output, already on disk) by curl
+ *   `--aws-sigv4 -T file`, a plain client that is not the plugin's; and a plain download
+ *   `curl … | zfs receive -u ds`.
+ *
+ * The same engine (send.ts, receive.ts) run from this process, without gRPC or the plugin's
+ * process, gets its own rows. Also: an incremental backup of a small change (time and the
+ * manifest's size), the plugin's RSS sampled every 100 ms during backups and restores, and the
+ * latency of NodeStage+NodePublish of another volume while a backup runs.
+ *
+ *   deno run --frozen --allow-all bench/store_bench.ts   # this section alone
+ *   ZFS_CSI_BENCH_QUICK=1 …                              # 64 MiB, one trial
+ */
+
+import { Logger } from "../src/log.ts";
+import { receiveFromStore } from "../src/replicate/receive.ts";
+import { sendToStore } from "../src/replicate/send.ts";
+import { DenoCommandRunner, DenoStreamRunner } from "../src/run.ts";
+import { parseManifest } from "../src/store/chain.ts";
+import { FileStore } from "../src/store/file_store.ts";
+import { manifestKey, type SnapshotManifest, streamKey } from "../src/store/layout.ts";
+import { parseStoredSnapshotId } from "../src/store/snapshot_ids.ts";
+import { Zfs } from "../src/zfs/zfs.ts";
+import type { CallError, CsiClient } from "../tests/support/csi_client.ts";
+import { claimPaths, createVolumeRequest, mountCapability } from "../tests/support/nomad.ts";
+import { PluginProcess } from "../tests/support/plugin_process.ts";
+import { S3Server, signedFetch } from "../tests/support/s3_server.ts";
+import { sh, TestPool, tryRun } from "../tests/support/zfs_pool.ts";
+import { shellQuote } from "./commands.ts";
+import { formatMs, formatTable, median, percentile, ratio, type Row } from "./stats.ts";
+
+const MiB = 1024 * 1024;
+const SECTION = "8";
+/** The issue's bound on the plugin's RSS above idle during a transfer. */
+const RSS_BUDGET_MIB = 64;
+/** gRPC deadline of the calls that wait for a transfer (the plugin answers within 90 s). */
+const TRANSFER_DEADLINE_MS = 150_000;
+/** How long a transfer may take in all before the bench gives up on it. */
+const TRANSFER_LIMIT_MS = 20 * 60_000;
+/** gRPC UNAVAILABLE: CreateVolume's "restore still running, call again". */
+const UNAVAILABLE = 14;
+/** curl gained --aws-sigv4 in 7.75. */
+const CURL_MIN = [7, 75];
+
+/** What {@linkcode storeBench} needs from the bench. */
+export interface StoreBenchOptions {
+  /** Short run: a 64 MiB volume, one trial. */
+  readonly quick: boolean;
+  readonly progress: (text: string) => void;
+  /** Overrides of the volume's size (MiB) and the trials per row, e.g. to look closer. */
+  readonly volumeMiB?: number;
+  readonly trials?: number;
+}
+
+interface Config {
+  readonly volumeMiB: number;
+  readonly changedMiB: number;
+  readonly trials: number;
+  /** Stage+publish cycles per trial without a backup. */
+  readonly idleCycles: number;
+}
+
+/** A volume of the plugin, claimed on this node. */
+interface Claim {
+  readonly volumeId: string;
+  readonly context: Record<string, string>;
+  readonly staging: string;
+  readonly target: string;
+}
+
+const silent = new Logger("error", {}, () => {});
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function rssMiB(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? NaN) / 1024;
+}
+
+/** Samples a process's VmRSS every 100 ms until stopped. */
+class RssSampler {
+  readonly #samples: number[] = [];
+  #running = true;
+  readonly #loop: Promise<void>;
+
+  constructor(pid: number) {
+    this.#loop = (async () => {
+      while (this.#running) {
+        this.#samples.push(await rssMiB(pid));
+        await sleep(100);
+      }
+      this.#samples.push(await rssMiB(pid));
+    })();
+  }
+
+  async stop(): Promise<number[]> {
+    this.#running = false;
+    await this.#loop;
+    return this.#samples;
+  }
+}
+
+/** The RSS of a process at rest: the median of five samples 100 ms apart. */
+async function idleRss(pid: number): Promise<number> {
+  const samples: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    samples.push(await rssMiB(pid));
+    await sleep(100);
+  }
+  return median(samples);
+}
+
+/** Milliseconds `fn` takes, and what it returned. */
+async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
+  const t0 = performance.now();
+  const value = await fn();
+  return { ms: performance.now() - t0, value };
+}
+
+/** Runs the trials in rotating order, so no side always goes first. */
+async function interleave(trials: number, sides: readonly ((t: number) => Promise<void>)[]) {
+  for (let t = 0; t < trials; t++) {
+    for (let k = 0; k < sides.length; k++) await sides[(t + k) % sides.length]!(t);
+  }
+}
+
+/**
+ * Runs `script` under bash (errexit, pipefail) and returns how long it took by bash's own clock
+ * (ms), so bash's start-up is not counted. `env` is added to a C locale.
+ */
+async function timedBash(script: string, env: Record<string, string> = {}): Promise<number> {
+  const full = [
+    "set -euo pipefail",
+    "t0=${EPOCHREALTIME/./}",
+    script,
+    "t1=${EPOCHREALTIME/./}",
+    "echo elapsed $((10#$t1 - 10#$t0))",
+  ].join("\n");
+  const res = await new Deno.Command("bash", {
+    args: ["-c", full],
+    env: { LC_ALL: "C", LANG: "C", ...env },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const dec = new TextDecoder();
+  const m = /^elapsed (\d+)$/m.exec(dec.decode(res.stdout));
+  if (!res.success || !m) {
+    throw new Error(`floor failed: ${script}: ${dec.decode(res.stderr).trim()}`);
+  }
+  return Number(m[1]) / 1000;
+}
+
+/** Flushes dirty pages before a trial, so no trial pays for the one before (not timed). */
+async function syncDisks(): Promise<void> {
+  await sh("sync");
+}
+
+/** Checks that curl can sign S3 requests; returns its version line. */
+async function checkCurl(): Promise<string> {
+  const r = await tryRun("curl", "--version").catch(() => undefined);
+  const line = r?.stdout.split("\n")[0] ?? "";
+  const v = /^curl (\d+)\.(\d+)/.exec(line);
+  if (!v || Number(v[1]) * 1000 + Number(v[2]) < CURL_MIN[0]! * 1000 + CURL_MIN[1]!) {
+    throw new Error(
+      `The store bench uploads its S3 floor with curl --aws-sigv4 (curl ${CURL_MIN.join(".")}+)` +
+        `; found ${line || "no curl on PATH"}: install a newer curl`,
+    );
+  }
+  return line.split(" ").slice(0, 2).join(" ");
+}
+
+/** "1 GiB", "64 MiB". */
+function sizeLabel(mib: number): string {
+  return mib >= 1024 && mib % 1024 === 0 ? `${mib / 1024} GiB` : `${mib} MiB`;
+}
+
+/** Bytes per second as MiB/s. */
+function rate(bytes: number, ms: number): string {
+  return `${(bytes / MiB / (ms / 1000)).toFixed(0)} MiB/s`;
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / MiB).toFixed(1)} MiB`;
+}
+
+/** Every trial's times, by side. */
+class Times {
+  readonly #m = new Map<string, number[]>();
+  push(side: string, ms: number): void {
+    this.#m.set(side, [...(this.#m.get(side) ?? []), ms]);
+  }
+  median(side: string): number {
+    const xs = this.#m.get(side);
+    if (!xs || xs.length === 0) throw new Error(`store bench: no "${side}" trial ran`);
+    return median(xs);
+  }
+}
+
+/**
+ * The plugin's calls, timed from the client the way Nomad waits: CreateSnapshot until the
+ * snapshot is ready (ListSnapshots if it answered before the upload ended), CreateVolume again
+ * while it says the restore still runs.
+ */
+class PluginCalls {
+  readonly #p: PluginProcess;
+  readonly #capacity: number;
+
+  constructor(p: PluginProcess, capacityBytes: number) {
+    this.#p = p;
+    this.#capacity = capacityBytes;
+  }
+
+  get client(): CsiClient {
+    return this.#p.client;
+  }
+
+  /** Stores a snapshot of the volume; returns the stored snapshot's id once ready. */
+  async backup(volumeId: string, name: string): Promise<string> {
+    const c = this.#p.client;
+    const deadline = Date.now() + TRANSFER_LIMIT_MS;
+    const res = await c.controller(
+      "CreateSnapshot",
+      { source_volume_id: volumeId, name, parameters: {} },
+      TRANSFER_DEADLINE_MS,
+    );
+    let snap = res.snapshot;
+    while (snap.ready_to_use !== true) {
+      if (Date.now() > deadline) throw new Error(`store bench: "${name}" never became ready`);
+      await sleep(100);
+      const listed = await c.controller("ListSnapshots", { snapshot_id: snap.snapshot_id });
+      snap = listed.entries?.[0]?.snapshot;
+      if (!snap) {
+        throw new Error(
+          `store bench: the upload of "${name}" failed:\n${this.#p.logs().slice(-20).join("\n")}`,
+        );
+      }
+    }
+    return snap.snapshot_id;
+  }
+
+  /** Creates volume `name` from a stored snapshot; returns its volume id. */
+  async restore(name: string, snapshotId: string): Promise<string> {
+    const deadline = Date.now() + TRANSFER_LIMIT_MS;
+    const req = createVolumeRequest(name, {
+      capacity_range: { required_bytes: String(this.#capacity), limit_bytes: "0" },
+      volume_content_source: { snapshot: { snapshot_id: snapshotId } },
+    });
+    for (;;) {
+      try {
+        const res = await this.#p.client.controller("CreateVolume", req, TRANSFER_DEADLINE_MS);
+        return res.volume.volume_id;
+      } catch (err) {
+        if ((err as CallError).code !== UNAVAILABLE || Date.now() > deadline) throw err;
+        await sleep(100);
+      }
+    }
+  }
+
+  async deleteSnapshot(id: string): Promise<void> {
+    await this.#p.client.controller("DeleteSnapshot", { snapshot_id: id });
+  }
+
+  async deleteVolume(id: string): Promise<void> {
+    await this.#p.client.controller("DeleteVolume", { volume_id: id }, TRANSFER_DEADLINE_MS);
+  }
+}
+
+/** The stage and publish of a claimed volume (timed), then its unpublish and unstage. */
+async function stagePublishCycle(c: CsiClient, v: Claim): Promise<number> {
+  const common = {
+    volume_id: v.volumeId,
+    volume_capability: mountCapability(),
+    volume_context: v.context,
+  };
+  const t0 = performance.now();
+  await c.node("NodeStageVolume", { ...common, staging_target_path: v.staging });
+  await c.node("NodePublishVolume", {
+    ...common,
+    staging_target_path: v.staging,
+    target_path: v.target,
+    readonly: false,
+  });
+  const ms = performance.now() - t0;
+  await c.node("NodeUnpublishVolume", { volume_id: v.volumeId, target_path: v.target });
+  await c.node("NodeUnstageVolume", { volume_id: v.volumeId, staging_target_path: v.staging });
+  return ms;
+}
+
+/** Stage+publish cycles until `running()` is false (at least one). */
+async function cyclesWhile(c: CsiClient, v: Claim, running: () => boolean): Promise<number[]> {
+  const out: number[] = [];
+  do out.push(await stagePublishCycle(c, v)); while (running());
+  return out;
+}
+
+/** Runs `work` while stage+publish cycles of `v` go on; returns the cycles' times. */
+async function cyclesDuring(c: CsiClient, v: Claim, work: Promise<unknown>): Promise<number[]> {
+  let running = true;
+  const done = work.finally(() => running = false);
+  const cycles = await cyclesWhile(c, v, () => running);
+  await done;
+  return cycles;
+}
+
+/**
+ * The median `ms` the plugin logged for its `msg` lines ("send stored", "receive done") whose
+ * snapshot field holds `part`: the transfer's own time inside the plugin.
+ */
+function loggedMs(p: PluginProcess, msg: string, part: string): number {
+  const xs = p.records()
+    .filter((r) => r.msg === msg && String(r.snapshot ?? "").includes(part))
+    .map((r) => r.ms)
+    .filter((ms): ms is number => typeof ms === "number");
+  return xs.length > 0 ? median(xs) : NaN;
+}
+
+/**
+ * Peak, idle and peak-idle of a plugin's RSS, as one row against the issue's budget. `trials`
+ * holds each trial's samples: their peaks one by one tell growth over trials (memory kept
+ * between transfers) from growth within one.
+ */
+function rssRow(what: string, idle: number, trials: readonly (readonly number[])[]): Row {
+  const samples = trials.flat();
+  const peak = Math.max(...samples);
+  const above = peak - idle;
+  const peaks = trials.map((t) => Math.max(...t).toFixed(0)).join(" / ");
+  return {
+    section: SECTION,
+    what,
+    plugin: `${above.toFixed(1)} MiB above idle`,
+    base: `${RSS_BUDGET_MIB} MiB`,
+    ratio: ratio(above, RSS_BUDGET_MIB),
+    target: 1,
+    note: `idle ${idle.toFixed(1)} MiB (before the plugin's first transfer), peak ` +
+      `${peak.toFixed(1)} MiB (by trial ${peaks}); ${samples.length} samples every 100 ms`,
+  };
+}
+
+/**
+ * Measures the store's rows (section 8) on a pool of its own; see the module doc.
+ * @throws when a trial fails, versitygw cannot be started or curl is missing
+ */
+export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
+  const { quick, progress } = options;
+  const cfg: Config = {
+    ...quick
+      ? { volumeMiB: 64, changedMiB: 4, trials: 1, idleCycles: 10 }
+      : { volumeMiB: 1024, changedMiB: 16, trials: 3, idleCycles: 40 },
+    ...options.volumeMiB === undefined ? {} : { volumeMiB: options.volumeMiB },
+    ...options.trials === undefined ? {} : { trials: options.trials },
+  };
+  const size = sizeLabel(cfg.volumeMiB);
+  const curl = await checkCurl();
+  progress(`store: a ${size} volume on its own pool`);
+  await using pool = await TestPool.create(Math.max(1024, cfg.volumeMiB * 4));
+  const parent = pool.parent;
+  const storeDir = `${pool.dir}/store`;
+  const floorDir = `${pool.dir}/floor`;
+  await Deno.mkdir(storeDir);
+  await Deno.mkdir(floorDir);
+  const floorFile = `${floorDir}/full.zfs`;
+  const capacity = cfg.volumeMiB * 2 * MiB;
+  const rows: Row[] = [];
+  const times = new Times();
+  const rss = new Map<string, number[][]>();
+  const addRss = (key: string, samples: number[]) => rss.set(key, [...rss.get(key) ?? [], samples]);
+
+  // --- the file store ------------------------------------------------------------------------
+  // Disposed (killed) on the way out if a trial throws; stopped in order otherwise.
+  await using pf = await PluginProcess.start({
+    parentDataset: parent,
+    dir: `${pool.dir}/plugin-file`,
+    logLevel: "info",
+    extraArgs: ["--store", `file://${storeDir}`, "--deleted-retention", "0"],
+    scope: { extraDirs: [storeDir] },
+  });
+  const file = new PluginCalls(pf, capacity);
+  const c = pf.client;
+  const src = await c.controller(
+    "CreateVolume",
+    createVolumeRequest("store-src", {
+      capacity_range: { required_bytes: String(capacity), limit_bytes: "0" },
+    }),
+  );
+  const srcId: string = src.volume.volume_id;
+  const dataset: string = src.volume.volume_context.dataset;
+  let mountpoint = (await sh("zfs", "get", "-H", "-o", "value", "mountpoint", dataset)).trim();
+  if ((await sh("zfs", "get", "-H", "-o", "value", "mounted", dataset)).trim() !== "yes") {
+    await sh("zfs", "mount", dataset);
+    mountpoint = (await sh("zfs", "get", "-H", "-o", "value", "mountpoint", dataset)).trim();
+  }
+  const dataFile = `${mountpoint}/data`;
+  progress(`store: writing ${size} of random data`);
+  await sh(
+    "dd",
+    "if=/dev/urandom",
+    `of=${dataFile}`,
+    "bs=1M",
+    `count=${cfg.volumeMiB}`,
+    "conv=fsync",
+    "status=none",
+  );
+  // The floors send this one snapshot of the same data.
+  const floorSnap = `${dataset}@bench-floor`;
+  await sh("zfs", "snapshot", floorSnap);
+  const otherRes = await c.controller("CreateVolume", createVolumeRequest("store-other"));
+  const other: Claim = {
+    volumeId: otherRes.volume.volume_id,
+    context: otherRes.volume.volume_context,
+    ...await claimPaths(pf.baseDir, { volumeId: "store-other", allocId: "alloc-store-other" }),
+  };
+  await stagePublishCycle(c, other);
+  const fileIdle = await idleRss(pf.pid);
+
+  // The plugin's added latency: stage+publish of another volume without a backup, during one
+  // through the plugin, and during a plain zfs send > file (what the disk and zfs alone cost).
+  progress("store: stage+publish while a backup runs");
+  const lat = { idle: [] as number[], plugin: [] as number[], floor: [] as number[] };
+  await interleave(cfg.trials, [
+    async () => {
+      await syncDisks();
+      for (let i = 0; i < cfg.idleCycles; i++) lat.idle.push(await stagePublishCycle(c, other));
+    },
+    async (t) => {
+      await syncDisks();
+      let id = "";
+      lat.plugin.push(
+        ...await cyclesDuring(c, other, file.backup(srcId, `bench-lat-${t}`).then((x) => id = x)),
+      );
+      await file.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      const send = timedBash(
+        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
+      );
+      lat.floor.push(...await cyclesDuring(c, other, send));
+      await Deno.remove(`${floorDir}/lat.zfs`);
+    },
+  ]);
+
+  // 1. Backup to the file store: the plugin, the floor, and the engine in this process.
+  progress(`store: ${size} backups to the file store`);
+  const fileStore = new FileStore(storeDir);
+  const zfs = new Zfs(new DenoCommandRunner(), {
+    zfsPath: "zfs",
+    zpoolPath: "zpool",
+    timeoutMs: 120_000,
+    log: silent,
+  });
+  const engine = {
+    streams: new DenoStreamRunner(),
+    zfsPath: "zfs",
+    zfs,
+    store: fileStore,
+    log: silent,
+  };
+  const floorGuid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", floorSnap)).trim();
+  let keptFile = "";
+  let streamBytes = 0;
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      const sampler = new RssSampler(pf.pid);
+      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-file-${t}`));
+      addRss("file backup", await sampler.stop());
+      times.push("file plugin", ms);
+      if (t === cfg.trials - 1) keptFile = id;
+      else await file.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      times.push(
+        "file floor",
+        await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
+      );
+      streamBytes = (await Deno.stat(floorFile)).size;
+    },
+    async () => {
+      await syncDisks();
+      const key = streamKey("bench-engine", floorGuid, crypto.randomUUID().replaceAll("-", ""));
+      const { ms } = await timed(() =>
+        sendToStore(engine, { snapshot: floorSnap, raw: false, key })
+      );
+      times.push("file engine", ms);
+      await fileStore.delete(key);
+    },
+  ]);
+  const keptFileManifest = await fileManifest(fileStore, keptFile);
+  rows.push(
+    {
+      section: SECTION,
+      what: `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
+      plugin: formatMs(times.median("file plugin")),
+      base: formatMs(times.median("file floor")),
+      ratio: ratio(times.median("file plugin"), times.median("file floor")),
+      target: 1.1,
+      note: `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
+        `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
+        `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
+        `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
+        `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
+          cfg.trials === 1 ? "" : "s"
+        } each`,
+    },
+    {
+      section: SECTION,
+      what: "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
+      plugin: formatMs(times.median("file engine")),
+      base: formatMs(times.median("file floor")),
+      ratio: ratio(times.median("file engine"), times.median("file floor")),
+      target: 1.1,
+      note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+    },
+  );
+
+  // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine.
+  progress(`store: ${size} restores from the file store`);
+  const storedFile = `${storeDir}/${keptFileManifest.stream}`;
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      const sampler = new RssSampler(pf.pid);
+      const { ms, value: id } = await timed(() => file.restore(`restore-file-${t}`, keptFile));
+      addRss("file restore", await sampler.stop());
+      times.push("file restore plugin", ms);
+      await file.deleteVolume(id);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/floor-recv`;
+      times.push(
+        "file restore floor",
+        await timedBash(`zfs receive -u ${shellQuote(target)} < ${shellQuote(storedFile)}`),
+      );
+      await destroyTree(target);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/engine-recv`;
+      const { ms } = await timed(() =>
+        receiveFromStore(engine, { manifest: keptFileManifest, target })
+      );
+      times.push("file restore engine", ms);
+      await destroyTree(target);
+    },
+  ]);
+  rows.push(
+    {
+      section: SECTION,
+      what: `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
+      plugin: formatMs(times.median("file restore plugin")),
+      base: formatMs(times.median("file restore floor")),
+      ratio: ratio(times.median("file restore plugin"), times.median("file restore floor")),
+      target: 1.1,
+      note: `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
+        `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
+        `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
+        `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
+        `itself (plugin's log) ${formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))}`,
+    },
+    {
+      section: SECTION,
+      what: "  same engine in this process (receiveFromStore) vs zfs receive < file",
+      plugin: formatMs(times.median("file restore engine")),
+      base: formatMs(times.median("file restore floor")),
+      ratio: ratio(times.median("file restore engine"), times.median("file restore floor")),
+      target: 1.1,
+      note: "receive.ts (held-back last chunk, checks, guid) without gRPC or temp dataset",
+    },
+  );
+
+  // 4. Incremental: a small change, stored on top of the kept full backup.
+  progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
+  let fileBase = keptFileManifest;
+  const incBytes: number[] = [];
+  const incFloorBytes: number[] = [];
+  for (let t = 0; t < cfg.trials; t++) {
+    await changeData(dataFile, cfg, t);
+    const pluginSide = async () => {
+      await syncDisks();
+      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-inc-file-${t}`));
+      times.push("file inc plugin", ms);
+      const m = await fileManifest(fileStore, id);
+      if (m.baseGuid !== fileBase.guid) {
+        throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
+      }
+      incBytes.push(m.size);
+      return m;
+    };
+    const floorSide = async () => {
+      await syncDisks();
+      const snap = `${dataset}@bench-inc-floor-${t}`;
+      await sh("zfs", "snapshot", snap);
+      const out = `${floorDir}/inc.zfs`;
+      const base = `${dataset}@${fileBase.snapshot}`;
+      times.push(
+        "file inc floor",
+        await timedBash(
+          `zfs send -i ${shellQuote(base)} ${shellQuote(snap)} > ${shellQuote(out)} && sync`,
+        ),
+      );
+      incFloorBytes.push((await Deno.stat(out)).size);
+      await Deno.remove(out);
+      await destroyTree(snap);
+    };
+    // Alternating which goes first; both send the same change from the same base.
+    if (t % 2 === 0) {
+      const m = await pluginSide();
+      await floorSide();
+      fileBase = m;
+    } else {
+      await floorSide();
+      fileBase = await pluginSide();
+    }
+  }
+  rows.push({
+    section: SECTION,
+    what: `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
+    plugin: formatMs(times.median("file inc plugin")),
+    base: formatMs(times.median("file inc floor")),
+    ratio: ratio(times.median("file inc plugin"), times.median("file inc floor")),
+    note: `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
+      `sync, ${mib(median(incFloorBytes))}`,
+  });
+  rows.push(
+    rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
+    rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
+  );
+  const during = median(lat.plugin);
+  const without = median(lat.idle);
+  const plain = median(lat.floor);
+  rows.push(
+    {
+      section: SECTION,
+      what: `stage+publish of another volume during a ${size} backup vs without`,
+      plugin: formatMs(during),
+      base: formatMs(without),
+      ratio: ratio(during, without),
+      note: `medians ${formatMs(during)} during, ${formatMs(without)} without (p90 ` +
+        `${formatMs(percentile(lat.plugin, 90))} / ${formatMs(percentile(lat.idle, 90))}); ` +
+        `${lat.plugin.length} / ${lat.idle.length} calls; target: none measurable`,
+    },
+    {
+      section: SECTION,
+      what: "  same, during the backup vs during a plain zfs send > file",
+      plugin: formatMs(during),
+      base: formatMs(plain),
+      ratio: ratio(during, plain),
+      note: `${lat.floor.length} calls during zfs send ds@snap > file && sync: what a busy disk ` +
+        `and zfs cost without the plugin; ${navigator.hardwareConcurrency} cores`,
+    },
+  );
+  await pf.stop();
+
+  // --- S3 (versitygw) ------------------------------------------------------------------------
+  progress("store: starting versitygw");
+  await using s3 = await S3Server.start();
+  await using ps = await PluginProcess.start({
+    parentDataset: parent,
+    dir: `${pool.dir}/plugin-s3`,
+    logLevel: "info",
+    extraArgs: [
+      "--store",
+      `s3://${s3.bucket}`,
+      "--store-endpoint",
+      s3.endpoint.origin,
+      "--store-path-style",
+      "--store-region",
+      s3.region,
+      "--deleted-retention",
+      "0",
+    ],
+    scope: { netHosts: [s3.endpoint.host] },
+    env: { AWS_ACCESS_KEY_ID: s3.accessKeyId, AWS_SECRET_ACCESS_KEY: s3.secretAccessKey },
+  });
+  const s3Calls = new PluginCalls(ps, capacity);
+  const s3Idle = await idleRss(ps.pid);
+  const bucketUrl = `${s3.endpoint.origin}/${s3.bucket}`;
+  const curlEnv = { AK: s3.accessKeyId, SK: s3.secretAccessKey };
+  // curl 7.x signs no payload hash of its own; S3 wants one, and UNSIGNED-PAYLOAD is allowed.
+  const curlS3 = `curl -sS --fail --aws-sigv4 aws:amz:${s3.region}:s3 --user "$AK:$SK" ` +
+    `-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'`;
+  const floorUrl = shellQuote(`${bucketUrl}/bench-floor/full.zfs`);
+  if (streamBytes === 0) throw new Error("store bench: the file floor wrote no stream");
+
+  // 2. Backup to S3: the plugin against one PutObject of the zfs send output by curl.
+  progress(`store: ${size} backups to S3`);
+  let keptS3 = "";
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      const sampler = new RssSampler(ps.pid);
+      const { ms, value: id } = await timed(() => s3Calls.backup(srcId, `bench-s3-${t}`));
+      addRss("s3 backup", await sampler.stop());
+      times.push("s3 plugin", ms);
+      if (t === cfg.trials - 1) keptS3 = id;
+      else await s3Calls.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      times.push(
+        "s3 floor",
+        await timedBash(`${curlS3} -T ${shellQuote(floorFile)} ${floorUrl} -o /dev/null`, curlEnv),
+      );
+    },
+    async () => {
+      await syncDisks();
+      times.push(
+        "s3 script",
+        await timedBash(
+          `zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)}\n` +
+            `${curlS3} -T ${shellQuote(floorFile)} ${floorUrl} -o /dev/null`,
+          curlEnv,
+        ),
+      );
+    },
+  ]);
+  const keptS3Manifest = await s3Manifest(s3, keptS3);
+  rows.push(
+    {
+      section: SECTION,
+      what: `backup of a ${size} volume to S3 (plugin) vs one PutObject by curl`,
+      plugin: formatMs(times.median("s3 plugin")),
+      base: formatMs(times.median("s3 floor")),
+      ratio: ratio(times.median("s3 plugin"), times.median("s3 floor")),
+      target: 1.1,
+      note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload; floor: ` +
+        `${curl} --aws-sigv4 -T file of the zfs send output already on disk (upload only; ` +
+        `versitygw refuses a body without Content-Length, so no pipe); ` +
+        `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
+        `${rate(streamBytes, times.median("s3 floor"))}; the send itself (plugin's log) ` +
+        `${formatMs(loggedMs(ps, "send stored", "@.stored-bench-s3-"))}`,
+    },
+    {
+      section: SECTION,
+      what: "  same vs zfs send > file, then curl -T file",
+      plugin: formatMs(times.median("s3 plugin")),
+      base: formatMs(times.median("s3 script")),
+      ratio: ratio(times.median("s3 plugin"), times.median("s3 script")),
+      note: "what a script does that cannot stream into one PutObject",
+    },
+  );
+
+  // 3. Restore from S3: the plugin against curl's download piped into zfs receive.
+  progress(`store: ${size} restores from S3`);
+  const streamUrl = shellQuote(`${bucketUrl}/${keptS3Manifest.stream}`);
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      const sampler = new RssSampler(ps.pid);
+      const { ms, value: id } = await timed(() => s3Calls.restore(`restore-s3-${t}`, keptS3));
+      addRss("s3 restore", await sampler.stop());
+      times.push("s3 restore plugin", ms);
+      await s3Calls.deleteVolume(id);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/floor-recv`;
+      times.push(
+        "s3 restore floor",
+        await timedBash(`${curlS3} ${streamUrl} | zfs receive -u ${shellQuote(target)}`, curlEnv),
+      );
+      await destroyTree(target);
+    },
+  ]);
+  rows.push({
+    section: SECTION,
+    what: `restore of a ${size} volume from S3 (plugin) vs curl piped into zfs receive`,
+    plugin: formatMs(times.median("s3 restore plugin")),
+    base: formatMs(times.median("s3 restore floor")),
+    ratio: ratio(times.median("s3 restore plugin"), times.median("s3 restore floor")),
+    target: 1.1,
+    note: `floor: ${curl} --aws-sigv4 GET of the stored stream piped into zfs receive -u ds; ` +
+      `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
+      `${rate(keptS3Manifest.size, times.median("s3 restore floor"))}; the receive itself ` +
+      `(plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,
+  });
+
+  // 4. Incremental to S3, on top of the kept full backup.
+  let s3Base = keptS3Manifest;
+  const s3IncBytes: number[] = [];
+  for (let t = 0; t < cfg.trials; t++) {
+    await changeData(dataFile, cfg, cfg.trials + t);
+    await syncDisks();
+    const { ms, value: id } = await timed(() => s3Calls.backup(srcId, `bench-inc-s3-${t}`));
+    times.push("s3 inc plugin", ms);
+    const m = await s3Manifest(s3, id);
+    if (m.baseGuid !== s3Base.guid) {
+      throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
+    }
+    s3IncBytes.push(m.size);
+    s3Base = m;
+  }
+  rows.push(
+    {
+      section: SECTION,
+      what: `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, S3 (plugin)`,
+      plugin: formatMs(times.median("s3 inc plugin")),
+      note: `bytes moved (manifest size) ${mib(median(s3IncBytes))}`,
+    },
+    rssRow(`RSS during ${size} backups to S3`, s3Idle, rss.get("s3 backup")!),
+    rssRow(`RSS during ${size} restores from S3`, s3Idle, rss.get("s3 restore")!),
+  );
+  await ps.stop();
+  return rows;
+}
+
+/** The manifest of a stored snapshot in the file store. */
+async function fileManifest(store: FileStore, snapshotId: string): Promise<SnapshotManifest> {
+  const key = manifestKeyOf(snapshotId);
+  const got = await store.getBytes(key);
+  if (!got) throw new Error(`store bench: no manifest at ${key}`);
+  return parseManifest(got.bytes, { key });
+}
+
+/** The manifest of a stored snapshot in the S3 bucket. */
+async function s3Manifest(s3: S3Server, snapshotId: string): Promise<SnapshotManifest> {
+  const key = manifestKeyOf(snapshotId);
+  const r = await signedFetch(s3, "GET", new URL(`/${s3.bucket}/${key}`, s3.endpoint));
+  const bytes = new Uint8Array(await r.arrayBuffer());
+  if (!r.ok) throw new Error(`store bench: GET ${key} answered ${r.status}`);
+  return parseManifest(bytes, { key });
+}
+
+function manifestKeyOf(snapshotId: string): string {
+  const ref = parseStoredSnapshotId(snapshotId);
+  if (!ref) throw new Error(`store bench: "${snapshotId}" is not a stored snapshot id`);
+  return manifestKey(ref.volumeKey, ref.guid);
+}
+
+/** Overwrites `changedMiB` MiB of the data file with new random bytes (trial `t`'s region). */
+async function changeData(dataFile: string, cfg: Config, t: number): Promise<void> {
+  const regions = Math.floor(cfg.volumeMiB / cfg.changedMiB);
+  await sh(
+    "dd",
+    "if=/dev/urandom",
+    `of=${dataFile}`,
+    "bs=1M",
+    `count=${cfg.changedMiB}`,
+    `seek=${(t % regions) * cfg.changedMiB}`,
+    "conv=notrunc,fsync",
+    "status=none",
+  );
+}
+
+/** Destroys a dataset and its snapshots (or one snapshot), retrying zfs-fuse's "busy". */
+async function destroyTree(name: string): Promise<void> {
+  for (let attempt = 0;; attempt++) {
+    const r = await tryRun("zfs", "destroy", "-r", name);
+    if (r.code === 0) return;
+    if (attempt >= 20 || !/busy/.test(r.stderr)) {
+      throw new Error(`zfs destroy -r ${name}: ${r.stderr}`);
+    }
+    await sleep(250);
+  }
+}
+
+if (import.meta.main) {
+  const encoder = new TextEncoder();
+  const rows = await storeBench({
+    quick: Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1",
+    progress: (text) => Deno.stderr.writeSync(encoder.encode(`bench: ${text}\n`)),
+  });
+  Deno.stdout.writeSync(encoder.encode(formatTable(rows) + "\n"));
+}
