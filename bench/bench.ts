@@ -626,8 +626,13 @@ await counted0.stop();
 async function destroyChildrenExcept(keep: readonly string[]): Promise<void> {
   const children = (await sh("zfs", "list", "-H", "-o", "name", "-r", "-d", "1", parent))
     .split("\n").filter((n) => n !== "" && n !== parent && !keep.includes(n));
-  const script = children.map((c) => `zfs destroy -r '${c}' || zfs destroy -r '${c}'`).join("\n");
-  if (script) await sh("bash", "-c", script);
+  // zfs-fuse calls a just-unmounted dataset busy for a while on a loaded machine: retry each,
+  // pausing, for up to about 10 s.
+  const script = children.map((c) =>
+    `for i in $(seq 40); do zfs destroy -r '${c}' 2>/dev/null && break; ` +
+    `[ "$i" = 40 ] && zfs destroy -r '${c}'; sleep 0.25; done`
+  ).join("\n");
+  if (script) await sh("bash", "-c", `set -e\n${script}`);
 }
 await destroyChildrenExcept([life.context.dataset!, capVol.context.dataset!]);
 
