@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { PLUGIN_NAME } from "../../src/version.ts";
 import { codeOf, type CsiClient, rejects } from "../support/csi_client.ts";
-import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
+import { claimPaths, claimVolume, createVolumeRequest, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { poolState, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
@@ -30,37 +30,6 @@ function randomBytes(n: number): Uint8Array {
   const out = new Uint8Array(n);
   for (let i = 0; i < n; i += 65536) crypto.getRandomValues(out.subarray(i, i + 65536));
   return out;
-}
-
-/** Stages and publishes a volume as Nomad does; returns the target path and a release. */
-async function claim(
-  plugin: PluginProcess,
-  volume: { volume_id: string; volume_context: Record<string, string> },
-  allocId: string,
-): Promise<{ target: string; release: () => Promise<void> }> {
-  const c = plugin.client;
-  const p = await claimPaths(plugin.baseDir, { volumeId: volume.volume_id, allocId });
-  const base = {
-    volume_id: volume.volume_id,
-    volume_capability: mountCapability(),
-    volume_context: volume.volume_context,
-  };
-  await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
-  await c.node("NodePublishVolume", {
-    ...base,
-    staging_target_path: p.staging,
-    target_path: p.target,
-  });
-  return {
-    target: p.target,
-    release: async () => {
-      await c.node("NodeUnpublishVolume", { volume_id: volume.volume_id, target_path: p.target });
-      await c.node("NodeUnstageVolume", {
-        volume_id: volume.volume_id,
-        staging_target_path: p.staging,
-      });
-    },
-  };
 }
 
 async function listAll(
@@ -377,10 +346,10 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step(
       "a created volume goes through Nomad's node calls and keeps its data",
       async () => {
-        const a = await claim(plugin, pg, "alloc-1");
+        const a = await claimVolume(plugin, pg, "alloc-1");
         await Deno.writeTextFile(`${a.target}/hello.txt`, "hello");
         await a.release();
-        const b = await claim(plugin, pg, "alloc-2");
+        const b = await claimVolume(plugin, pg, "alloc-2");
         assert.equal(await Deno.readTextFile(`${b.target}/hello.txt`), "hello");
         await b.release();
       },
@@ -389,7 +358,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step(
       "DeleteVolume of a staged volume is FAILED_PRECONDITION and keeps it",
       async () => {
-        const a = await claim(plugin, pg, "alloc-3");
+        const a = await claimVolume(plugin, pg, "alloc-3");
         await rejects(
           c().controller("DeleteVolume", { volume_id: pg.volume_id }),
           Code.FAILED_PRECONDITION,
@@ -405,7 +374,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     await t.step(
       "CreateSnapshot is idempotent on name; names are unique across volumes",
       async () => {
-        const a = await claim(plugin, pg, "alloc-4");
+        const a = await claimVolume(plugin, pg, "alloc-4");
         await Deno.writeFile(`${a.target}/data.bin`, randomBytes(4 * MiB));
         snapshotSum = await sha256(`${a.target}/data.bin`);
         const req = { source_volume_id: pg.volume_id, name: "nightly", parameters: {} };
@@ -471,7 +440,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
         await pool.get(`${pool.parent}/restored`, "origin"),
         `${pool.parent}/pg@nightly`,
       );
-      const a = await claim(plugin, restored, "alloc-5");
+      const a = await claimVolume(plugin, restored, "alloc-5");
       assert.equal(await sha256(`${a.target}/data.bin`), snapshotSum);
       await a.release();
       // Same name, another source: not the same volume.
@@ -500,7 +469,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
     let copy: { volume_id: string; volume_context: Record<string, string> };
     let currentSum = "";
     await t.step("a volume cloned from a volume holds its current bytes", async () => {
-      const a = await claim(plugin, pg, "alloc-6");
+      const a = await claimVolume(plugin, pg, "alloc-6");
       currentSum = await sha256(`${a.target}/data.bin`);
       await a.release();
       const req = createVolumeRequest("copy", {
@@ -509,7 +478,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
       const first = await c().controller("CreateVolume", req);
       assert.deepEqual(await c().controller("CreateVolume", req), first);
       copy = first.volume;
-      const b = await claim(plugin, copy, "alloc-7");
+      const b = await claimVolume(plugin, copy, "alloc-7");
       assert.equal(await sha256(`${b.target}/data.bin`), currentSum);
       await b.release();
       // The clone's hidden snapshot is no CSI snapshot.
@@ -544,7 +513,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
             e.snapshot.snapshot_id === snapshotId
           ),
         );
-        const a = await claim(plugin, restored, "alloc-8");
+        const a = await claimVolume(plugin, restored, "alloc-8");
         assert.equal(await sha256(`${a.target}/data.bin`), snapshotSum);
         await a.release();
         // Set aside, not destroyed: a rename undoes it.
@@ -620,7 +589,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
             parameters: { quota: "capacity" },
           }),
         )).volume;
-        const a = await claim(plugin, small, "alloc-9");
+        const a = await claimVolume(plugin, small, "alloc-9");
         await Deno.writeFile(`${a.target}/a.bin`, randomBytes(5 * MiB));
         await assert.rejects(Deno.writeFile(`${a.target}/b.bin`, randomBytes(6 * MiB)));
         await Deno.remove(`${a.target}/b.bin`).catch(() => {});
@@ -803,7 +772,7 @@ Deno.test("controller: create, snapshot, clone, grow and delete on a real pool",
 
     await t.step("deleting a clone's source volume leaves the clone whole", async () => {
       await c().controller("DeleteVolume", { volume_id: pg.volume_id });
-      const b = await claim(plugin, copy, "alloc-10");
+      const b = await claimVolume(plugin, copy, "alloc-10");
       assert.equal(await sha256(`${b.target}/data.bin`), currentSum);
       await b.release();
     });
@@ -917,13 +886,13 @@ Deno.test("encryption parameters: a keyed volume is created, and its key loaded 
   const ds = `${pool.parent}/secret`;
   assert.notEqual(await pool.get(ds, "encryption"), "off");
   assert.equal(await pool.get(ds, "keystatus"), "available");
-  let a = await claim(plugin, res.volume, "alloc-1");
+  let a = await claimVolume(plugin, res.volume, "alloc-1");
   await Deno.writeTextFile(`${a.target}/x`, "kept");
   await a.release();
   // As after a reboot: unmounted, key not loaded.
   await sh("zfs", "unmount", ds);
   await sh("zfs", "unload-key", ds);
-  a = await claim(plugin, res.volume, "alloc-2");
+  a = await claimVolume(plugin, res.volume, "alloc-2");
   assert.equal(await Deno.readTextFile(`${a.target}/x`), "kept");
   await a.release();
 });

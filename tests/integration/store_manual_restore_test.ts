@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import type { SnapshotManifest } from "../../src/store/layout.ts";
-import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
+import { claimVolume, createVolumeRequest } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { treeHash } from "../support/tree_hash.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
@@ -171,18 +171,7 @@ Deno.test("store: the README's manual restore recipe restores without the plugin
       });
       const c = plugin.client;
       const volume = (await c.controller("CreateVolume", createVolumeRequest(VOLUME))).volume;
-      const p = await claimPaths(plugin.baseDir, { volumeId: volume.volume_id, allocId: "alloc" });
-      const base = {
-        volume_id: volume.volume_id,
-        volume_capability: mountCapability(),
-        volume_context: volume.volume_context,
-      };
-      await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
-      await c.node("NodePublishVolume", {
-        ...base,
-        staging_target_path: p.staging,
-        target_path: p.target,
-      });
+      const p = await claimVolume(plugin, volume, "alloc");
       await Deno.mkdir(`${p.target}/base`);
       await writeRandom(`${p.target}/base/one.bin`, 2 * MiB);
       for (const [i, name] of ["s1", "s2", "s3"].entries()) {
@@ -199,11 +188,7 @@ Deno.test("store: the README's manual restore recipe restores without the plugin
       }
       // Written after the last snapshot: never in a restore.
       await writeRandom(`${p.target}/after.bin`, 64 * 1024);
-      await c.node("NodeUnpublishVolume", { volume_id: volume.volume_id, target_path: p.target });
-      await c.node("NodeUnstageVolume", {
-        volume_id: volume.volume_id,
-        staging_target_path: p.staging,
-      });
+      await p.release();
       assert.equal((await plugin.stop("SIGTERM")).code, 0);
       plugin = undefined;
       manifests = await manifestsByName(storeDir);

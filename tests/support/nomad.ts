@@ -4,6 +4,7 @@
  * directories created as Nomad creates them.
  */
 
+import type { CsiClient } from "./csi_client.ts";
 import { sh } from "./zfs_pool.ts";
 
 /** Nomad's usage segment for a read-write, single-node-writer file-system claim. */
@@ -82,4 +83,54 @@ export async function hostMounts(): Promise<HostMount[]> {
 /** The mounts at `path` on the host. */
 export async function mountsAt(path: string): Promise<HostMount[]> {
   return (await hostMounts()).filter((m) => m.path === path);
+}
+
+/** What a claim needs of a running plugin: its client and its staging/publish base dir. */
+export interface ClaimingPlugin {
+  readonly client: CsiClient;
+  readonly baseDir: string;
+}
+
+/** A claim of a volume by an alloc: its target path and how to release it. */
+export interface Claim {
+  readonly target: string;
+  release(): Promise<void>;
+}
+
+/**
+ * Stages and publishes a volume for an alloc as Nomad does. Given a function, the release
+ * unpublishes and unstages through the plugin that runs then (it may have restarted since).
+ */
+export async function claimVolume(
+  plugin: ClaimingPlugin | (() => ClaimingPlugin),
+  volume: { readonly volume_id: string; readonly volume_context: Record<string, string> },
+  allocId: string,
+): Promise<Claim> {
+  const now = typeof plugin === "function" ? plugin : () => plugin;
+  const c = now().client;
+  const p = await claimPaths(now().baseDir, { volumeId: volume.volume_id, allocId });
+  const base = {
+    volume_id: volume.volume_id,
+    volume_capability: mountCapability(),
+    volume_context: volume.volume_context,
+  };
+  await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
+  await c.node("NodePublishVolume", {
+    ...base,
+    staging_target_path: p.staging,
+    target_path: p.target,
+  });
+  return {
+    target: p.target,
+    release: async () => {
+      await now().client.node("NodeUnpublishVolume", {
+        volume_id: volume.volume_id,
+        target_path: p.target,
+      });
+      await now().client.node("NodeUnstageVolume", {
+        volume_id: volume.volume_id,
+        staging_target_path: p.staging,
+      });
+    },
+  };
 }

@@ -13,7 +13,7 @@ import type { SnapshotManifest, VolumeRecord } from "../../src/store/layout.ts";
 import { sha256Hex, signS3Request } from "../../src/store/sigv4.ts";
 import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { type CsiClient, rejects } from "./csi_client.ts";
-import { claimPaths, createVolumeRequest, mountCapability } from "./nomad.ts";
+import { type Claim, claimVolume, createVolumeRequest } from "./nomad.ts";
 import { type PluginOptions, PluginProcess } from "./plugin_process.ts";
 import { type S3Server, signedFetch } from "./s3_server.ts";
 import { treeHash } from "./tree_hash.ts";
@@ -154,47 +154,6 @@ interface CsiVolume {
   content_source?: { snapshot?: { snapshot_id: string } } | null;
 }
 
-/** A claim of a volume by an alloc: its target path and how to release it. */
-interface Claim {
-  readonly target: string;
-  release(): Promise<void>;
-}
-
-/** Stages and publishes a volume as Nomad does. */
-async function claim(
-  plugin: () => PluginProcess,
-  volume: CsiVolume,
-  allocId: string,
-): Promise<Claim> {
-  const c = plugin().client;
-  const p = await claimPaths(plugin().baseDir, { volumeId: volume.volume_id, allocId });
-  const base = {
-    volume_id: volume.volume_id,
-    volume_capability: mountCapability(),
-    volume_context: volume.volume_context,
-  };
-  await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
-  await c.node("NodePublishVolume", {
-    ...base,
-    staging_target_path: p.staging,
-    target_path: p.target,
-  });
-  return {
-    target: p.target,
-    release: async () => {
-      // The plugin that runs now: it may have restarted since.
-      await plugin().client.node("NodeUnpublishVolume", {
-        volume_id: volume.volume_id,
-        target_path: p.target,
-      });
-      await plugin().client.node("NodeUnstageVolume", {
-        volume_id: volume.volume_id,
-        staging_target_path: p.staging,
-      });
-    },
-  };
-}
-
 /** Writes `bytes` random bytes to `path`. */
 async function writeRandom(path: string, bytes: number): Promise<void> {
   const data = new Uint8Array(bytes);
@@ -304,7 +263,7 @@ async function restoreAndHash(
     const again = await plugin.client.controller("CreateVolume", req, SLOW_CALL_MS);
     assert.deepEqual(again.volume, volume, "a repeated CreateVolume answers the same volume");
   }
-  const c = await claim(() => plugin, volume, `alloc-${name}`);
+  const c = await claimVolume(() => plugin, volume, `alloc-${name}`);
   try {
     return { volume, hash: await treeHash(c.target) };
   } finally {
@@ -390,7 +349,7 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
             parameters: { backup_interval: "5s", backup_keep: "last=2" },
           }),
         );
-        sched = await claim(() => pa!, res.volume, "alloc-sched");
+        sched = await claimVolume(() => pa!, res.volume, "alloc-sched");
         claims.push({ plugin: () => pa, claim: sched });
         await Deno.mkdir(`${sched.target}/dir`);
         for (let i = 0; i < 4; i++) await writeRandom(`${sched.target}/dir/f${i}.bin`, MiB);
@@ -543,7 +502,7 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
       "check 3: CreateSnapshot stores a snapshot that another node lists",
       async () => {
         const res = await ca().controller("CreateVolume", createVolumeRequest("data"));
-        dataClaim = await claim(() => pa!, res.volume, "alloc-data");
+        dataClaim = await claimVolume(() => pa!, res.volume, "alloc-data");
         claims.push({ plugin: () => pa, claim: dataClaim });
         await Deno.mkdir(`${dataClaim.target}/db`);
         await writeRandom(`${dataClaim.target}/db/table.bin`, 2 * MiB);
