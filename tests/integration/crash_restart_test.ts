@@ -712,7 +712,7 @@ Deno.test({
         volume_context: vol.volume.volume_context,
       });
       let hits = 0;
-      for (let attempt = 0; attempt < 5 && hits < 2; attempt++) {
+      for (let attempt = 0; attempt < 12 && hits < 2; attempt++) {
         const dir = `${plugin.baseDir}/per-alloc/a${attempt + 1}/v`;
         await Deno.mkdir(dir, { recursive: true });
         const target = `${dir}/ro-file-system-single-node-writer`;
