@@ -83,4 +83,23 @@ async function main(): Promise<void> {
   Deno.addSignalListener("SIGINT", () => stop("SIGINT"));
 }
 
-if (import.meta.main) await main();
+/**
+ * The executable has three faces, told apart by its first argument: Nomad's dynamic host volume
+ * contract (Nomad runs the plugin as `<plugin> fingerprint|create|delete`, src/dhv/), operator
+ * subcommands (a first argument that is not a flag, src/cli/), and the CSI server (flags only).
+ * Each is loaded only when used, so a subcommand never pays for grpc-js.
+ */
+async function dispatch(args: readonly string[]): Promise<void> {
+  const first = args[0];
+  if (first === "fingerprint" || first === "create" || first === "delete") {
+    const { runHostVolumeOperation } = await import("./src/dhv/main.ts");
+    Deno.exit(await runHostVolumeOperation(args));
+  }
+  if (first !== undefined && !first.startsWith("-")) {
+    const { runCli } = await import("./src/cli/main.ts");
+    Deno.exit(await runCli(args));
+  }
+  await main();
+}
+
+if (import.meta.main) await dispatch(Deno.args);

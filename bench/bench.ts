@@ -30,6 +30,7 @@ import { DenoCommandRunner } from "../src/run.ts";
 import { formatMs, formatTable, median, percentile, ratio, type Row } from "./stats.ts";
 import { nodeServerComparison } from "./grpc_runtime.ts";
 import { storeBench } from "./store_bench.ts";
+import { followBench } from "./follow_bench.ts";
 
 const QUICK = Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1";
 const CFG = QUICK
@@ -683,6 +684,10 @@ await destroyChildrenExcept([life.context.dataset!, capVol.context.dataset!]);
 // 8. The store: backups and restores through the plugin against zfs send/receive and curl, on
 // a pool of its own (before the scale section fills zfs-fuse with volumes).
 rows.push(...await storeBench({ quick: QUICK, progress }));
+
+// 9. Volumes that follow their job: switchover between two plugins on two pools sharing a store,
+// bytes moved, and the RPO a sync interval achieves (pools of their own).
+rows.push(...await followBench({ quick: QUICK, progress }));
 
 // 6. Scale: processes per call and time against the number of volumes.
 progress("scale");

@@ -127,6 +127,29 @@ variable "datacenters" {
   description = "Datacenters to run the plugin in (for a monolith, the node must be in one of them)."
 }
 
+variable "metrics_port" {
+  type        = number
+  default     = 0
+  description = <<-EOT
+    0 (default): no metrics endpoint. Otherwise the plugin serves Prometheus metrics at
+    http://<node>:<port>/metrics (a static port: the binary's permission names it) and the job
+    registers the service "zfs-csi-metrics" for Prometheus (README, "Metrics"). The binary must
+    be built for it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> deno task compile, or it refuses to
+    start, naming that variable.
+  EOT
+
+  validation {
+    condition     = var.metrics_port >= 0 && var.metrics_port <= 65535
+    error_message = "The metrics_port must be 0 (off) or a port from 1 to 65535."
+  }
+}
+
+variable "metrics_service_provider" {
+  type        = string
+  default     = "nomad"
+  description = "Who registers the metrics service: nomad (Nomad's own service discovery) or consul."
+}
+
 locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
@@ -158,6 +181,8 @@ locals {
       "--log-level", var.log_level,
     ],
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
+    # Off unless metrics_port is set; every interface, as the build's permission names it.
+    var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
   )
 }
 
@@ -206,6 +231,39 @@ job "zfs-csi" {
       mode     = "delay"
     }
 
+    # Metrics (metrics_port > 0): a static port, since the binary may listen on that one only,
+    # and a service Prometheus finds with nomad_sd_configs (or consul_sd_configs) by its tag.
+    dynamic "network" {
+      for_each = var.metrics_port > 0 ? [var.metrics_port] : []
+      content {
+        port "metrics" {
+          static = network.value
+        }
+      }
+    }
+
+    dynamic "service" {
+      for_each = var.metrics_port > 0 ? [1] : []
+      content {
+        name     = "zfs-csi-metrics"
+        provider = var.metrics_service_provider
+        port     = "metrics"
+        tags     = ["metrics", "prometheus", local.plugin_id]
+        meta {
+          metrics_path = "/metrics"
+          plugin_id    = local.plugin_id
+        }
+
+        # A scrape answers from a cache a few seconds old: checking it costs no extra zfs work.
+        check {
+          type     = "http"
+          path     = "/metrics"
+          interval = "30s"
+          timeout  = "5s"
+        }
+      }
+    }
+
     task "plugin" {
       driver = "docker"
 
@@ -217,6 +275,9 @@ job "zfs-csi" {
 
         # mount(2) and /dev/zfs need CAP_SYS_ADMIN and the host's devices.
         privileged = true
+
+        # The metrics port, when there is one (the container's port equals the static host port).
+        ports = var.metrics_port > 0 ? ["metrics"] : []
 
         # Bind mounts, as a list because some are optional (dynamic blocks are not expanded
         # inside a driver's config and would fail when the task starts).

@@ -14,6 +14,7 @@ import {
 } from "./config_store.ts";
 import { absolutePath, ConfigError, parseDuration } from "./config_values.ts";
 import { type ParameterPolicy, resolveParameterPolicy } from "./csi/parameters.ts";
+import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
 import { checkDatasetName } from "./zfs/names.ts";
@@ -62,6 +63,19 @@ export interface Config {
   readonly parameterPolicy: ParameterPolicy;
   /** Where volumes are backed up; absent without --store (backups off). */
   readonly store?: StoreConfig;
+  /**
+   * Volumes that follow their job (src/follow/): the lease TTL a holder renews within, and how
+   * long a lease must stay unchanged beyond it before another node takes the volume over
+   * (undefined: only an explicit `zfs-csi takeover`); how often this node brings its standby
+   * copies up to the store's head (undefined: never).
+   */
+  readonly follow?: {
+    readonly leaseTtlSeconds: number;
+    readonly takeoverAfterSeconds?: number;
+    readonly standbyIntervalSeconds?: number;
+  };
+  /** Where Prometheus metrics are served (GET /metrics); absent without --metrics-listen. */
+  readonly metricsListen?: ListenAddress;
 }
 
 /** What the command line asks for. */
@@ -107,6 +121,8 @@ Options:
                               repeatable
   --key-dir DIR               keylocation may name files strictly below DIR (file:///DIR/...);
                               without it, and without --allow-parameter keylocation=..., none
+  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (off by
+                              default; the build must allow it: ZFS_CSI_METRICS_LISTEN)
   -h, --help                  show this help
   --version                   show the version
 
@@ -128,6 +144,14 @@ Store (backups; off without --store):
                               aws_access_key_id, aws_secret_access_key, aws_session_token);
                               otherwise from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
                               AWS_SESSION_TOKEN. Read once at start.
+  --lease-ttl TIME            volumes that follow their job: their holder renews its lease
+                              within this (default: 30s)
+  --takeover-after TIME       take a volume over from a holder whose lease has stayed unchanged
+                              for its TTL plus TIME, as this node sees it (default: off, only
+                              "zfs-csi takeover <volume>" does)
+  --standby-interval TIME     how often this node receives, in the background, what the store
+                              got of the volumes naming it in standby_nodes (default: 30s;
+                              off: never, its copies are brought up to date only when staged)
 
 Modes: monolith serves the node and controller services together. Volumes live on the node
 that holds their dataset, so the controller that creates, snapshots or deletes them must run
@@ -197,6 +221,45 @@ function program(flag: string, value: string): string {
   return value;
 }
 
+/**
+ * The plugin's flags, as node:util parseArgs takes them: the operator subcommands (src/cli/)
+ * accept the same ones, beside their own.
+ */
+export const CONFIG_OPTIONS = {
+  "mode": { type: "string" },
+  "deleted-retention": { type: "string" },
+  "endpoint": { type: "string" },
+  "node-id": { type: "string" },
+  "topology": { type: "string", multiple: true },
+  "parent-dataset": { type: "string" },
+  "stage-publish-base-dir": { type: "string", multiple: true },
+  "log-level": { type: "string" },
+  "zfs": { type: "string" },
+  "zpool": { type: "string" },
+  "mount": { type: "string" },
+  "umount": { type: "string" },
+  "command-timeout": { type: "string" },
+  "node-local-plugin-id": { type: "boolean" },
+  "allow-parameter": { type: "string", multiple: true },
+  "deny-parameter": { type: "string", multiple: true },
+  "key-dir": { type: "string" },
+  "store": { type: "string" },
+  "store-endpoint": { type: "string" },
+  "store-region": { type: "string" },
+  "store-path-style": { type: "boolean" },
+  "store-insecure-http": { type: "boolean" },
+  "store-credentials-file": { type: "string" },
+  "backup-interval": { type: "string" },
+  "backup-keep": { type: "string" },
+  "store-deleted-retention": { type: "string" },
+  "lease-ttl": { type: "string" },
+  "takeover-after": { type: "string" },
+  "standby-interval": { type: "string" },
+  "metrics-listen": { type: "string" },
+  "help": { type: "boolean", short: "h" },
+  "version": { type: "boolean" },
+} as const;
+
 /** A reader for configs that name no file. */
 function noFiles(): never {
   throw new Error("no file reader was given");
@@ -218,36 +281,7 @@ export function parseConfig(
       args: [...args],
       strict: true,
       allowPositionals: false,
-      options: {
-        "mode": { type: "string" },
-        "deleted-retention": { type: "string" },
-        "endpoint": { type: "string" },
-        "node-id": { type: "string" },
-        "topology": { type: "string", multiple: true },
-        "parent-dataset": { type: "string" },
-        "stage-publish-base-dir": { type: "string", multiple: true },
-        "log-level": { type: "string" },
-        "zfs": { type: "string" },
-        "zpool": { type: "string" },
-        "mount": { type: "string" },
-        "umount": { type: "string" },
-        "command-timeout": { type: "string" },
-        "node-local-plugin-id": { type: "boolean" },
-        "allow-parameter": { type: "string", multiple: true },
-        "deny-parameter": { type: "string", multiple: true },
-        "key-dir": { type: "string" },
-        "store": { type: "string" },
-        "store-endpoint": { type: "string" },
-        "store-region": { type: "string" },
-        "store-path-style": { type: "boolean" },
-        "store-insecure-http": { type: "boolean" },
-        "store-credentials-file": { type: "string" },
-        "backup-interval": { type: "string" },
-        "backup-keep": { type: "string" },
-        "store-deleted-retention": { type: "string" },
-        "help": { type: "boolean", short: "h" },
-        "version": { type: "boolean" },
-      },
+      options: CONFIG_OPTIONS,
     }));
   } catch (err) {
     throw new ConfigError(`${err instanceof Error ? err.message : String(err)} (see --help)`);
@@ -301,6 +335,20 @@ export function parseConfig(
     values["deleted-retention"] ?? DEFAULT_DELETED_RETENTION,
   );
 
+  const leaseTtlSeconds = parseDuration("--lease-ttl", values["lease-ttl"] ?? "30s");
+  if (leaseTtlSeconds < 3) throw new ConfigError(`--lease-ttl must be at least 3s`);
+  const takeoverText = values["takeover-after"];
+  const takeoverAfterSeconds = takeoverText === undefined || takeoverText === "off"
+    ? undefined
+    : parseDuration("--takeover-after", takeoverText);
+  const standbyText = values["standby-interval"] ?? "30s";
+  const standbyIntervalSeconds = standbyText === "off"
+    ? undefined
+    : parseDuration("--standby-interval", standbyText);
+  if (standbyIntervalSeconds !== undefined && standbyIntervalSeconds < 1) {
+    throw new ConfigError(`--standby-interval must be at least 1s, or off`);
+  }
+
   const dirs = (values["stage-publish-base-dir"] ?? [DEFAULT_STAGE_PUBLISH_DIR]).map((d) =>
     absolutePath("--stage-publish-base-dir", d)
   );
@@ -333,6 +381,16 @@ export function parseConfig(
     readTextFile,
   );
 
+  const metricsText = values["metrics-listen"];
+  let metricsListen: ListenAddress | undefined;
+  if (metricsText !== undefined) {
+    try {
+      metricsListen = parseListenAddress(metricsText);
+    } catch (err) {
+      throw new ConfigError(`--metrics-listen ${(err as Error).message}`);
+    }
+  }
+
   const config: Config = {
     mode: mode as PluginMode,
     deletedRetentionSeconds,
@@ -351,6 +409,12 @@ export function parseConfig(
     nodeLocalPluginId: values["node-local-plugin-id"] === true,
     parameterPolicy,
     ...(store ? { store } : {}),
+    follow: {
+      leaseTtlSeconds,
+      ...(takeoverAfterSeconds === undefined ? {} : { takeoverAfterSeconds }),
+      ...(standbyIntervalSeconds === undefined ? {} : { standbyIntervalSeconds }),
+    },
+    ...(metricsListen ? { metricsListen } : {}),
   };
   return { kind: "run", config: Object.freeze(config) };
 }

@@ -61,6 +61,7 @@ Deno.test("parseConfig fills every field with its default", () => {
     commandTimeoutMs: 60_000,
     nodeLocalPluginId: false,
     parameterPolicy: { rules: {}, keyDir: undefined },
+    follow: { leaseTtlSeconds: 30, standbyIntervalSeconds: 30 },
   });
   assert.equal(Object.isFrozen(config), true);
   assert.equal(Object.isFrozen(config.topology), true);
@@ -102,6 +103,12 @@ Deno.test("parseConfig takes every option", () => {
     "dedup",
     "--key-dir",
     "/etc/zfs/keys/",
+    "--lease-ttl",
+    "45s",
+    "--takeover-after",
+    "5m",
+    "--standby-interval",
+    "2m",
   ]);
   assert.deepEqual(config, {
     mode: "node",
@@ -123,7 +130,29 @@ Deno.test("parseConfig takes every option", () => {
       rules: { setuid: { kind: "allow", values: ["on"] }, dedup: { kind: "deny" } },
       keyDir: "/etc/zfs/keys",
     },
+    follow: { leaseTtlSeconds: 45, takeoverAfterSeconds: 300, standbyIntervalSeconds: 120 },
   });
+});
+
+Deno.test("parseConfig refuses a lease TTL below 3s and reads --takeover-after off", () => {
+  assert.throws(() => run([...REQUIRED, "--lease-ttl", "2s"]), /--lease-ttl must be at least 3s/);
+  assert.deepEqual(run([...REQUIRED, "--takeover-after", "off"]).follow, {
+    leaseTtlSeconds: 30,
+    standbyIntervalSeconds: 30,
+  });
+  assert.throws(() => run([...REQUIRED, "--takeover-after", "soon"]), /--takeover-after "soon"/);
+});
+
+Deno.test("parseConfig reads --standby-interval: 30s by default, off for never", () => {
+  assert.equal(run([...REQUIRED]).follow?.standbyIntervalSeconds, 30);
+  assert.equal(
+    run([...REQUIRED, "--standby-interval", "off"]).follow?.standbyIntervalSeconds,
+    undefined,
+  );
+  assert.throws(
+    () => run([...REQUIRED, "--standby-interval", "0s"]),
+    /--standby-interval must be at least 1s, or off/,
+  );
 });
 
 Deno.test("parseConfig reads each mode and retention unit", () => {

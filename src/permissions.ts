@@ -5,6 +5,7 @@
  */
 
 import type { StoreConfig } from "./config_store.ts";
+import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
 
 /** Programs the plugin may start. Nothing else, and never a shell. */
 export const ALLOWED_PROGRAMS = ["zfs", "zpool", "mount", "umount"] as const;
@@ -36,6 +37,22 @@ export const ALLOWED_ENV = [
   "AWS_ACCESS_KEY_ID",
   "AWS_SECRET_ACCESS_KEY",
   "AWS_SESSION_TOKEN",
+  // Read by Deno's node:child_process when it starts a command (src/run.ts hands `zfs send` and
+  // `zfs receive` a file that way); the command's environment is still only LC_ALL and LANG.
+  "NODE_V8_COVERAGE",
+  // Nomad's dynamic host volume contract (src/dhv/contract.ts): what a host volume call is.
+  "DHV_OPERATION",
+  "DHV_VOLUMES_DIR",
+  "DHV_PLUGIN_DIR",
+  "DHV_CREATED_PATH",
+  "DHV_NAMESPACE",
+  "DHV_VOLUME_NAME",
+  "DHV_VOLUME_ID",
+  "DHV_NODE_ID",
+  "DHV_NODE_POOL",
+  "DHV_CAPACITY_MIN_BYTES",
+  "DHV_CAPACITY_MAX_BYTES",
+  "DHV_PARAMETERS",
 ] as const;
 
 /**
@@ -51,12 +68,24 @@ export const PRODUCTION_DIRS = [
   "/opt/nomad/data/client/csi",
 ] as const;
 
+/**
+ * Single files a production binary may read: the host volume plugin's config file
+ * (src/dhv/config.ts) in Nomad's default `host_volume_plugin_dir` for the two usual data_dir
+ * locations. Only the file, not the directory. Another plugin dir: ZFS_CSI_EXTRA_READ_FILES.
+ */
+export const PRODUCTION_READ_FILES = [
+  "/opt/nomad/data/host_volume_plugins/zfs-csi.conf",
+  "/var/lib/nomad/host_volume_plugins/zfs-csi.conf",
+] as const;
+
 /** What a build of the plugin may touch. */
 export interface PermissionScope {
   /** Where sockets are created, staging/target paths live, and a file store's directory. */
   readonly dirs: readonly string[];
   /** host:port the plugin may connect to (the store's); none: no network at all. */
   readonly netHosts?: readonly string[];
+  /** host:port the metrics endpoint may listen on (ZFS_CSI_METRICS_LISTEN); a port is required. */
+  readonly listen?: readonly string[];
   /** Single files it may read, such as a store credentials file outside `dirs`. */
   readonly readFiles?: readonly string[];
 }
@@ -93,13 +122,18 @@ function absolute(kind: string, paths: readonly string[]): string[] {
 export function permissionFlags(scope: PermissionScope): string[] {
   const dirs = absolute("directory", scope.dirs);
   const files = absolute("file", scope.readFiles ?? []).filter((f) => !dirs.includes(f));
-  const hosts = [...new Set((scope.netHosts ?? []).map(netHost))];
+  const hosts = [
+    ...new Set([
+      ...(scope.netHosts ?? []).map(netHost),
+      ...(scope.listen ?? []).map((l) => listenHost(l)),
+    ]),
+  ];
   return [
     `--allow-run=${ALLOWED_PROGRAMS.join(",")}`,
     // The directories, to check staging and target paths (the mount table comes from `mount`).
     `--allow-read=${[...dirs, ...files].join(",")}`,
     `--allow-write=${dirs.join(",")}`,
-    // Only the store's host:port, and only when there is one.
+    // Only the store's host:port and the metrics address, and only when there is one.
     ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),
     `--allow-env=${ALLOWED_ENV.join(",")}`,
     // statfs(2) for NodeGetVolumeStats.
@@ -157,6 +191,27 @@ export function storeGrants(store: StoreConfig): NeededGrant[] {
       ? []
       : [readFileGrant(store.credentialsFile, "the store credentials file")]),
   ];
+}
+
+/**
+ * A metrics listen address for --allow-net, as host:port (the port is required).
+ * @throws {TypeError} naming the value
+ */
+export function listenHost(value: string): string {
+  try {
+    return parseListenAddress(value).hostPort;
+  } catch (err) {
+    throw new TypeError(`Metrics listen address ${(err as Error).message}`);
+  }
+}
+
+/** What the metrics endpoint needs: to listen on its address. */
+export function metricsGrant(listen: ListenAddress): NeededGrant {
+  return {
+    descriptors: [{ name: "net", host: listen.hostPort }],
+    what: `listen for metrics on "${listen.hostPort}"`,
+    fix: `ZFS_CSI_METRICS_LISTEN=${listen.hostPort}`,
+  };
 }
 
 /** The one line an unmet grant is refused with. */

@@ -4,6 +4,8 @@ import {
   ALLOWED_ENV,
   ALLOWED_PROGRAMS,
   grantMessage,
+  listenHost,
+  metricsGrant,
   netHost,
   permissionFlags,
   PRODUCTION_DIRS,
@@ -142,4 +144,33 @@ Deno.test("storeGrants names what each store needs and the build variable that a
     what: 'read the store credentials file "/secrets/s3"',
     fix: "ZFS_CSI_EXTRA_READ_FILES=/secrets/s3",
   });
+});
+
+Deno.test("permissionFlags adds metrics listen addresses to the one --allow-net", () => {
+  const flags = permissionFlags({
+    dirs: ["/csi"],
+    netHosts: ["s3.example.com"],
+    listen: ["0.0.0.0:9474", "[::]:9474"],
+  });
+  assert.deepEqual(flags.filter((f) => f.startsWith("--allow-net")), [
+    "--allow-net=s3.example.com:443,0.0.0.0:9474,[::]:9474",
+  ]);
+  assert.equal(listenHost("127.0.0.1:09474"), "127.0.0.1:9474");
+  // No default port for a listener: the grant must name exactly what is bound.
+  assert.throws(() => listenHost("0.0.0.0"), /Metrics listen address "0\.0\.0\.0"/);
+});
+
+Deno.test("metricsGrant asks for the listen address and names ZFS_CSI_METRICS_LISTEN", () => {
+  const run = parseConfig(
+    ["--parent-dataset", "t/n", "--node-id", "a", "--metrics-listen", "127.0.0.1:9474"],
+    {},
+  );
+  assert.ok(run.kind === "run" && run.config.metricsListen);
+  const grant = metricsGrant(run.config.metricsListen);
+  assert.deepEqual(grant.descriptors, [{ name: "net", host: "127.0.0.1:9474" }]);
+  assert.equal(
+    grantMessage(grant),
+    'this build may not listen for metrics on "127.0.0.1:9474"; rebuild with ' +
+      "ZFS_CSI_METRICS_LISTEN=127.0.0.1:9474 deno task compile",
+  );
 });

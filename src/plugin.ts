@@ -15,14 +15,28 @@ import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/se
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
 import { Mounter } from "./mount/mounter.ts";
-import { grantMessage, storeGrants } from "./permissions.ts";
-import { type CommandRunner, DenoCommandRunner, DenoStreamRunner } from "./run.ts";
+import { Activity } from "./metrics/activity.ts";
+import { meteredBackup, meteredSend } from "./metrics/backups.ts";
+import type { Metrics } from "./metrics/metrics.ts";
+import { startMetrics } from "./metrics/start.ts";
+import { grantMessage, metricsGrant, storeGrants } from "./permissions.ts";
+import {
+  type CommandRunner,
+  DenoCommandRunner,
+  DenoStreamRunner,
+  ObservedRunner,
+  ObservedStreamRunner,
+  type StreamRunner,
+} from "./run.ts";
 import type { StoreConfig } from "./config.ts";
 import { StoredSnapshots } from "./csi/stored_snapshots.ts";
 import { type BackupDeps, backupVolume } from "./replicate/backup.ts";
 import { StorePruner } from "./replicate/prune.ts";
 import type { ReceiveDeps } from "./replicate/receive.ts";
-import { BackupScheduler } from "./replicate/scheduler.ts";
+import { BackupScheduler, type SchedulerDeps } from "./replicate/scheduler.ts";
+import { headChain } from "./follow/head.ts";
+import { FollowVolumes } from "./follow/mover.ts";
+import { StandbyFollower } from "./follow/standby.ts";
 import { sendToStore } from "./replicate/send.ts";
 import { FileStore } from "./store/file_store.ts";
 import { S3Store } from "./store/s3_store.ts";
@@ -33,7 +47,12 @@ import { Zfs } from "./zfs/zfs.ts";
 export interface Plugin {
   readonly server: RunningServer;
   readonly health: HealthChecker;
-  /** Stops the store's background work (backups, pruning); the upload running is aborted. */
+  /** With --metrics-listen: the metrics, where more sources can be added (addSource). */
+  readonly metrics?: Metrics;
+  /**
+   * Stops the store's background work (backups, pruning; the upload running is aborted) and
+   * the metrics endpoint.
+   */
   stopBackground(): Promise<void>;
 }
 
@@ -61,33 +80,83 @@ interface StoreParts {
   readonly stored: StoredSnapshots;
   readonly scheduler: BackupScheduler;
   readonly pruner: StorePruner;
+  /** Volumes that follow their job: their moves, head and lease (src/follow/). */
+  readonly follow: FollowVolumes;
+  /** Warm copies of the follow volumes naming this node a standby; absent when off. */
+  readonly standby?: StandbyFollower;
 }
 
 function storeParts(
   config: Config,
-  deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger },
+  deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger; activity?: Activity },
 ): StoreParts | undefined {
   if (!config.store) return undefined;
   const store = openStore(config.store);
   const log = deps.log.child({ store: store.description });
-  const streams = new DenoStreamRunner();
+  const activity = deps.activity;
+  const parent = config.parentDataset;
+  const streams: StreamRunner = activity
+    ? new ObservedStreamRunner(new DenoStreamRunner(), (e) => activity.observeCommand(e))
+    : new DenoStreamRunner();
+  const send: BackupDeps["send"] = (spec) =>
+    sendToStore({ streams, zfsPath: config.zfsPath, store, log }, spec);
   const backup: BackupDeps = {
     zfs: deps.zfs,
     store,
-    send: (spec) => sendToStore({ streams, zfsPath: config.zfsPath, store, log }, spec),
+    send: activity ? meteredSend(send, activity, parent) : send,
     locks: deps.locks,
     log,
     parentDataset: config.parentDataset,
     node: config.nodeId,
     defaultKeep: config.store.defaultBackupKeep,
     cache: new Map(),
+    // A volume that follows its job keeps its head's chain, whatever the keep policy says.
+    protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
   };
   const receive: ReceiveDeps = { streams, zfsPath: config.zfsPath, zfs: deps.zfs, store, log };
+  const follow = new FollowVolumes({
+    zfs: deps.zfs,
+    store,
+    locks: deps.locks,
+    trash: deps.trash,
+    log: log.child({ part: "follow" }),
+    parentDataset: config.parentDataset,
+    node: config.nodeId,
+    receive,
+    backup: (dataset, options) => backupVolume(backup, dataset, options),
+    ...(config.follow
+      ? {
+        ttlSeconds: config.follow.leaseTtlSeconds,
+        ...(config.follow.takeoverAfterSeconds === undefined
+          ? {}
+          : { takeoverAfterMs: config.follow.takeoverAfterSeconds * 1000 }),
+      }
+      : {}),
+  });
+  const standbyInterval = config.follow?.standbyIntervalSeconds;
+  const standby = standbyInterval === undefined ? undefined : new StandbyFollower({
+    zfs: deps.zfs,
+    store,
+    locks: deps.locks,
+    trash: deps.trash,
+    log: log.child({ part: "standby" }),
+    parentDataset: config.parentDataset,
+    node: config.nodeId,
+    receive,
+    copies: follow,
+    intervalSeconds: standbyInterval,
+  });
+  const scheduled: SchedulerDeps["backup"] = async (dataset, options) => {
+    const outcome = await backupVolume(backup, dataset, options);
+    // A volume that follows its job: the stored snapshot becomes its head (src/follow/).
+    await follow.afterBackup(dataset, outcome);
+    return outcome;
+  };
   const scheduler = new BackupScheduler({
     zfs: deps.zfs,
     parentDataset: config.parentDataset,
     log,
-    backup: (dataset, options) => backupVolume(backup, dataset, options),
+    backup: activity ? meteredBackup(scheduled, activity, parent) : scheduled,
   });
   const pruner = new StorePruner({
     store,
@@ -108,7 +177,7 @@ function storeParts(
     receive,
     log,
   });
-  return { stored, scheduler, pruner };
+  return { stored, scheduler, pruner, follow, ...(standby ? { standby } : {}) };
 }
 
 /**
@@ -136,8 +205,13 @@ export function checkPermissions(config: Config): void {
       );
     }
   }
-  // The store's directory, or its host:port and credentials file (src/permissions.ts).
-  for (const grant of config.store ? storeGrants(config.store) : []) {
+  // The store's directory, or its host:port and credentials file, and the metrics address
+  // (src/permissions.ts).
+  const grants = [
+    ...(config.store ? storeGrants(config.store) : []),
+    ...(config.metricsListen ? [metricsGrant(config.metricsListen)] : []),
+  ];
+  for (const grant of grants) {
     if (grant.descriptors.some((d) => Deno.permissions.querySync(d).state !== "granted")) {
       throw new Error(grantMessage(grant));
     }
@@ -151,6 +225,9 @@ export async function startPlugin(
   runner: CommandRunner = new DenoCommandRunner(config.commandTimeoutMs),
 ): Promise<Plugin> {
   checkPermissions(config);
+  // Opt-in metrics: every process the one runner starts and every call answered report to it.
+  const activity = config.metricsListen ? new Activity() : undefined;
+  if (activity) runner = new ObservedRunner(runner, (e) => activity.observeCommand(e));
   const zfs = new Zfs(runner, {
     zfsPath: config.zfsPath,
     zpoolPath: config.zpoolPath,
@@ -174,6 +251,15 @@ export async function startPlugin(
   const handlers: ServiceHandlers = {
     Identity: bindAll(identity, ["GetPluginInfo", "GetPluginCapabilities", "Probe"]),
   };
+  // The trash serves DeleteVolume and the store's DeleteSnapshot; only a controller purges it.
+  const trash = new Trash({
+    zfs,
+    parentDataset: config.parentDataset,
+    retentionSeconds: config.deletedRetentionSeconds,
+    locks,
+    log,
+  });
+  const parts = storeParts(config, { zfs, locks, trash, log, ...(activity ? { activity } : {}) });
   if (serveNode) {
     const node = new NodeService({
       config,
@@ -183,6 +269,7 @@ export async function startPlugin(
       health,
       locks,
       log,
+      ...(parts ? { follow: parts.follow } : {}),
     });
     handlers.Node = bindAll(node, [
       "NodeGetInfo",
@@ -195,15 +282,6 @@ export async function startPlugin(
       "NodeExpandVolume",
     ]);
   }
-  // The trash serves DeleteVolume and the store's DeleteSnapshot; only a controller purges it.
-  const trash = new Trash({
-    zfs,
-    parentDataset: config.parentDataset,
-    retentionSeconds: config.deletedRetentionSeconds,
-    locks,
-    log,
-  });
-  const parts = storeParts(config, { zfs, locks, trash, log });
   if (serveController) {
     const controller = new ControllerService({
       config,
@@ -213,7 +291,17 @@ export async function startPlugin(
       locks,
       trash,
       log,
-      ...(parts ? { stored: parts.stored, scheduler: parts.scheduler } : {}),
+      ...(parts
+        ? {
+          stored: parts.stored,
+          scheduler: parts.scheduler,
+          follow: {
+            store: parts.follow.store,
+            ttlSeconds: parts.follow.ttlSeconds,
+            ...(parts.standby ? { standby: parts.standby } : {}),
+          },
+        }
+        : {}),
     });
     handlers.Controller = bindAll(controller, [
       "ControllerGetCapabilities",
@@ -229,21 +317,43 @@ export async function startPlugin(
       "ListSnapshots",
     ]);
   }
+  // Listening before serving: a taken port stops the start before Nomad sees a socket.
+  const metered = config.metricsListen && activity
+    ? startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
+    : undefined;
   health.startPeriodic();
-  const server = await startServer(config.socketPath, handlers, log);
+  let server: RunningServer;
+  try {
+    server = await startServer(
+      config.socketPath,
+      handlers,
+      log,
+      activity ? (method, code, seconds) => activity.observeCall(method, code, seconds) : undefined,
+    );
+  } catch (err) {
+    await metered?.endpoint.stop();
+    throw err;
+  }
   // The first purge and backups wait for the first health check, so they do not slow the first
   // ready Probe.
   void health.refresh().finally(() => {
     if (serveController) trash.startPeriodic();
     parts?.scheduler.start();
     parts?.pruner.startPeriodic();
+    // The holder renews the leases of the follow volumes staged here.
+    if (serveNode) parts?.follow.start();
+    // Standby copies live on this node's pool: only a node keeps them.
+    if (serveNode) parts?.standby?.start();
   });
   return {
     server,
     health,
+    ...(metered ? { metrics: metered.metrics } : {}),
     async stopBackground() {
       parts?.pruner.stop();
-      await parts?.scheduler.stop();
+      parts?.follow.stop();
+      parts?.standby?.stop();
+      await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };
 }

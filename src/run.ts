@@ -3,6 +3,10 @@
  * zpool, mount or umount goes through a {@linkcode CommandRunner}, so tests can replace it.
  */
 
+import { spawn as spawnNode } from "node:child_process";
+import { constants } from "node:os";
+import { childOutput } from "./child_output.ts";
+
 /** What a finished command left behind. */
 export interface CommandResult {
   readonly code: number;
@@ -55,7 +59,7 @@ export class DenoCommandRunner implements CommandRunner {
       }
     }, timeoutMs);
     try {
-      const out = await child.output();
+      const out = await childOutput(child); // not child.output(): see src/child_output.ts
       return {
         code: out.code,
         stdout: decoder.decode(out.stdout),
@@ -89,10 +93,20 @@ export interface StreamedCommand {
   kill(): void;
 }
 
+/**
+ * An open file given to a command as its stdin or stdout, by its node:fs descriptor
+ * (`fs.promises.open(…).fd`): the command reads or writes the file itself, and no byte passes
+ * through this process (`zfs send > file`, `zfs receive < file`). The caller keeps the file open
+ * and closes it after the command ended.
+ */
+export interface FileDescriptor {
+  readonly fd: number;
+}
+
 /** Options of a streamed command. */
 export interface SpawnOptions {
-  readonly stdin?: "piped" | "null";
-  readonly stdout?: "piped" | "null";
+  readonly stdin?: "piped" | "null" | FileDescriptor;
+  readonly stdout?: "piped" | "null" | FileDescriptor;
   /** Kills the command when aborted. */
   readonly signal?: AbortSignal;
 }
@@ -104,11 +118,33 @@ export interface StreamRunner {
 
 const STDERR_KEEP = 64 * 1024;
 
-/** The real stream runner on top of `Deno.Command`, with the same environment as the runner. */
+/** Keeps the last {@linkcode STDERR_KEEP} bytes of what is added. */
+class Tail {
+  #bytes = new Uint8Array(0);
+
+  add(chunk: Uint8Array): void {
+    const joined = new Uint8Array(this.#bytes.length + chunk.length);
+    joined.set(this.#bytes);
+    joined.set(chunk, this.#bytes.length);
+    this.#bytes = joined.length > STDERR_KEEP ? joined.slice(joined.length - STDERR_KEEP) : joined;
+  }
+
+  text(): string {
+    return decoder.decode(this.#bytes);
+  }
+}
+
+/**
+ * The real stream runner, with the same environment as the runner: on top of `Deno.Command`,
+ * or of node:child_process when a file descriptor is given (Deno.Command cannot take one).
+ */
 export class DenoStreamRunner implements StreamRunner {
   spawn(argv: readonly string[], options: SpawnOptions = {}): StreamedCommand {
     const [program, ...args] = argv;
     if (program === undefined) throw new TypeError("Cannot run an empty argument list");
+    if (typeof options.stdin === "object" || typeof options.stdout === "object") {
+      return spawnWithFiles(program, args, options);
+    }
     const child = new Deno.Command(program, {
       args,
       stdin: options.stdin ?? "null",
@@ -130,16 +166,11 @@ export class DenoStreamRunner implements StreamRunner {
     signal?.addEventListener("abort", kill, { once: true });
     const exit = (async (): Promise<StreamedExit> => {
       // Keep only the tail of stderr: a misbehaving command cannot grow our memory.
-      let tail = new Uint8Array(0);
-      for await (const chunk of child.stderr) {
-        const joined = new Uint8Array(tail.length + chunk.length);
-        joined.set(tail);
-        joined.set(chunk, tail.length);
-        tail = joined.length > STDERR_KEEP ? joined.slice(joined.length - STDERR_KEEP) : joined;
-      }
+      const tail = new Tail();
+      for await (const chunk of child.stderr) tail.add(chunk);
       const status = await child.status;
       signal?.removeEventListener("abort", kill);
-      return { code: status.code, stderr: decoder.decode(tail), killed };
+      return { code: status.code, stderr: tail.text(), killed };
     })();
     return {
       stdin: options.stdin === "piped" ? child.stdin : null,
@@ -148,4 +179,108 @@ export class DenoStreamRunner implements StreamRunner {
       kill,
     };
   }
+}
+
+/** One process that ended, as an observer (the metrics) sees it. */
+export interface CommandEvent {
+  readonly argv: readonly string[];
+  /** The exit code (-1 when it could not be started or its end was not seen). */
+  readonly code: number;
+  /** Killed by a time limit, an abort or {@linkcode StreamedCommand.kill}. */
+  readonly killed: boolean;
+  readonly seconds: number;
+}
+
+/** Told about every process that ends; must not throw. */
+export type CommandObserver = (event: CommandEvent) => void;
+
+/** A runner that tells `observe` about every command `inner` runs. */
+export class ObservedRunner implements CommandRunner {
+  readonly #inner: CommandRunner;
+  readonly #observe: CommandObserver;
+
+  constructor(inner: CommandRunner, observe: CommandObserver) {
+    this.#inner = inner;
+    this.#observe = observe;
+  }
+
+  async run(argv: readonly string[], options?: RunOptions): Promise<CommandResult> {
+    const started = performance.now();
+    const seconds = () => (performance.now() - started) / 1000;
+    try {
+      const res = await this.#inner.run(argv, options);
+      this.#observe({ argv, code: res.code, killed: res.timedOut, seconds: seconds() });
+      return res;
+    } catch (err) {
+      this.#observe({ argv, code: -1, killed: false, seconds: seconds() });
+      throw err;
+    }
+  }
+}
+
+/** A stream runner that tells `observe` about every command `inner` starts, when it ends. */
+export class ObservedStreamRunner implements StreamRunner {
+  readonly #inner: StreamRunner;
+  readonly #observe: CommandObserver;
+
+  constructor(inner: StreamRunner, observe: CommandObserver) {
+    this.#inner = inner;
+    this.#observe = observe;
+  }
+
+  spawn(argv: readonly string[], options?: SpawnOptions): StreamedCommand {
+    const started = performance.now();
+    let cmd: StreamedCommand;
+    try {
+      cmd = this.#inner.spawn(argv, options);
+    } catch (err) {
+      this.#observe({ argv, code: -1, killed: false, seconds: 0 });
+      throw err;
+    }
+    void cmd.exit.then((e) =>
+      this.#observe({
+        argv,
+        code: e.code,
+        killed: e.killed,
+        seconds: (performance.now() - started) / 1000,
+      })
+    );
+    return cmd;
+  }
+}
+
+/** A stream of the node:child_process kind: the command's stdin or stdout is a file. */
+function spawnWithFiles(program: string, args: string[], options: SpawnOptions): StreamedCommand {
+  const stdio = (o: SpawnOptions["stdin"]) =>
+    typeof o === "object" ? o.fd : o === "piped" ? "pipe" : "ignore";
+  if (options.stdin === "piped" || options.stdout === "piped") {
+    throw new TypeError("A command with a file as stdin or stdout pipes nothing else");
+  }
+  const child = spawnNode(program, args, {
+    stdio: [stdio(options.stdin), stdio(options.stdout), "pipe"],
+    // Only these: node:child_process passes exactly the environment it is given.
+    env: { LC_ALL: "C", LANG: "C" },
+  });
+  let killed = false;
+  const kill = () => {
+    killed = true;
+    // false once it has ended.
+    child.kill("SIGKILL");
+  };
+  const signal = options.signal;
+  if (signal?.aborted) kill();
+  signal?.addEventListener("abort", kill, { once: true });
+  const tail = new Tail();
+  child.stderr?.on("data", (chunk: Uint8Array) => tail.add(chunk));
+  const exit = new Promise<StreamedExit>((resolve) => {
+    const done = (code: number, failure?: string) => {
+      signal?.removeEventListener("abort", kill);
+      resolve({ code, stderr: failure ?? tail.text(), killed });
+    };
+    // A command that could not start (not found, not allowed) ends here, like one that failed.
+    child.once("error", (err) => done(127, `cannot run ${program}: ${err.message}`));
+    // "close": stderr has been read to its end.
+    child.once("close", (code, sig) => done(code ?? 128 + (sig ? constants.signals[sig] : 0)));
+  });
+  return { stdin: null, stdout: null, exit, kill };
 }

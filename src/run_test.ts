@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { DenoCommandRunner } from "./run.ts";
+import {
+  type CommandEvent,
+  DenoCommandRunner,
+  ObservedRunner,
+  ObservedStreamRunner,
+  type StreamedExit,
+} from "./run.ts";
 import { FakeRunner, UnexpectedCommandError } from "../tests/support/fake_runner.ts";
 
 // The runner's time limit is covered by the integration tests, which may start programs;
@@ -59,4 +65,41 @@ Deno.test("FakeRunner fails loudly on an unexpected command", async () => {
   assert.throws(() => runner.assertNoUnexpected(), UnexpectedCommandError);
   assert.equal(runner.calls.length, 1);
   assert.doesNotThrow(() => new FakeRunner().assertNoUnexpected());
+});
+
+Deno.test("ObservedRunner reports every command's argv, code, kill and duration", async () => {
+  const events: CommandEvent[] = [];
+  const inner = new FakeRunner()
+    .on(["zfs", "get"], { stdout: "x" })
+    .on(["zfs", "destroy"], { code: 1, stderr: "busy" })
+    .on(["mount"], { code: 137, timedOut: true });
+  const runner = new ObservedRunner(inner, (e) => events.push(e));
+  assert.equal((await runner.run(["zfs", "get", "used", "t/v"])).stdout, "x");
+  assert.equal((await runner.run(["zfs", "destroy", "t/v"])).code, 1);
+  await runner.run(["mount"]);
+  await assert.rejects(runner.run(["umount", "/x"]), UnexpectedCommandError);
+  assert.deepEqual(events.map(({ seconds: _, ...e }) => e), [
+    { argv: ["zfs", "get", "used", "t/v"], code: 0, killed: false },
+    { argv: ["zfs", "destroy", "t/v"], code: 1, killed: false },
+    { argv: ["mount"], code: 137, killed: true },
+    { argv: ["umount", "/x"], code: -1, killed: false },
+  ]);
+  assert.ok(events.every((e) => e.seconds >= 0 && e.seconds < 10));
+});
+
+Deno.test("ObservedStreamRunner reports a streamed command when it ends, not when it starts", async () => {
+  const events: CommandEvent[] = [];
+  const { promise: exit, resolve: end } = Promise.withResolvers<StreamedExit>();
+  const runner = new ObservedStreamRunner({
+    spawn: () => ({ stdin: null, stdout: null, exit, kill() {} }),
+  }, (e) => events.push(e));
+  const cmd = runner.spawn(["zfs", "send", "t/v@s"]);
+  await Promise.resolve();
+  assert.equal(events.length, 0);
+  end({ code: 0, stderr: "", killed: true });
+  await cmd.exit;
+  await new Promise((r) => setTimeout(r, 0));
+  assert.deepEqual(events.map(({ seconds: _, ...e }) => e), [
+    { argv: ["zfs", "send", "t/v@s"], code: 0, killed: true },
+  ]);
 });

@@ -7,6 +7,8 @@
  *                             only network the binary may reach (the bucket's own host when
  *                             virtual-hosted: bucket.s3.region.amazonaws.com)
  *   ZFS_CSI_EXTRA_READ_FILES  single files to read, colon-separated (a credentials file)
+ *   ZFS_CSI_METRICS_LISTEN    host:port the metrics endpoint may listen on (--metrics-listen),
+ *                             e.g. 0.0.0.0:9474 in a container; without it, no endpoint
  * The plugin refuses to start, naming the variable to set, when its config needs more.
  *
  * Usage: deno task compile [--print] [--target TRIPLE] [--output PATH]
@@ -28,6 +30,7 @@ const args = compileArgs({
     ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS"),
     ZFS_CSI_STORE_HOSTS: Deno.env.get("ZFS_CSI_STORE_HOSTS"),
     ZFS_CSI_EXTRA_READ_FILES: Deno.env.get("ZFS_CSI_EXTRA_READ_FILES"),
+    ZFS_CSI_METRICS_LISTEN: Deno.env.get("ZFS_CSI_METRICS_LISTEN"),
   }),
   output: values.output ?? "zfs-csi",
   ...(values.target ? { target: values.target } : {}),

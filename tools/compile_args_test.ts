@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
-import { permissionFlags, PRODUCTION_DIRS, V8_FLAGS } from "../src/permissions.ts";
+import {
+  permissionFlags,
+  PRODUCTION_DIRS,
+  PRODUCTION_READ_FILES,
+  V8_FLAGS,
+} from "../src/permissions.ts";
 import { compileArgs, fromBuildVariables } from "./compile_args.ts";
 
 Deno.test("compileArgs bakes exactly the production permission flags", () => {
   const args = compileArgs({ extraDirs: [], output: "zfs-csi" });
   assert.equal(args[0], "compile");
   assert.deepEqual(args.slice(2, -3), [
-    ...permissionFlags({ dirs: [...PRODUCTION_DIRS] }),
+    ...permissionFlags({ dirs: [...PRODUCTION_DIRS], readFiles: [...PRODUCTION_READ_FILES] }),
     V8_FLAGS,
   ]);
   assert.deepEqual(args.slice(-3), ["--output", "zfs-csi", "main.ts"]);
@@ -34,29 +39,66 @@ Deno.test("compileArgs bakes the store's hosts as --allow-net and credentials fi
     ...permissionFlags({
       dirs: [...PRODUCTION_DIRS, "/mnt/backup"],
       netHosts: ["s3.example.com", "127.0.0.1:7070"],
-      readFiles: ["/secrets/s3.ini"],
+      readFiles: [...PRODUCTION_READ_FILES, "/secrets/s3.ini"],
     }),
     V8_FLAGS,
   ]);
   assert.ok(args.includes("--allow-net=s3.example.com:443,127.0.0.1:7070"));
   assert.ok(
-    args.includes(`--allow-read=${[...PRODUCTION_DIRS, "/mnt/backup", "/secrets/s3.ini"]}`),
+    args.includes(
+      `--allow-read=${[
+        ...PRODUCTION_DIRS,
+        "/mnt/backup",
+        ...PRODUCTION_READ_FILES,
+        "/secrets/s3.ini",
+      ]}`,
+    ),
   );
   assert.ok(args.includes(`--allow-write=${[...PRODUCTION_DIRS, "/mnt/backup"]}`));
 });
 
 Deno.test("fromBuildVariables splits paths on ':' and hosts on ','", () => {
-  assert.deepEqual(fromBuildVariables({}), { extraDirs: [], storeHosts: [], extraReadFiles: [] });
+  assert.deepEqual(fromBuildVariables({}), {
+    extraDirs: [],
+    storeHosts: [],
+    extraReadFiles: [],
+    metricsListen: [],
+  });
   assert.deepEqual(
     fromBuildVariables({
       ZFS_CSI_EXTRA_DIRS: "/srv/csi::/mnt/backup",
       ZFS_CSI_STORE_HOSTS: "s3.example.com, [::1]:9000,",
       ZFS_CSI_EXTRA_READ_FILES: "/secrets/s3.ini",
+      ZFS_CSI_METRICS_LISTEN: "0.0.0.0:9474, [::1]:9474",
     }),
     {
       extraDirs: ["/srv/csi", "/mnt/backup"],
       storeHosts: ["s3.example.com", "[::1]:9000"],
       extraReadFiles: ["/secrets/s3.ini"],
+      metricsListen: ["0.0.0.0:9474", "[::1]:9474"],
     },
+  );
+});
+
+Deno.test("compileArgs bakes the metrics listen address into the one --allow-net", () => {
+  const plain = compileArgs({ extraDirs: [], output: "x" });
+  assert.ok(!plain.some((a) => a.startsWith("--allow-net")), "no network without the variable");
+  const metrics = compileArgs({ extraDirs: [], metricsListen: ["0.0.0.0:9474"], output: "x" });
+  assert.deepEqual(metrics.filter((a) => a.startsWith("--allow-net")), [
+    "--allow-net=0.0.0.0:9474",
+  ]);
+  const both = compileArgs({
+    extraDirs: [],
+    storeHosts: ["s3.example.com"],
+    metricsListen: ["127.0.0.1:9474"],
+    output: "x",
+  });
+  assert.deepEqual(both.filter((a) => a.startsWith("--allow-net")), [
+    "--allow-net=s3.example.com:443,127.0.0.1:9474",
+  ]);
+  // A listen address needs its port: a bare host would not name what to listen on.
+  assert.throws(
+    () => compileArgs({ extraDirs: [], metricsListen: ["0.0.0.0"], output: "x" }),
+    /Metrics listen address "0\.0\.0\.0" is not host:port/,
   );
 });

@@ -2,8 +2,9 @@
 # Runs every test: unit tests (no --allow-run, which proves they start no program), then the
 # integration tests on a real ZFS pool (zfs-fuse is installed and started if zfs is missing),
 # then the CSI conformance suite (tests/conformance/csi_sanity.sh) and the end-to-end run under
-# a real Nomad agent (tests/e2e/nomad_e2e.sh). Ends with csi-sanity's counts, the e2e's checks
-# and one line "tests: N passed, N failed" over the deno runs.
+# a real Nomad agent (tests/e2e/nomad_e2e.sh, and tests/e2e/host_volume_e2e.sh for host volumes).
+# Ends with csi-sanity's counts, the e2e's checks and one line "tests: N passed, N failed" over
+# the deno runs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 deno=./tools/deno
@@ -36,6 +37,10 @@ if tools/zfs-env.sh ensure; then
   if want e2e; then
     echo "== end to end under a real Nomad agent (tests/e2e)"
     tests/e2e/nomad_e2e.sh 2>&1 | tee -a "$log" || status=1
+    # zfs-csi as a dynamic host volume plugin; Nomad agents on one machine take turns (ports).
+    cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"
+    mkdir -p "$cache"
+    flock "$cache/nomad-run.lock" tests/e2e/host_volume_e2e.sh 2>&1 | tee -a "$log" || status=1
   fi
 else
   echo "integration tests cannot run: no ZFS on this machine (see above)"
@@ -44,6 +49,7 @@ fi
 
 grep -E '^csi-sanity: ([0-9]|not run)' "$log" | tail -n 1
 grep -E '^nomad-e2e: ' "$log" | tail -n 1
+grep -E '^host-volume-e2e: ' "$log" | tail -n 1
 # deno test ends each run with "ok | N passed (S steps) | M failed (...)"; add both runs up.
 awk '/^(ok|FAILED) \| [0-9]+ passed/ {
   for (i = 1; i <= NF; i++) { if ($i == "passed") p += $(i-1); if ($i == "failed") f += $(i-1) }

@@ -10,6 +10,7 @@ import { type KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import {
+  followVolumeId,
   type IdScope,
   qualifiedSnapshotId,
   qualifiedVolumeId,
@@ -73,7 +74,19 @@ import {
   STORE_UID_PROPERTY,
 } from "../replicate/backup.ts";
 import { formatKeepPolicy } from "../store/policy.ts";
-import { StoreError } from "../store/store.ts";
+import { type Store, StoreError } from "../store/store.ts";
+import {
+  createFollowVolume,
+  DEFAULT_FOLLOW_INTERVAL_SECONDS,
+  deleteFollowVolume,
+  splitFollow,
+} from "../follow/volume.ts";
+import { type OwnerRecord, readOwner } from "../follow/owner.ts";
+import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
+import { followVolumesPrefix, listMarked } from "../follow/markers.ts";
+import { followTopologies, splitStandbys } from "../follow/placement.ts";
+import type { StandbyState } from "../follow/standby.ts";
+import { followVolumeMessage, followVolumeStatus } from "../follow/where.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import type {
   ControllerExpandVolumeRequest,
@@ -126,6 +139,13 @@ export interface ControllerDeps {
   readonly stored?: StoredSnapshots;
   /** The backup scheduler, with `--store`: its failures show as the volume's condition. */
   readonly scheduler?: BackupScheduler;
+  /** Volumes that follow their job (src/follow/), with `--store`. */
+  readonly follow?: {
+    readonly store: Store;
+    readonly ttlSeconds: number;
+    /** This node's standby copies (src/follow/standby.ts), shown in their volumes' condition. */
+    readonly standby?: { state(name: string): StandbyState | undefined };
+  };
 }
 
 /** A checked content source. */
@@ -174,13 +194,15 @@ export class ControllerService {
 
   async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
     const requested = required("name", req.name);
+    const { follow, rest: parameters } = splitFollow(req.parameters);
+    if (follow) return await this.#createFollow(req, requested, parameters);
     // The name as used: the requested one, or its shortened form when it does not fit.
     const name = fittedVolumeName(requested, this.#d.config.parentDataset, this.#d.config.nodeId);
     const id = volumeIdFor(name, this.#scope);
     const dataset = childDataset(this.#d.config.parentDataset, "Volume name", name);
     checkCapabilities(req.volume_capabilities);
     const capacity = checkCapacity(req.capacity_range);
-    const params = parseParameters(req.parameters, this.#d.config.parameterPolicy, {
+    const params = parseParameters(parameters, this.#d.config.parameterPolicy, {
       restoring: isStoredSnapshotId(req.volume_content_source?.snapshot?.snapshot_id ?? ""),
     });
     checkRequisite(req.accessibility_requirements, this.#d.config.topology, this.#d.config.nodeId);
@@ -253,9 +275,14 @@ export class ControllerService {
   }
 
   async DeleteVolume(req: DeleteVolumeRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope, {
-      mutating: true,
-    });
+    const { id, dataset, follow } = resolveVolume(
+      required("volume_id", req.volume_id),
+      this.#scope,
+      { mutating: true, follow: true },
+    );
+    // A follow volume goes in the store first (refused while a node holds it); this node's
+    // copy, if it has one, is then set aside like any volume.
+    if (follow) await this.#deleteFollow(id, dataset);
     return await withLock(this.#d.locks, [dataset], async () => {
       // Both reads at once: a delete waits for one process fewer (a repeat for a volume already
       // gone reads the mount table in vain, which is cheap). The dataset's whole subtree is
@@ -304,12 +331,28 @@ export class ControllerService {
   }
 
   async ValidateVolumeCapabilities(req: ValidateVolumeCapabilitiesRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    const { id, dataset, follow } = resolveVolume(
+      required("volume_id", req.volume_id),
+      this.#scope,
+      { follow: true },
+    );
     const caps = requiredCapabilities(req.volume_capabilities);
-    parseVolumeContext(req.volume_context);
-    const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
-    if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
-    checkOwned(dataset, props);
+    parseVolumeContext(splitFollow(req.volume_context).rest);
+    if (follow) {
+      // A volume that follows its job exists in the store, whichever node holds it.
+      const owner = this.#d.follow &&
+        await readOwner(
+          this.#d.follow.store,
+          encodeComponent("Volume name", this.#nameOf(dataset)),
+        );
+      if (!owner || owner.record.state === "deleted") {
+        throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+      }
+    } else {
+      const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
+      if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+      checkOwned(dataset, props);
+    }
     for (const cap of caps) {
       try {
         checkCapability(cap);
@@ -341,22 +384,53 @@ export class ControllerService {
     const catalog = await readCatalog(this.#d.zfs, this.#d.config.parentDataset, {
       snapshots: false,
     });
-    const page = paginate(
-      catalog.volumes.map((v) => ({ id: this.#volumeId(v), v })),
-      (e) => e.id,
-      { maxEntries: req.max_entries, startingToken: req.starting_token },
-    );
-    return {
-      entries: page.entries.map((e) => ({
-        volume: this.#volumeMessage(e.id, e.v),
-        status: this.#status(e.v.dataset),
+    // Volumes that follow their job are listed once each from the store (`<name>@*`), not as
+    // this node's copies of them.
+    const follow = this.#d.follow;
+    const copies = follow ? await this.#followCopies() : new Set<string>();
+    const marked = follow ? await listMarked(follow.store, followVolumesPrefix()) : [];
+    const items: ({ id: string; v: VolumeRecord } | { id: string; volumeKey: string })[] = [
+      ...catalog.volumes.filter((v) => !copies.has(v.dataset)).map((v) => ({
+        id: this.#volumeId(v),
+        v,
       })),
-      next_token: page.nextToken,
-    };
+      ...marked.map((m) => ({ id: followVolumeId(m.name), volumeKey: m.volumeKey })),
+    ];
+    const page = paginate(items, (e) => e.id, {
+      maxEntries: req.max_entries,
+      startingToken: req.starting_token,
+    });
+    const entries: unknown[] = [];
+    // One owner read per follow volume on the page, and only those.
+    for (const e of page.entries) {
+      if ("v" in e) {
+        entries.push({ volume: this.#volumeMessage(e.id, e.v), status: this.#status(e.v.dataset) });
+        continue;
+      }
+      const r = (await readOwner(follow!.store, e.volumeKey))?.record;
+      // A marker left by a crash, or of a volume deleted meanwhile: not a volume.
+      if (r && r.state !== "deleted") entries.push(this.#followEntry(r));
+    }
+    return { entries, next_token: page.nextToken };
   }
 
   async ControllerGetVolume(req: ControllerGetVolumeRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope);
+    const { id, dataset, follow } = resolveVolume(
+      required("volume_id", req.volume_id),
+      this.#scope,
+      { follow: true },
+    );
+    if (follow) {
+      const r = this.#d.follow &&
+        (await readOwner(
+          this.#d.follow.store,
+          encodeComponent("Volume name", this.#nameOf(dataset)),
+        ))?.record;
+      if (!r || r.state === "deleted") {
+        throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+      }
+      return this.#followEntry(r);
+    }
     const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
     const record = props && volumeRecord(this.#d.config.parentDataset, dataset, props);
     if (!record) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
@@ -822,6 +896,109 @@ export class ControllerService {
     }
   }
 
+  /**
+   * CreateVolume of a volume that follows its job: its owner object and record go to the store,
+   * with the dataset properties every node creates its copy with; no dataset here. Its topology
+   * is its standby nodes, if it names some (src/follow/placement.ts), else none.
+   */
+  async #createFollow(
+    req: CreateVolumeRequest,
+    requested: string,
+    parameters: Record<string, string>,
+  ): Promise<unknown> {
+    const follow = this.#d.follow;
+    if (!follow) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${requested}" asks to follow its job (parameter follow = "true"), which needs ` +
+          `a store shared by the nodes, and this plugin has none: start it with --store`,
+      );
+    }
+    if (req.volume_content_source) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Volume "${requested}": a volume that follows its job cannot be made from a snapshot ` +
+          `or a volume yet`,
+      );
+    }
+    const name = fittedVolumeName(requested, this.#d.config.parentDataset, "*");
+    const id = followVolumeId(name);
+    checkCapabilities(req.volume_capabilities);
+    const capacity = checkCapacity(req.capacity_range);
+    const { standbys, rest } = splitStandbys(parameters);
+    // Where Nomad may place its job: the standby nodes, or any node (src/follow/placement.ts).
+    const topologies = followTopologies(standbys, req.accessibility_requirements);
+    const params = parseParameters(rest, this.#d.config.parameterPolicy);
+    let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
+    if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
+    checkSizes(params, size);
+    const interval = params.backup?.intervalSeconds ?? DEFAULT_FOLLOW_INTERVAL_SECONDS;
+    if (interval === 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Volume "${requested}" follows its job, so its data must reach the store: ` +
+          `${BACKUP_PARAMETERS.interval} cannot be 0`,
+      );
+    }
+    await this.#checkSupported(params);
+    const props: Record<string, string> = {
+      [BACKUP_INTERVAL_PROPERTY]: String(interval),
+      ...(params.backup?.keep
+        ? { [BACKUP_KEEP_PROPERTY]: formatKeepPolicy(params.backup.keep) }
+        : {}),
+      ...params.properties,
+      [MANAGED_PROPERTY]: MANAGED_VALUE,
+      [NAME_PROPERTY]: requested,
+      [PARAMETERS_PROPERTY]: params.canonical,
+    };
+    if (size > 0) props.refquota = String(size);
+    this.#sizeProps(props, params, size);
+    await withLock(this.#d.locks, [`follow:${name}`], () =>
+      createFollowVolume(follow.store, {
+        name,
+        settings: { capacityBytes: size, properties: props },
+        parameters: { ...parameters, follow: "true" },
+        ttlSeconds: follow.ttlSeconds,
+        standbys,
+        node: this.#d.config.nodeId,
+        nowMs: Date.now(),
+      }));
+    this.#d.log.info("follow volume created in the store", {
+      volumeId: id,
+      store: follow.store.description,
+    });
+    return {
+      volume: {
+        volume_id: id,
+        capacity_bytes: String(size),
+        volume_context: {},
+        // None: any node running the plugin may stage it.
+        ...(topologies.length > 0 ? { accessible_topology: topologies } : {}),
+      },
+    };
+  }
+
+  /**
+   * DeleteVolume of a follow volume, in the store: refused while a node holds it.
+   * @throws {CsiError} FAILED_PRECONDITION naming the holder, or when there is no store
+   */
+  async #deleteFollow(id: string, dataset: string): Promise<void> {
+    const follow = this.#d.follow;
+    if (!follow) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
+          `with --store`,
+      );
+    }
+    const name = this.#nameOf(dataset);
+    await withLock(
+      this.#d.locks,
+      [`follow:${name}`],
+      () => deleteFollowVolume(follow.store, name, Date.now()),
+    );
+  }
+
   /** The dataset properties of the volume's backups: its parameters, else the plugin's default. */
   #backupProps(params: VolumeParameters): Record<string, string> {
     const store = this.#d.config.store;
@@ -912,6 +1089,25 @@ export class ControllerService {
       ...(source ? { content_source: source } : {}),
       accessible_topology: [{ segments: this.#d.config.topology }],
     };
+  }
+
+  /** A follow volume's ListVolumes entry (and ControllerGetVolume answer), from its owner. */
+  #followEntry(r: OwnerRecord): Record<string, unknown> {
+    return {
+      volume: followVolumeMessage(r),
+      status: followVolumeStatus(r, Date.now(), this.#d.follow?.standby?.state(r.volume)),
+    };
+  }
+
+  /** This node's copies of follow volumes (datasets marked with a follow generation). */
+  async #followCopies(): Promise<Set<string>> {
+    const tree = await this.#d.zfs.getTree(this.#d.config.parentDataset, 1, [
+      FOLLOW_GENERATION_PROPERTY,
+    ]);
+    return new Set(
+      [...tree ?? []].filter(([, p]) => p.get(FOLLOW_GENERATION_PROPERTY)?.source === "local")
+        .map(([dataset]) => dataset),
+    );
   }
 
   #snapshotMessage(s: SnapshotRecord): Record<string, unknown> {

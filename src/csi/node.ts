@@ -13,7 +13,15 @@ import type { Mounter } from "../mount/mounter.ts";
 import { describeMount, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
 import { checkPathInside, mountBetween } from "../mount/paths.ts";
 import { resolveVolume } from "../zfs/ids.ts";
-import { STAGED_PROPERTY } from "../zfs/names.ts";
+import {
+  MANAGED_PROPERTY,
+  MANAGED_VALUE,
+  STAGED_PROPERTY,
+  volumeForDataset,
+} from "../zfs/names.ts";
+import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
+import { type FollowVolume, FollowVolumes } from "../follow/mover.ts";
+import { DEFAULT_FOLLOW_INTERVAL_SECONDS, splitFollow } from "../follow/volume.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseVolumeContext, type VolumeContext } from "./context.ts";
 import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../replicate/backup.ts";
@@ -61,6 +69,8 @@ export interface NodeDeps {
   readonly log: Logger;
   /** statfs(2); replaceable in tests. */
   readonly statfs?: (path: string) => Promise<FsStats>;
+  /** Volumes that follow their job (src/follow/), with `--store`. */
+  readonly follow?: FollowVolumes;
 }
 
 /** Mount flags that the mount table lists whenever they are in effect. */
@@ -79,17 +89,17 @@ export class NodeService {
     this.#statfs = deps.statfs ?? ((p) => statfs(p));
   }
 
-  #dataset(volumeId: unknown): { id: string; dataset: string } {
+  #dataset(volumeId: unknown): { id: string; dataset: string; follow?: true } {
     const id = required("volume_id", volumeId);
     return resolveVolume(id, {
       parentDataset: this.#d.config.parentDataset,
       nodeId: this.#d.config.nodeId,
-    });
+    }, { follow: true });
   }
 
-  /** The checked context of a volume whose dataset is `dataset`. */
+  /** The checked context of a volume whose dataset is `dataset` (`follow` is taken out). */
   #context(ctx: Record<string, string> | null | undefined, dataset: string): VolumeContext {
-    const parsed = parseVolumeContext(ctx);
+    const parsed = parseVolumeContext(splitFollow(ctx).rest);
     if (parsed.dataset !== undefined && parsed.dataset !== dataset) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
@@ -118,10 +128,15 @@ export class NodeService {
   }
 
   async NodeStageVolume(req: NodeStageVolumeRequest): Promise<unknown> {
-    const { id, dataset } = this.#dataset(req.volume_id);
+    const { id, dataset, follow } = this.#dataset(req.volume_id);
     const stagingArg = required("staging_target_path", req.staging_target_path);
     checkCapability(req.volume_capability);
     const ctx = this.#context(req.volume_context, dataset);
+    if (follow || splitFollow(req.volume_context).follow) {
+      // Acquire in the store and bring this node's copy to its head first: outside the
+      // volume's lock, since a receive may take long (a repeated stage joins it).
+      await this.#prepareFollow(id, dataset, ctx, follow === true);
+    }
     return await withLock(this.#d.locks, [dataset], async () => {
       // Paths are checked under the lock, right before the mounts they guard.
       const staging = await this.#path("staging_target_path", stagingArg);
@@ -184,11 +199,81 @@ export class NodeService {
   async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const stagingArg = required("staging_target_path", req.staging_target_path);
-    return await withLock(this.#d.locks, [dataset], async () => {
+    const release = await withLock(this.#d.locks, [dataset], async () => {
       const staging = await this.#path("staging_target_path", stagingArg);
       await this.#unmountAll(staging, id, dataset);
-      return {};
+      return await this.#followToRelease(dataset);
     });
+    // Outside the lock: the final snapshot's upload takes the lock only for its zfs steps.
+    if (release) await this.#d.follow!.release(release);
+    return {};
+  }
+
+  /**
+   * NodeStage of a volume that follows its job: acquire it and bring the copy here up to the
+   * store's head (src/follow/mover.ts). A registered volume (context `follow = "true"`) gets
+   * its owner object at its first stage, with the size and backups its context gives.
+   * @throws {CsiError} FAILED_PRECONDITION without a store, or when another node holds it
+   */
+  async #prepareFollow(
+    id: string,
+    dataset: string,
+    ctx: VolumeContext,
+    created: boolean,
+  ): Promise<void> {
+    const follow = this.#d.follow;
+    if (!follow) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
+          `with --store (the same store on every node)`,
+      );
+    }
+    const name = volumeForDataset(this.#d.config.parentDataset, dataset) ?? id;
+    const size = ctx.sizeBytes ?? 0;
+    const interval = ctx.backupIntervalSeconds || DEFAULT_FOLLOW_INTERVAL_SECONDS;
+    await follow.prepareStage({
+      name,
+      dataset,
+      ...(created ? {} : {
+        registered: {
+          capacityBytes: size,
+          properties: {
+            [MANAGED_PROPERTY]: MANAGED_VALUE,
+            [BACKUP_INTERVAL_PROPERTY]: String(interval),
+            ...(size > 0 ? { refquota: String(size) } : {}),
+            ...(ctx.backupKeep ? { [BACKUP_KEEP_PROPERTY]: formatKeepPolicy(ctx.backupKeep) } : {}),
+          },
+        },
+      }),
+    });
+  }
+
+  /**
+   * The follow volume to release after an unstage: one whose copy here is a follow copy
+   * (it carries a generation) and that no other bind on this node still uses.
+   */
+  async #followToRelease(dataset: string): Promise<FollowVolume | undefined> {
+    if (!this.#d.follow) return undefined;
+    const props = await this.#d.zfs.getProperties(dataset, [
+      "mountpoint",
+      FOLLOW_GENERATION_PROPERTY,
+    ]);
+    if (props?.get(FOLLOW_GENERATION_PROPERTY)?.source !== "local") return undefined;
+    const mountpoint = props.get("mountpoint")?.value;
+    const judge = this.#d.mounter.judge();
+    const users = (await this.#d.mounter.table()).filter((e) =>
+      judge.isMountOf(e, dataset) && e.mountPoint !== mountpoint
+    );
+    if (users.length > 0) {
+      this.#d.log.info("follow volume still in use on this node: not released", {
+        dataset,
+        mounts: users.map((e) => e.mountPoint),
+      });
+      return undefined;
+    }
+    const name = volumeForDataset(this.#d.config.parentDataset, dataset);
+    return name === undefined ? undefined : { name, dataset };
   }
 
   async NodePublishVolume(req: NodePublishVolumeRequest): Promise<unknown> {

@@ -11,6 +11,9 @@ import type { Logger } from "../log.ts";
 /** An async handler of one RPC. */
 export type AsyncHandler = (request: never) => Promise<unknown>;
 
+/** Told about every answered call (the metrics): method, status name ("OK"...), seconds. */
+export type CallObserver = (method: string, code: string, seconds: number) => void;
+
 /** Calls that fingerprinting repeats every few seconds: logged at debug unless they fail. */
 const CHATTY = new Set([
   "Probe",
@@ -49,12 +52,13 @@ function operation(method: string, fields: Record<string, unknown>): string {
 /**
  * Wraps `fn` as the grpc-js handler of `method`. `fn` runs inside a call context
  * (src/call_context.ts) whose signal aborts when the client cancels the call or goes away, so a
- * call still waiting for a volume's lock stops waiting.
+ * call still waiting for a volume's lock stops waiting. `observe` hears of every answer.
  */
 export function unary(
   method: string,
   fn: AsyncHandler,
   log: Logger,
+  observe?: CallObserver,
 ): grpc.handleUnaryCall<Record<string, unknown>, unknown> {
   return (call, callback) => {
     const started = performance.now();
@@ -85,6 +89,7 @@ export function unary(
         const line = { ...fields, durationMs, ...waitField(), code: "OK" };
         if (CHATTY.has(method)) log.debug("rpc", line);
         else log.info("rpc", line);
+        observe?.(method, "OK", durationMs / 1000);
         callback(null, response);
       },
       (err: unknown) => {
@@ -102,6 +107,7 @@ export function unary(
         } else {
           log.warn("rpc", err instanceof ZfsError ? { ...line, argv: err.argv } : line);
         }
+        observe?.(method, line.code, durationMs / 1000);
         callback({ code: status.code, details: status.details }, null);
       },
     );

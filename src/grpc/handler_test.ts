@@ -194,3 +194,16 @@ Deno.test("unary stops a call's wait for a lock when the client cancels it", asy
   assert.equal(records()[0]!.code, "CANCELLED");
   held.release();
 });
+
+Deno.test("unary tells its observer each call's method, status name and seconds", async () => {
+  const { log } = logger();
+  const seen: [string, string, number][] = [];
+  const observe = (m: string, c: string, s: number) => void seen.push([m, c, s]);
+  await invoke(unary("Probe", () => Promise.resolve({}), log, observe), {});
+  await invoke(
+    unary("DeleteVolume", () => Promise.reject(new CsiError(Code.NOT_FOUND, "gone")), log, observe),
+    { volume_id: "v" },
+  );
+  assert.deepEqual(seen.map(([m, c]) => [m, c]), [["Probe", "OK"], ["DeleteVolume", "NOT_FOUND"]]);
+  assert.ok(seen.every(([, , s]) => s >= 0 && s < 10));
+});

@@ -6,7 +6,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { dirname } from "node:path";
 import type { Logger } from "../log.ts";
-import { type AsyncHandler, unary } from "./handler.ts";
+import { type AsyncHandler, type CallObserver, unary } from "./handler.ts";
 import { loadCsiServices } from "./proto.ts";
 
 /** Handlers by method name, per service. Services left out answer UNIMPLEMENTED. */
@@ -50,40 +50,42 @@ function implementation(
   service: grpc.ServiceDefinition,
   handlers: Readonly<Record<string, AsyncHandler>>,
   log: Logger,
+  observe: CallObserver | undefined,
 ): grpc.UntypedServiceImplementation {
   const impl: grpc.UntypedServiceImplementation = {};
   for (const method of Object.keys(service)) {
     const fn = handlers[method];
-    if (fn) impl[method] = unary(method, fn, log);
+    if (fn) impl[method] = unary(method, fn, log, observe);
   }
   return impl;
 }
 
 /**
- * Serves the given handlers on `socketPath`.
+ * Serves the given handlers on `socketPath`; `observeCall` hears of every answered call.
  * @throws {Error} when the socket cannot be created
  */
 export async function startServer(
   socketPath: string,
   handlers: ServiceHandlers,
   log: Logger,
+  observeCall?: CallObserver,
 ): Promise<RunningServer> {
   const services = loadCsiServices();
   const server = new grpc.Server();
   server.addService(
     services.Identity.service,
-    implementation(services.Identity.service, handlers.Identity, log),
+    implementation(services.Identity.service, handlers.Identity, log, observeCall),
   );
   if (handlers.Node) {
     server.addService(
       services.Node.service,
-      implementation(services.Node.service, handlers.Node, log),
+      implementation(services.Node.service, handlers.Node, log, observeCall),
     );
   }
   if (handlers.Controller) {
     server.addService(
       services.Controller.service,
-      implementation(services.Controller.service, handlers.Controller, log),
+      implementation(services.Controller.service, handlers.Controller, log, observeCall),
     );
   }
   await Deno.mkdir(dirname(socketPath), { recursive: true });

@@ -74,6 +74,15 @@ export interface BackupDeps {
   readonly lockWaitMs?: number;
   /** Manifests read before, kept between backups (one cache per store). */
   readonly cache?: ManifestCache;
+  /**
+   * Guids the keep policy must never prune, whatever their age: a volume that follows its job
+   * keeps its head's chain (src/follow/head.ts). Called before each prune; a closed set (every
+   * base of a guid in it is in it).
+   */
+  readonly protect?: (
+    volumeKey: string,
+    manifests: readonly SnapshotManifest[],
+  ) => Promise<ReadonlySet<string>>;
   /** Milliseconds since the epoch; replaceable in tests. */
   readonly now?: () => number;
   /** Random lowercase hex of `bytes` bytes; replaceable in tests. */
@@ -354,7 +363,9 @@ async function pruneStore(
   const policy = keepOf(volume.props, deps.defaultKeep, log);
   if (!policy) return [];
   const pruned: string[] = [];
-  for (const m of pruneOrder(manifests, retained(manifests, policy))) {
+  const kept = new Set(retained(manifests, policy));
+  for (const guid of await deps.protect?.(volume.volumeKey, manifests) ?? []) kept.add(guid);
+  for (const m of pruneOrder(manifests, kept)) {
     await removeStored(deps.store, volume.volumeKey, m);
     pruned.push(m.guid);
   }

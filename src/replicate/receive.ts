@@ -76,7 +76,7 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
     await download.cancel().catch(() => {});
     throw err;
   }
-  const reader = download.getReader();
+  const reader = new Chunks(download);
   const writer = child.stdin!.getWriter();
   const digest = new Digest(manifest);
   let stopping: Promise<StreamedExit> | undefined;
@@ -122,9 +122,51 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
 }
 
+/** Bytes per read of a download that can be read into buffers of ours (a byte stream). */
+const READ_BYTES = 1024 * 1024;
+
+/**
+ * A download, chunk by chunk. A byte stream (a file store's file) is read into two buffers of
+ * ours taken in turn, so a restore of any size allocates two buffers, not one per chunk.
+ */
+class Chunks {
+  readonly #byob: ReadableStreamBYOBReader | undefined;
+  readonly #chunks: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  readonly #buffers: Uint8Array<ArrayBuffer>[] = [];
+  #turn = 0;
+
+  constructor(download: ReadableStream<Uint8Array>) {
+    try {
+      this.#byob = download.getReader({ mode: "byob" });
+    } catch {
+      this.#chunks = download.getReader();
+    }
+  }
+
+  /**
+   * The next chunk, or undefined at the end. From a byte stream it lives in a buffer the read
+   * after the next one fills again: a chunk must be used (written) before that.
+   */
+  async read(): Promise<Uint8Array | undefined> {
+    if (this.#byob === undefined) {
+      const r = await this.#chunks!.read();
+      return r.done ? undefined : r.value;
+    }
+    const k = this.#turn++ % 2;
+    const r = await this.#byob.read(this.#buffers[k] ?? new Uint8Array(READ_BYTES));
+    // The read hands the buffer's memory over and back: keep what came back.
+    if (r.value !== undefined) this.#buffers[k] = new Uint8Array(r.value.buffer);
+    return r.done ? undefined : r.value;
+  }
+
+  cancel(): Promise<void> {
+    return (this.#byob ?? this.#chunks)!.cancel();
+  }
+}
+
 /** Copies the download to stdin, holding back the last chunk until the whole download checks. */
 async function pump(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
+  reader: Chunks,
   writer: WritableStreamDefaultWriter<Uint8Array>,
   digest: Digest,
 ): Promise<void> {
@@ -134,8 +176,8 @@ async function pump(
     });
   let held: Uint8Array | undefined;
   for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
+    const value = await reader.read();
+    if (value === undefined) break;
     // An empty chunk must not push out the held one: the held chunk holds the last byte.
     if (value.length === 0) continue;
     digest.update(value);
@@ -154,17 +196,13 @@ async function pump(
  */
 async function damagedInstead(
   zfsError: ZfsError,
-  reader: ReadableStreamDefaultReader<Uint8Array>,
+  reader: Chunks,
   digest: Digest,
   log: Logger,
 ): Promise<ReplicateError | undefined> {
   if (zfsError.kind !== "invalid" && zfsError.kind !== "unknown") return undefined;
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      digest.update(value);
-    }
+    for (let value; (value = await reader.read()) !== undefined;) digest.update(value);
     digest.check();
     return undefined;
   } catch (err) {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { ZfsError } from "../errors.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
+import { FileStore } from "../store/file_store.ts";
 import { StoreError, type TransferOptions } from "../store/store.ts";
 import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import {
@@ -292,4 +293,59 @@ Deno.test("checkChain wants a full stream first and one volume throughout", () =
     /one restore reads one volume's backups/,
   );
   checkChain([manifest(a), manifest(a, { guid: "1002", baseGuid: "1001" })]);
+});
+
+/** A directory store in /tmp holding `bytes` as the stream of `m`. */
+async function fileStoreHolding(
+  m: SnapshotManifest,
+  bytes: Uint8Array,
+): Promise<{ store: FileStore } & AsyncDisposable> {
+  const root = await Deno.makeTempDir({ dir: "/tmp", prefix: "zfs-csi-receive-" });
+  const store = new FileStore(root);
+  await store.putBytes(m.stream, bytes);
+  return { store, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+}
+
+/** 3.5 MiB that differ in every 1 MiB piece, so a buffer reused too early shows. */
+function bigStream(): Uint8Array {
+  const bytes = new Uint8Array(3.5 * 1024 * 1024);
+  for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7 + (i >> 20) * 13) % 251;
+  return bytes;
+}
+
+Deno.test("receiveFromStore reads a file store's stream into its own buffers, every byte intact", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  await using dir = await fileStoreHolding(m, bytes);
+  const { streams, deps } = setup();
+  await receiveFromStore({ ...deps, store: dir.store }, { manifest: m, target: TARGET });
+  const proc = streams.processes[0]!;
+  assert.deepEqual(proc.stdinBytes, bytes);
+  // Reads of 1 MiB, each written once the next one checked in: two buffers in turn.
+  assert.deepEqual(
+    proc.events.filter((e) => e.startsWith("write ")),
+    ["write 1048576", "write 1048576", "write 1048576", "write 524288"],
+  );
+  assert.equal(proc.events.at(-2), "close");
+});
+
+Deno.test("receiveFromStore from a file store holds back the last read when the last byte differs", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  const bad = bytes.slice();
+  bad[bad.length - 1]! ^= 1;
+  await using dir = await fileStoreHolding(m, bad);
+  const { streams, runner, deps } = setup();
+  const err = await failure(
+    receiveFromStore({ ...deps, store: dir.store }, { manifest: m, target: TARGET }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  const proc = streams.processes[0]!;
+  assert.deepEqual(
+    proc.stdinBytes,
+    bytes.slice(0, 3 * 1024 * 1024),
+    "the bad byte never reached zfs",
+  );
+  assert.deepEqual(proc.events.slice(-2), ["abort", "exit 1"]);
+  assert.deepEqual(runner.argvs, []);
 });

@@ -1,11 +1,18 @@
 /**
- * Scheduled backups on one node. Every tick (30 s) the parent's children with
- * `org.zfs-csi:backup-interval` are listed in one `zfs get`, and each volume whose last backup
- * (`org.zfs-csi:backup-last`) is older than its interval is backed up, most overdue first.
+ * Scheduled backups on one node. Each pass lists the parent's children with
+ * `org.zfs-csi:backup-interval` in one `zfs get`, and backs up each volume whose last backup
+ * (`org.zfs-csi:backup-last`) is older than its interval, most overdue first.
+ *
+ * The scheduler wakes when the earliest volume is due (or its failure backoff ends), not on a
+ * fixed tick, so a 10 s interval means about 10 s between copies, which is the RPO a volume that
+ * follows its job promises. Bounds: never sooner than `minWakeMs` (5 s) after the previous pass
+ * began nor 1 s after it ended (no busy loop, whatever the intervals), never later than
+ * `maxWakeMs` (30 s: new volumes and changed intervals are seen that soon), and at most
+ * `maxPerPass` backups per pass (the rest wait for the next pass, re-sorted by lateness).
  *
  * One backup at a time on the node, requested snapshots included ({@linkcode
  * BackupScheduler.runExclusive}): uploads are bounded I/O, never a burst. A volume whose lock is
- * held (a stage or publish, a delete) is skipped until the next tick; the backup itself holds
+ * held (a stage or publish, a delete) is skipped until the next pass; the backup itself holds
  * the lock only around its zfs steps (backup.ts). A failed volume is logged and tried again
  * after a backoff that doubles up to an hour; {@linkcode BackupScheduler.status} tells the
  * volume's last success, last error and whether it is running, for the volume's condition.
@@ -38,7 +45,38 @@ export interface SchedulerDeps {
   readonly now?: () => number;
   /** A clock that never jumps, in ms (default `performance.now()`); replaceable in tests. */
   readonly monotonic?: () => number;
+  /** Shortest time from the start of one pass to the start of the next (default 5 s), in ms. */
+  readonly minWakeMs?: number;
+  /** Longest time between passes (default 30 s), in ms. */
+  readonly maxWakeMs?: number;
+  /** Most backups one pass starts (default 16). */
+  readonly maxPerPass?: number;
+  /** Timers (default `setTimeout` unref'd, `clearTimeout`); replaceable in tests. */
+  readonly timers?: SchedulerTimers;
 }
+
+/** The id of a timer {@linkcode SchedulerTimers.set} started. */
+export type TimerId = ReturnType<typeof setTimeout>;
+
+/** The one-shot timer the scheduler sleeps on between passes. */
+export interface SchedulerTimers {
+  /** Calls `fn` once after `ms`; must not keep the process alive. */
+  set(fn: () => void, ms: number): TimerId;
+  /** Cancels a timer `set` started. */
+  clear(id: TimerId): void;
+}
+
+const REAL_TIMERS: SchedulerTimers = {
+  set(fn, ms) {
+    const id = setTimeout(fn, ms);
+    Deno.unrefTimer(id);
+    return id;
+  },
+  clear: (id) => clearTimeout(id),
+};
+
+/** Least time after the end of a pass before the next one, in ms: no busy loop. */
+const REST_AFTER_PASS_MS = 1_000;
 
 /** One volume's scheduled backups, as the scheduler last saw them. */
 export interface VolumeBackupStatus {
@@ -59,6 +97,15 @@ interface Due {
   readonly dataset: string;
   /** Seconds it is overdue by. */
   readonly overdue: number;
+  /** Its interval, in seconds. */
+  readonly interval: number;
+}
+
+/** What one listing found: the volumes due now, and in how long the next one falls due. */
+interface Listing {
+  readonly due: Due[];
+  /** Ms until the earliest volume not due now falls due (or its backoff ends); Infinity if none. */
+  readonly nextInMs: number;
 }
 
 /** Runs scheduled backups one at a time; see the module doc. */
@@ -73,27 +120,34 @@ export class BackupScheduler {
   #abort = new AbortController();
   /** The tail of the one-at-a-time queue. */
   #queue: Promise<void> = Promise.resolve();
-  #ticking: Promise<void> | undefined;
-  #timer: ReturnType<typeof setInterval> | undefined;
+  /** The pass that runs now, resolving to the ms until the next volume is due. */
+  #ticking: Promise<number> | undefined;
+  #timer: TimerId | undefined;
+  #running = false;
+  readonly #timers: SchedulerTimers;
 
   constructor(deps: SchedulerDeps) {
     this.#d = deps;
     this.#now = deps.now ?? Date.now;
     this.#mono = deps.monotonic ?? (() => performance.now());
+    this.#timers = deps.timers ?? REAL_TIMERS;
   }
 
-  /** Ticks now and then every `tickMs` (default 30 s), without keeping the process alive. */
-  start(tickMs = 30_000): void {
-    if (this.#timer !== undefined) return;
+  /**
+   * Runs a pass now, then one whenever the next volume falls due (see the module doc), without
+   * keeping the process alive.
+   */
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
     if (this.#abort.signal.aborted) this.#abort = new AbortController();
-    void this.tick();
-    this.#timer = setInterval(() => void this.tick(), tickMs);
-    Deno.unrefTimer(this.#timer);
+    void this.#wake();
   }
 
-  /** Stops ticking, aborts the running backup (its upload leaves nothing) and waits for it. */
+  /** Stops the passes, aborts the running backup (its upload leaves nothing) and waits for it. */
   async stop(): Promise<void> {
-    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#running = false;
+    if (this.#timer !== undefined) this.#timers.clear(this.#timer);
     this.#timer = undefined;
     this.#abort.abort(new DOMException("The plugin is stopping", "AbortError"));
     await this.#ticking;
@@ -114,10 +168,12 @@ export class BackupScheduler {
     return run;
   }
 
-  /** One pass: backs up every due volume, one after the other. Never throws. */
+  /**
+   * One pass: backs up the due volumes (at most `maxPerPass`), one after the other. A call
+   * while a pass runs joins it. Never throws.
+   */
   tick(): Promise<void> {
-    this.#ticking ??= this.#tickOnce().finally(() => (this.#ticking = undefined));
-    return this.#ticking;
+    return this.#pass().then(() => {});
   }
 
   /** The volume's status, if it has scheduled backups. */
@@ -130,31 +186,62 @@ export class BackupScheduler {
     return this.#status;
   }
 
-  async #tickOnce(): Promise<void> {
-    let due: Due[];
+  /** A pass, then the timer for the next one, while started. */
+  async #wake(): Promise<void> {
+    this.#timer = undefined;
+    const began = this.#mono();
+    const nextInMs = await this.#pass();
+    if (!this.#running || this.#timer !== undefined) return;
+    const ended = this.#mono();
+    const minWake = this.#d.minWakeMs ?? 5_000;
+    const maxWake = this.#d.maxWakeMs ?? 30_000;
+    // From the end of this pass: when the next volume falls due, within the bounds.
+    const delay = Math.min(
+      maxWake,
+      Math.max(nextInMs, began + minWake - ended, REST_AFTER_PASS_MS),
+    );
+    this.#timer = this.#timers.set(() => void this.#wake(), delay);
+  }
+
+  /** One pass, joined by concurrent callers; resolves to the ms until the next volume is due. */
+  #pass(): Promise<number> {
+    this.#ticking ??= this.#passOnce().finally(() => (this.#ticking = undefined));
+    return this.#ticking;
+  }
+
+  async #passOnce(): Promise<number> {
+    let listing: Listing;
     try {
-      due = await this.#dueVolumes();
+      listing = await this.#dueVolumes();
     } catch (err) {
       this.#d.log.warn("backup scheduler could not list the volumes", { error: err });
-      return;
+      return Infinity;
     }
-    for (const { dataset } of due) {
-      if (this.#abort.signal.aborted) return;
+    const limit = this.#d.maxPerPass ?? 16;
+    // Volumes left over for the next pass are due at once.
+    let nextInMs = listing.due.length > limit ? 0 : listing.nextInMs;
+    for (const { dataset, interval } of listing.due.slice(0, limit)) {
+      if (this.#abort.signal.aborted) return Infinity;
       try {
-        await this.runExclusive((signal) => this.#backupOne(dataset, signal));
+        const again = await this.runExclusive((signal) =>
+          this.#backupOne(dataset, interval, signal)
+        );
+        nextInMs = Math.min(nextInMs, again);
       } catch {
         // Stopping: the queue refused to start it.
-        return;
+        return Infinity;
       }
     }
+    return nextInMs;
   }
 
   /** The volumes due now, most overdue first; forgets volumes no longer scheduled. */
-  async #dueVolumes(): Promise<Due[]> {
+  async #dueVolumes(): Promise<Listing> {
     const parent = this.#d.parentDataset;
     const tree = await this.#d.zfs.getTree(parent, 1, SCHEDULE_PROPS);
     const nowSeconds = this.#now() / 1000;
     const due: Due[] = [];
+    let nextInMs = Infinity;
     const scheduled = new Set<string>();
     for (const [dataset, props] of tree ?? []) {
       const component = dataset.slice(parent.length + 1);
@@ -175,10 +262,15 @@ export class BackupScheduler {
           ...(last === undefined ? {} : { lastSuccessAt: last * 1000 }),
         });
       }
-      if ((this.#retryAt.get(dataset) ?? -Infinity) > this.#mono()) continue;
+      const retryInMs = (this.#retryAt.get(dataset) ?? -Infinity) - this.#mono();
+      if (retryInMs > 0) {
+        nextInMs = Math.min(nextInMs, retryInMs);
+        continue;
+      }
       // Never backed up, due, or stamped in the future by a clock that was ahead.
       const overdue = last === undefined ? Infinity : nowSeconds - (last + interval);
-      if (overdue >= 0 || last! > nowSeconds + interval) due.push({ dataset, overdue });
+      if (overdue >= 0 || last! > nowSeconds + interval) due.push({ dataset, overdue, interval });
+      else nextInMs = Math.min(nextInMs, -overdue * 1000);
     }
     for (const dataset of [...this.#status.keys()]) {
       if (!scheduled.has(dataset) && !this.#status.get(dataset)!.running) {
@@ -186,7 +278,7 @@ export class BackupScheduler {
         this.#retryAt.delete(dataset);
       }
     }
-    return due.sort((a, b) => b.overdue - a.overdue);
+    return { due: due.sort((a, b) => b.overdue - a.overdue), nextInMs };
   }
 
   /** The interval in seconds, or undefined (warned once) when it cannot be read. */
@@ -207,22 +299,26 @@ export class BackupScheduler {
     }
   }
 
-  async #backupOne(dataset: string, signal: AbortSignal): Promise<void> {
+  /** Backs up one volume; resolves to the ms until it should be tried again. */
+  async #backupOne(dataset: string, interval: number, signal: AbortSignal): Promise<number> {
+    const startedAt = this.#now();
     const before = this.#status.get(dataset) ?? { failures: 0, running: false };
     this.#status.set(dataset, { ...before, running: true });
     try {
       const outcome = await this.#d.backup(dataset, { skipIfBusy: true, signal });
       if (outcome.status === "busy") {
-        this.#d.log.debug("backup skipped: the volume is busy; next tick", { dataset });
+        this.#d.log.debug("backup skipped: the volume is busy; next pass", { dataset });
         this.#status.set(dataset, { ...before, running: false });
-        return;
+        return 0;
       }
       this.#retryAt.delete(dataset);
       this.#status.set(dataset, { lastSuccessAt: this.#now(), failures: 0, running: false });
+      // backup-last is the snapshot's creation, taken at about the start.
+      return startedAt + interval * 1000 - this.#now();
     } catch (err) {
       if (signal.aborted) {
         this.#status.set(dataset, { ...before, running: false });
-        return;
+        return Infinity;
       }
       const failures = before.failures + 1;
       const delay = Math.min(
@@ -243,6 +339,7 @@ export class BackupScheduler {
         retryInMs: delay,
         error: err,
       });
+      return delay;
     }
   }
 }

@@ -14,7 +14,12 @@ import {
   type BackupOutcome,
   backupVolume,
 } from "./backup.ts";
-import { BackupScheduler, type SchedulerDeps } from "./scheduler.ts";
+import {
+  BackupScheduler,
+  type SchedulerDeps,
+  type SchedulerTimers,
+  type TimerId,
+} from "./scheduler.ts";
 
 const SECONDS = T0 / 1000;
 const STORED = { status: "stored" } as unknown as BackupOutcome;
@@ -180,4 +185,180 @@ Deno.test("BackupScheduler backs up a volume stamped in the future by a clock th
   await s.tick();
   assert.deepEqual(done, [ahead]);
   assert.ok(s.status(soon));
+});
+
+/** Timers that only record what the scheduler asked for; `fire` runs the newest. */
+function fakeTimers() {
+  const asked: { fn: () => void; ms: number; cleared: boolean }[] = [];
+  const timers: SchedulerTimers = {
+    set(fn, ms) {
+      asked.push({ fn, ms, cleared: false });
+      return asked.length as unknown as TimerId;
+    },
+    clear(id) {
+      asked[(id as unknown as number) - 1]!.cleared = true;
+    },
+  };
+  /** Waits until the scheduler has set its next timer; returns its delay. */
+  const next = async (count: number): Promise<number> => {
+    for (let i = 0; i < 200 && asked.length < count; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.equal(asked.length, count, "the scheduler set its next timer");
+    return asked[count - 1]!.ms;
+  };
+  return { timers, asked, next };
+}
+
+/** A scheduler on fake clocks and timers whose backups stamp backup-last as zfs would. */
+function wakingScheduler(
+  h: BackupHarness,
+  clocks: Clocks,
+  timers: SchedulerTimers,
+  extra: Partial<SchedulerDeps> = {},
+  fail: () => boolean = () => false,
+) {
+  const done: string[] = [];
+  const s = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("error", {}, () => {}),
+    backup: async (dataset) => {
+      done.push(dataset);
+      if (fail()) throw new Error("store down");
+      await h.deps.zfs.set(dataset, BACKUP_LAST_PROPERTY, String(Math.floor(clocks.wall / 1000)));
+      return STORED;
+    },
+    now: () => clocks.wall,
+    monotonic: () => clocks.mono,
+    timers,
+    ...extra,
+  });
+  return { s, done };
+}
+
+Deno.test("BackupScheduler wakes when the earliest volume falls due, within 5 s and 30 s", async () => {
+  const h = backupHarness();
+  const clocks = { wall: T0, mono: 0 };
+  const t = fakeTimers();
+  const ten = h.volume("ten", {
+    [BACKUP_INTERVAL_PROPERTY]: "10s",
+    [BACKUP_LAST_PROPERTY]: String(SECONDS - 4),
+  });
+  h.volume("hourly", {
+    [BACKUP_INTERVAL_PROPERTY]: "1h",
+    [BACKUP_LAST_PROPERTY]: String(SECONDS),
+  });
+  const { s, done } = wakingScheduler(h, clocks, t.timers);
+  s.start();
+  // Nothing due: the next pass is when "ten" falls due, 6 s on, not a fixed 30 s tick.
+  assert.equal(await t.next(1), 6_000);
+  assert.deepEqual(done, []);
+  clocks.wall += 6_000;
+  clocks.mono += 6_000;
+  t.asked[0]!.fn();
+  // "ten" is backed up; it is due again in 10 s.
+  assert.equal(await t.next(2), 10_000);
+  assert.deepEqual(done, [ten]);
+  // An interval of 1 s is held to the 5 s minimum between passes.
+  await h.deps.zfs.set(ten, BACKUP_INTERVAL_PROPERTY, "1s");
+  clocks.wall += 10_000;
+  clocks.mono += 10_000;
+  t.asked[1]!.fn();
+  assert.equal(await t.next(3), 5_000);
+  assert.deepEqual(done, [ten, ten]);
+  // Only hourly volumes: the scheduler still looks every 30 s (for new volumes).
+  await h.deps.zfs.set(ten, BACKUP_INTERVAL_PROPERTY, "1h");
+  clocks.wall += 5_000;
+  clocks.mono += 5_000;
+  t.asked[2]!.fn();
+  assert.equal(await t.next(4), 30_000);
+  await s.stop();
+  assert.equal(t.asked[3]!.cleared, true, "stop clears the pending timer");
+});
+
+Deno.test("BackupScheduler wakes for a failed volume when its backoff ends", async () => {
+  const h = backupHarness();
+  const clocks = { wall: T0, mono: 0 };
+  const t = fakeTimers();
+  const ds = scheduled(h, "pg");
+  let failing = true;
+  const { s, done } = wakingScheduler(
+    h,
+    clocks,
+    t.timers,
+    { firstBackoffMs: 7_000 },
+    () => failing,
+  );
+  s.start();
+  assert.equal(await t.next(1), 7_000);
+  assert.equal(s.status(ds)?.failures, 1);
+  failing = false;
+  clocks.wall += 7_000;
+  clocks.mono += 7_000;
+  t.asked[0]!.fn();
+  // Backed up at last; next due in its 15 minutes, looked at again within 30 s.
+  assert.equal(await t.next(2), 30_000);
+  assert.deepEqual(done, [ds, ds]);
+  assert.equal(s.status(ds)?.failures, 0);
+  await s.stop();
+});
+
+Deno.test("BackupScheduler bounds the backups of one pass and never loops busily", async () => {
+  const h = backupHarness();
+  const clocks = { wall: T0, mono: 0 };
+  const t = fakeTimers();
+  const names = ["a", "b", "c"].map((n) => scheduled(h, n, SECONDS - 1000 - n.charCodeAt(0)));
+  const { s, done } = wakingScheduler(h, clocks, t.timers, { maxPerPass: 2 });
+  s.start();
+  // Two backed up, the third left for a pass 5 s after this one began (not at once).
+  assert.equal(await t.next(1), 5_000);
+  assert.deepEqual(done, [names[2], names[1]]);
+  // A pass that took longer than 5 s still rests 1 s before the next.
+  let slow = true;
+  const s2 = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("error", {}, () => {}),
+    backup: () => {
+      clocks.mono += slow ? 9_000 : 0;
+      slow = false;
+      return Promise.resolve({ status: "busy" } as unknown as BackupOutcome);
+    },
+    now: () => clocks.wall,
+    monotonic: () => clocks.mono,
+    timers: t.timers,
+    maxPerPass: 1,
+  });
+  await s.stop();
+  s2.start();
+  assert.equal(await t.next(2), 1_000);
+  await s2.stop();
+});
+
+Deno.test("BackupScheduler with real timers keeps a 1 s interval (a 30 s tick would not)", async () => {
+  const h = backupHarness();
+  const ds = h.volume("fast", { [BACKUP_INTERVAL_PROPERTY]: "1s" });
+  const stamps: number[] = [];
+  const s = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("error", {}, () => {}),
+    backup: async (dataset) => {
+      stamps.push(Date.now());
+      await h.deps.zfs.set(dataset, BACKUP_LAST_PROPERTY, String(Math.floor(Date.now() / 1000)));
+      return STORED;
+    },
+    minWakeMs: 100,
+  });
+  s.start();
+  await new Promise((r) => setTimeout(r, 3_500));
+  await s.stop();
+  // Stamps are whole seconds, so each copy comes 1 to 2 s after the one before.
+  assert.ok(stamps.length >= 2 && stamps.length <= 5, `${stamps.length} backups in 3.5 s`);
+  for (let i = 1; i < stamps.length; i++) {
+    const gap = stamps[i]! - stamps[i - 1]!;
+    assert.ok(gap >= 900 && gap <= 2_600, `backup ${i} came ${gap} ms after the one before`);
+  }
+  assert.equal(s.status(ds)?.failures, 0);
 });

@@ -1,13 +1,17 @@
 /**
  * `zfs send` straight into the store: the stream is counted and hashed on its way and never
  * held whole in memory; each side waits for the other (backpressure), so memory stays bounded
- * by a few chunks whatever the volume's size.
+ * by a few chunks whatever the volume's size. A store on the local file system (the directory
+ * store) gets `zfs send` writing its temporary file itself, hashed by reading it back behind
+ * the writer (from the page cache): no byte is piped through this process, which is what made
+ * a piped send cost 1.6 times `zfs send > file`.
  */
 
 import { createHash } from "node:crypto";
 import type { ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { StreamRunner } from "../run.ts";
+import { followFile } from "../store/file_stream.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { sendArgs } from "../zfs/args.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
@@ -57,25 +61,24 @@ export async function sendToStore(deps: SendDeps, spec: SendToStoreSpec): Promis
   const log = deps.log.child({ snapshot: spec.snapshot, key: spec.key });
   const started = performance.now();
   log.debug("send started", { argv });
+  if (deps.store.putWritten) {
+    const sent = await sendToFile(deps, argv, spec);
+    log.info("send stored", { ...sent, ms: Math.round(performance.now() - started) });
+    return sent;
+  }
   const child = deps.streams.spawn(argv, { stdout: "piped", ...(signal && { signal }) });
   const hash = createHash("sha256");
   let size = 0;
   let zfsFailure: ZfsError | undefined;
-  const counted = child.stdout!.pipeThrough(
-    new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, controller) {
-        hash.update(chunk);
-        size += chunk.length;
-        controller.enqueue(chunk);
-      },
-      // Only a zfs send that exited 0 sent a whole stream: otherwise the body errors, so the
-      // store drops the upload instead of keeping a truncated object.
-      async flush() {
-        const exit = await child.exit;
-        if (exit.code !== 0) throw zfsFailure = streamedZfsError(argv, exit);
-      },
-    }),
-  );
+  const counted = counting(child.stdout!, (chunk) => {
+    hash.update(chunk);
+    size += chunk.length;
+  }, async () => {
+    // Only a zfs send that exited 0 sent a whole stream: otherwise the body errors, so the
+    // store drops the upload instead of keeping a truncated object.
+    const exit = await child.exit;
+    if (exit.code !== 0) throw zfsFailure = streamedZfsError(argv, exit);
+  });
   let put;
   try {
     put = await deps.store.putStream(spec.key, counted, signal ? { signal } : {});
@@ -99,4 +102,97 @@ export async function sendToStore(deps: SendDeps, spec: SendToStoreSpec): Promis
   const sha256 = hash.digest("hex");
   log.info("send stored", { size, sha256, ms: Math.round(performance.now() - started) });
   return { size, sha256 };
+}
+
+/** Bytes a reader of {@linkcode counting} gets per read when it brings no buffer of its own. */
+const CHUNK_BYTES = 64 * 1024;
+
+/**
+ * `source` passed on as it is read, each chunk shown to `seen` first; `atEnd` runs at its end
+ * and may fail it. A byte stream (a command's stdout) stays one: a reader that brings its own
+ * buffer (the S3 upload, filling a part) gets the bytes read straight into it, with no chunk
+ * allocated or copied on the way.
+ */
+function counting(
+  source: ReadableStream<Uint8Array>,
+  seen: (chunk: Uint8Array) => void,
+  atEnd: () => Promise<void>,
+): ReadableStream<Uint8Array> {
+  let reader: ReadableStreamBYOBReader;
+  try {
+    reader = source.getReader({ mode: "byob" });
+  } catch {
+    return source.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          seen(chunk);
+          controller.enqueue(chunk);
+        },
+        flush: atEnd,
+      }),
+    );
+  }
+  return new ReadableStream({
+    type: "bytes",
+    autoAllocateChunkSize: CHUNK_BYTES,
+    async pull(controller) {
+      const request = controller.byobRequest!;
+      const view = request.view!;
+      const { done, value } = await reader.read(
+        new Uint8Array(view.buffer as ArrayBuffer, view.byteOffset, view.byteLength),
+      );
+      if (value === undefined) throw new TypeError("zfs send's output was cancelled");
+      if (done) {
+        await atEnd();
+        controller.close();
+        // The reader's buffer came back empty: hand it back so the request is answered.
+        request.respondWithNewView(value);
+        return;
+      }
+      seen(value);
+      request.respondWithNewView(value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+}
+
+/** Bytes per read when hashing a file `zfs send` is writing. */
+const FOLLOW_CHUNK_BYTES = 1024 * 1024;
+
+/** {@linkcode sendToStore} where the store gives `zfs send` its file to write. */
+async function sendToFile(
+  deps: SendDeps,
+  argv: readonly string[],
+  spec: SendToStoreSpec,
+): Promise<SentStream> {
+  const { signal } = spec;
+  const put = await deps.store.putWritten!(spec.key, async (file) => {
+    const child = deps.streams.spawn(argv, { stdout: { fd: file.fd }, ...(signal && { signal }) });
+    let digest;
+    try {
+      digest = await followFile(file.path, child.exit, FOLLOW_CHUNK_BYTES);
+    } catch (err) {
+      child.kill();
+      await child.exit;
+      throw err;
+    }
+    const exit = await child.exit;
+    signal?.throwIfAborted();
+    // Only a zfs send that exited 0 wrote a whole stream; the store then drops the file. A
+    // write that failed (a full store) is the store's failure, as with a piped send.
+    if (exit.code !== 0) throw file.writerError(exit.stderr) ?? streamedZfsError(argv, exit);
+    return digest;
+  }, signal ? { signal } : {});
+  if (put.size !== put.value.size) {
+    // Something else wrote the file: the manifest could not describe what is stored.
+    await deps.store.delete(spec.key);
+    throw new StoreError(
+      "invalid",
+      `${deps.store.description} stored ${put.size} bytes at "${spec.key}" of the ` +
+        `${put.value.size} sent`,
+    );
+  }
+  return put.value;
 }

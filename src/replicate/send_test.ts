@@ -11,6 +11,9 @@ import {
 } from "../../tests/support/fake_stream_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { sendToStore } from "./send.ts";
+import { write } from "node:fs";
+import type { SpawnOptions, StreamedCommand, StreamedExit, StreamRunner } from "../run.ts";
+import { FileStore } from "../store/file_store.ts";
 
 const KEY = "v1/volumes/v/streams/00000000000000ff-0123abcd.zfs";
 const log = new Logger("error", {}, () => {});
@@ -151,4 +154,112 @@ Deno.test("sendToStore reads zfs send no faster than the store takes the stream"
   assert.ok(given <= 4, `${given} of 100 chunks read while the store took 1`);
   store.go.resolve();
   assert.equal((await sending).size, 400 * 1024);
+});
+
+/**
+ * A zfs send that writes `chunks` into the file it is given as stdout (by descriptor, as
+ * `zfs send > file` does), pausing between chunks, then exits with `code`.
+ */
+class FileWritingRunner implements StreamRunner {
+  readonly spawned: SpawnOptions[] = [];
+  readonly #chunks: readonly Uint8Array[];
+  readonly #code: number;
+  readonly #stderr: string;
+
+  constructor(chunks: readonly Uint8Array[], code = 0, stderr = "") {
+    this.#chunks = chunks;
+    this.#code = code;
+    this.#stderr = stderr;
+  }
+
+  spawn(_argv: readonly string[], options: SpawnOptions = {}): StreamedCommand {
+    this.spawned.push(options);
+    const out = options.stdout;
+    if (typeof out !== "object") throw new TypeError("this zfs send writes only to a file");
+    let killed = false;
+    const kill = () => killed = true;
+    options.signal?.addEventListener("abort", kill, { once: true });
+    const exit = (async (): Promise<StreamedExit> => {
+      for (const chunk of this.#chunks) {
+        if (killed) break;
+        await new Promise<void>((resolve, reject) =>
+          write(out.fd, chunk, 0, chunk.length, null, (e) => e ? reject(e) : resolve())
+        );
+        await new Promise((r) => setTimeout(r, 2));
+      }
+      return killed
+        ? { code: 137, stderr: "", killed }
+        : { code: this.#code, stderr: this.#stderr, killed };
+    })();
+    return { stdin: null, stdout: null, exit, kill };
+  }
+}
+
+async function fileStoreIn(): Promise<{ store: FileStore; root: string } & AsyncDisposable> {
+  const root = await Deno.makeTempDir({ dir: "/tmp", prefix: "zfs-csi-send-" });
+  return {
+    store: new FileStore(root),
+    root,
+    [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }),
+  };
+}
+
+async function tempNames(root: string): Promise<string[]> {
+  const out: string[] = [];
+  for await (const e of Deno.readDir(`${root}/.tmp`)) out.push(e.name);
+  return out;
+}
+
+Deno.test("sendToStore has zfs send write a file store's file itself, and hashes it", async () => {
+  await using dir = await fileStoreIn();
+  const chunks = patternChunks(300_001, 65_536);
+  const streams = new FileWritingRunner(chunks);
+  const deps = { streams, zfsPath: "zfs", store: dir.store, log };
+  const sent = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY });
+  const bytes = joinChunks(chunks);
+  assert.deepEqual(sent, { size: 300_001, sha256: sha256(bytes) });
+  assert.deepEqual((await dir.store.getBytes(KEY))?.bytes, bytes);
+  assert.equal(typeof streams.spawned[0]?.stdout, "object", "stdout was the file, not a pipe");
+  assert.deepEqual(await tempNames(dir.root), []);
+});
+
+Deno.test("sendToStore to a file store keeps nothing of a zfs send that failed midway", async () => {
+  await using dir = await fileStoreIn();
+  const stderr = "warning: cannot send 'tank/v@s1': Input/output error\n";
+  const streams = new FileWritingRunner(patternChunks(50_000, 4096), 1, stderr);
+  const deps = { streams, zfsPath: "zfs", store: dir.store, log };
+  const err = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY })
+    .then(() => undefined, (e: unknown) => e);
+  assert.ok(err instanceof ZfsError, String(err));
+  assert.equal(err.stderr, stderr);
+  assert.deepEqual(await dir.store.list(""), []);
+  assert.deepEqual(await tempNames(dir.root), []);
+});
+
+Deno.test("sendToStore to a file store, aborted midway, stops zfs send and keeps nothing", async () => {
+  await using dir = await fileStoreIn();
+  const streams = new FileWritingRunner(patternChunks(400_000, 4096));
+  const deps = { streams, zfsPath: "zfs", store: dir.store, log };
+  const abort = new AbortController();
+  setTimeout(() => abort.abort(new Error("plugin stopping")), 20);
+  await assert.rejects(
+    sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY, signal: abort.signal }),
+    { message: "plugin stopping" },
+  );
+  assert.deepEqual(await dir.store.list(""), []);
+  assert.deepEqual(await tempNames(dir.root), []);
+});
+
+Deno.test("sendToStore to a full file store fails as the store's no_space, naming the store", async () => {
+  await using dir = await fileStoreIn();
+  const stderr = "warning: cannot send 'tank/v@s1': No space left on device\n";
+  const streams = new FileWritingRunner(patternChunks(50_000, 4096), 1, stderr);
+  const deps = { streams, zfsPath: "zfs", store: dir.store, log };
+  const err = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY })
+    .then(() => undefined, (e: unknown) => e);
+  assert.ok(err instanceof StoreError && err.kind === "no_space", String(err));
+  assert.ok(err.message.includes(dir.store.description), err.message);
+  assert.match(err.message, /full.*No space left on device/);
+  assert.deepEqual(await dir.store.list(""), []);
+  assert.deepEqual(await tempNames(dir.root), []);
 });

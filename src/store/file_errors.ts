@@ -89,3 +89,28 @@ export function fileStoreError(
     { cause: err },
   );
 }
+
+/** strerror(3) texts of failures that are the file system's, as a program writing a file says them. */
+const KIND_BY_TEXT: readonly (readonly [RegExp, StoreErrorKind])[] = [
+  [/No space left on device|Disk quota exceeded|File too large/, "no_space"],
+  [/Read-only file system/, "denied"],
+  [/Stale file handle|Transport endpoint is not connected|Host is down/, "unavailable"],
+];
+
+/**
+ * The {@linkcode StoreError} for another program that failed writing `key`'s file itself (`zfs
+ * send` given the file as stdout), when its message names a failure of the file system the
+ * file is on; undefined when it does not (then the failure is the program's own).
+ */
+export function writerStoreError(
+  message: string,
+  key: string,
+  store: string,
+): StoreError | undefined {
+  const kind = KIND_BY_TEXT.find(([text]) => text.test(message))?.[1];
+  if (kind === undefined) return undefined;
+  return new StoreError(
+    kind,
+    `Cannot write "${key}" in ${store}: ${HINTS[kind]} (${message.trim()})`,
+  );
+}

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { fileErrorKind, fileStoreError } from "./file_errors.ts";
+import { fileErrorKind, fileStoreError, writerStoreError } from "./file_errors.ts";
 import { StoreError } from "./store.ts";
 
 function osError(code: string): Error {
@@ -50,4 +50,18 @@ Deno.test("fileStoreError names the action, key, store and what to check", () =>
   assert.match(dead.message, /mounted/);
   const passed = new StoreError("invalid", "as it was");
   assert.equal(fileStoreError(passed, "read", "k", "s"), passed);
+});
+
+Deno.test("writerStoreError tells a file-system failure in a writer's message from its own", () => {
+  const at = (m: string) => writerStoreError(m, "v1/s.zfs", "file:///mnt/b");
+  assert.equal(at("warning: cannot send 'p/v@s': No space left on device\n")?.kind, "no_space");
+  assert.equal(at("cannot send: Disk quota exceeded")?.kind, "no_space");
+  assert.equal(at("cannot send: Read-only file system")?.kind, "denied");
+  assert.equal(at("cannot send: Stale file handle")?.kind, "unavailable");
+  assert.match(
+    at("x: No space left on device")!.message,
+    /^Cannot write "v1\/s.zfs" in file:\/\/\/mnt\/b: .*full/,
+  );
+  assert.equal(at("cannot open 'p/v@s': dataset does not exist"), undefined);
+  assert.equal(at("warning: cannot send 'p/v@s': Input/output error"), undefined);
 });

@@ -23,7 +23,8 @@
  */
 
 import { createHash } from "node:crypto";
-import { errorCode, fileStoreError } from "./file_errors.ts";
+import { open as openNode } from "node:fs/promises";
+import { errorCode, fileStoreError, writerStoreError } from "./file_errors.ts";
 import {
   contentEtag,
   EtagBuilder,
@@ -44,6 +45,7 @@ import {
   StoreError,
   type TransferOptions,
   type WriteCondition,
+  type WrittenFile,
 } from "./store.ts";
 
 const TEMP_DIR = ".tmp";
@@ -148,6 +150,45 @@ export class FileStore implements Store {
       signal?.removeEventListener("abort", onAbort);
       if (open) temp.file.close();
       if (!committed) await removeQuietly(temp.path);
+    }
+  }
+
+  async putWritten<T>(
+    key: string,
+    write: (file: WrittenFile) => Promise<T>,
+    options: TransferOptions = {},
+  ): Promise<PutResult & { readonly value: T }> {
+    const { signal } = options;
+    this.#checkKey(key);
+    signal?.throwIfAborted();
+    await this.#probeForWrite(key);
+    await this.#checkOwnDirs(key);
+    const path = `${this.root}/${TEMP_DIR}/${randomHex(16)}.part`;
+    // A node:fs handle: its descriptor is what a command can be given as stdout.
+    const handle = await this.#io(() => openNode(path, "wx", 0o600), "write", key);
+    let open = true;
+    let committed = false;
+    try {
+      const value = await write({
+        fd: handle.fd,
+        path,
+        writerError: (message) => writerStoreError(message, key, this.description),
+      });
+      signal?.throwIfAborted();
+      await this.#io(() => handle.sync(), "write", key);
+      await handle.close();
+      open = false;
+      const info = await this.#io(() => Deno.lstat(path), "write", key);
+      // The same etag rule as every reader's: a small object is tagged by its content.
+      const etag = info.size > SMALL_OBJECT_BYTES
+        ? statEtag(info)
+        : await this.#io(() => fileEtagAt(path), "write", key);
+      await this.#renameInto(path, key, info);
+      committed = true;
+      return { etag, size: info.size, value };
+    } finally {
+      if (open) await handle.close().catch(() => {});
+      if (!committed) await removeQuietly(path);
     }
   }
 
@@ -611,6 +652,11 @@ function parentOf(path: string): string {
 function randomHex(bytes: number): string {
   return Array.from(crypto.getRandomValues(new Uint8Array(bytes)))
     .map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+async function fileEtagAt(path: string): Promise<string> {
+  using file = await Deno.open(path, { read: true });
+  return (await fileEtag(file)).etag;
 }
 
 async function syncAndStat(file: Deno.FsFile): Promise<Deno.FileInfo> {

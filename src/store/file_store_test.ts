@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { write } from "node:fs";
 import {
   assertRejectsKind,
   INVALID_KEYS,
@@ -327,4 +328,56 @@ Deno.test("FileStore rejects a root that is not an absolute path", () => {
   const store = new FileStore("/mnt/backup/zfs-csi/");
   assert.equal(store.root, "/mnt/backup/zfs-csi");
   assert.equal(store.description, "file:///mnt/backup/zfs-csi");
+});
+
+Deno.test("FileStore.putWritten shows the object only once the writer is done, then as written", async () => {
+  await using dir = await tempDir();
+  const store = new FileStore(dir.path);
+  const bytes = new Uint8Array(SMALL_OBJECT_BYTES + 5000).map((_, i) => i % 253);
+  const put = await store.putWritten("v1/s/a.zfs", async (file) => {
+    assert.ok(file.path.startsWith(`${dir.path}/.tmp/`), file.path);
+    for (let at = 0; at < bytes.length;) {
+      at += await new Promise<number>((resolve, reject) =>
+        write(file.fd, bytes, at, bytes.length - at, null, (e, n) => e ? reject(e) : resolve(n))
+      );
+    }
+    assert.deepEqual(await store.list("v1/"), [], "nothing visible while it is written");
+    return "done";
+  });
+  assert.equal(put.value, "done");
+  assert.equal(put.size, bytes.length);
+  assert.deepEqual((await store.getBytes("v1/s/a.zfs"))?.bytes, bytes);
+  const [listed] = await store.list("v1/");
+  assert.equal(listed?.etag, put.etag, "the etag every reader computes");
+  assert.deepEqual(await names(`${dir.path}/.tmp`), []);
+  assert.equal((await Deno.stat(`${dir.path}/v1/s/a.zfs`)).mode! & 0o777, 0o600);
+
+  // A small object is tagged by its content, as putBytes and list tag it.
+  const small = await store.putWritten("v1/s/b.zfs", async (file) => {
+    await Deno.writeFile(file.path, encoder.encode("tiny"));
+  });
+  assert.equal(small.etag, (await store.list("v1/s/b"))[0]?.etag);
+  assert.equal(small.etag, (await store.putBytes("v1/s/c.zfs", encoder.encode("tiny"))).etag);
+});
+
+Deno.test("FileStore.putWritten keeps nothing when the writer fails or the write is aborted", async () => {
+  await using dir = await tempDir();
+  const store = new FileStore(dir.path);
+  await assert.rejects(
+    store.putWritten("v1/s/a.zfs", async (file) => {
+      await Deno.writeFile(file.path, encoder.encode("half a stream"));
+      throw new Error("zfs send failed");
+    }),
+    { message: "zfs send failed" },
+  );
+  const abort = new AbortController();
+  await assert.rejects(
+    store.putWritten("v1/s/a.zfs", async (file) => {
+      await Deno.writeFile(file.path, encoder.encode("whole, but aborted"));
+      abort.abort(new Error("stopped"));
+    }, { signal: abort.signal }),
+    { message: "stopped" },
+  );
+  assert.deepEqual(await store.list(""), []);
+  assert.deepEqual(await names(`${dir.path}/.tmp`), []);
 });

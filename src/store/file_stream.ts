@@ -1,5 +1,7 @@
 /** Streaming an open file out, and writing chunks into one, for the directory store. */
 
+import { createHash } from "node:crypto";
+
 /** Options of {@linkcode fileReadable}. */
 export interface FileReadableOptions {
   /** Bytes per chunk read. */
@@ -11,9 +13,11 @@ export interface FileReadableOptions {
 }
 
 /**
- * The content of `file` as a stream that reads a chunk when the reader wants one (one chunk
- * ahead), so memory stays bounded whatever the size. The stream owns the file: it closes it at
- * the end, on an error, on cancel and on abort.
+ * The content of `file` as a byte stream that reads when the reader wants bytes (nothing is read
+ * ahead), so memory stays bounded whatever the size. A reader that brings its own buffer (a
+ * BYOB reader) gets the file read straight into it; any other reader gets chunks of
+ * `chunkBytes`. The stream owns the file: it closes it at the end, on an error, on cancel and
+ * on abort.
  */
 export function fileReadable(
   file: Deno.FsFile,
@@ -29,7 +33,9 @@ export function fileReadable(
     file.close();
     return true;
   };
-  return new ReadableStream<Uint8Array>({
+  return new ReadableStream({
+    type: "bytes",
+    autoAllocateChunkSize: chunkBytes,
     start(controller) {
       onAbort = () => {
         if (finish()) controller.error(signal?.reason);
@@ -39,10 +45,11 @@ export function fileReadable(
     },
     async pull(controller) {
       if (finished) return;
-      const buffer = new Uint8Array(chunkBytes);
+      const request = controller.byobRequest!;
+      const view = request.view!;
       let n: number | null;
       try {
-        n = await file.read(buffer);
+        n = await file.read(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
       } catch (err) {
         if (finish()) controller.error(mapError(err));
         return;
@@ -51,8 +58,9 @@ export function fileReadable(
       if (n === null) {
         finish();
         controller.close();
+        request.respond(0);
       } else {
-        controller.enqueue(n === buffer.length ? buffer : buffer.slice(0, n));
+        request.respond(n);
       }
     },
     cancel() {
@@ -76,5 +84,51 @@ export async function syncDir(path: string): Promise<void> {
     // The rename is done and visible; only its durability on power loss is in question.
   } finally {
     dir?.close();
+  }
+}
+
+/** Size and SHA-256 (lowercase hex) of bytes read. */
+export interface FileDigest {
+  readonly size: number;
+  readonly sha256: string;
+}
+
+/** How long {@linkcode followFile} waits at the end of a file that is still being written. */
+const FOLLOW_POLL_MS = 5;
+
+/**
+ * Hashes the file at `path` while another process appends to it (a command writing it as its
+ * stdout), reading behind the writer in `chunkBytes` reads into one buffer, until `writerEnded`
+ * has settled and the end of the file is reached. Nothing is written and nothing is held but
+ * that buffer. The writer must only append (as `zfs send > file` does).
+ */
+export async function followFile(
+  path: string,
+  writerEnded: Promise<unknown>,
+  chunkBytes: number,
+): Promise<FileDigest> {
+  let ended = false;
+  const settled = () => ended = true;
+  writerEnded.then(settled, settled);
+  const file = await Deno.open(path, { read: true });
+  try {
+    const hash = createHash("sha256");
+    const buffer = new Uint8Array(chunkBytes);
+    let size = 0;
+    for (;;) {
+      // Read after the writer ended: an end of file then is the end of its output.
+      const last = ended;
+      const n = await file.read(buffer);
+      if (n === null || n === 0) {
+        if (last) break;
+        await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+        continue;
+      }
+      hash.update(buffer.subarray(0, n));
+      size += n;
+    }
+    return { size, sha256: hash.digest("hex") };
+  } finally {
+    file.close();
   }
 }

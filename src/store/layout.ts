@@ -5,6 +5,8 @@
  *   v1/volumes/<volume>/volume.json                 the volume's record ({@linkcode VolumeRecord})
  *   v1/volumes/<volume>/streams/<guid>-<upload>.zfs one `zfs send` stream, exactly as zfs wrote it
  *   v1/volumes/<volume>/snapshots/<guid>.json       the stream's manifest ({@linkcode SnapshotManifest})
+ *   v1/volumes/<volume>/owner.json                  a volume that follows its job: who holds it
+ *                                                   (src/follow/owner.ts)
  *
  * `<volume>` is the volume's name encoded as a dataset component (src/zfs/names.ts), `<guid>`
  * the snapshot's ZFS guid as 16 hex digits, `<upload>` a random id unique to one upload. A
@@ -142,4 +144,9 @@ export function streamKey(volumeKey: string, guid: string, upload: string): stri
 /** Prefix of a volume's streams. */
 export function streamsPrefix(volumeKey: string): string {
   return `${volumePrefix(volumeKey)}streams/`;
+}
+
+/** Key of a follow volume's owner object (src/follow/owner.ts): holder, generation, head. */
+export function ownerKey(volumeKey: string): string {
+  return `${volumePrefix(volumeKey)}owner.json`;
 }

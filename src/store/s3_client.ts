@@ -68,8 +68,15 @@ export interface S3Request {
   readonly key: string | undefined;
   readonly query?: Query;
   readonly headers?: Readonly<Record<string, string>>;
-  /** A body held in memory (hashed and signed). */
+  /** A body held in memory (hashed and signed, unless {@linkcode unsignedPayload}). */
   readonly body?: Uint8Array<ArrayBuffer>;
+  /**
+   * A large body (a stream's part) that is sent as UNSIGNED-PAYLOAD where the connection
+   * already protects it: TLS, or loopback, where no network is crossed. Elsewhere (plain http
+   * to another host) it is hashed and signed all the same. Its SHA-256 is of no use to the
+   * store: the stream's own SHA-256, recorded in its manifest, is checked at every restore.
+   */
+  readonly unsignedPayload?: boolean;
   /** What is being done, for messages: `Reading "k" from <store>`. */
   readonly what: string;
   /** Safe to send again after a transient failure. */
@@ -98,12 +105,24 @@ export function pause(ms: number, signal: AbortSignal | undefined): Promise<void
 
 const MAX_ERROR_BODY = 64 * 1024;
 
+/** The value of x-amz-content-sha256 that says the body is not part of the signature. */
+export const UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD";
+
+/** Whether a connection to `endpoint` protects a body by itself: TLS, or never leaving the host. */
+export function protectsPayload(endpoint: URL): boolean {
+  const host = endpoint.hostname;
+  return endpoint.protocol === "https:" || host === "localhost" || host === "[::1]" ||
+    /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
 /** Signed requests with time limits, retries and classified errors. */
 export class S3Client {
   readonly #o: S3ClientOptions;
+  readonly #unsignedAllowed: boolean;
 
   constructor(options: S3ClientOptions) {
     this.#o = options;
+    this.#unsignedAllowed = protectsPayload(options.address.endpoint);
   }
 
   /** The URL of an object or the bucket (see {@linkcode s3Url}). */
@@ -187,7 +206,11 @@ export class S3Client {
 
   async #fetch(request: S3Request, signal: AbortSignal): Promise<Response> {
     const url = this.url(request.key, request.query);
-    const payloadHash = request.body ? sha256Hex(request.body) : EMPTY_SHA256;
+    const payloadHash = !request.body
+      ? EMPTY_SHA256
+      : request.unsignedPayload && this.#unsignedAllowed
+      ? UNSIGNED_PAYLOAD
+      : sha256Hex(request.body);
     const headers = signS3Request(
       {
         method: request.method,

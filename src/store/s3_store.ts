@@ -41,7 +41,7 @@ import {
   type WriteCondition,
 } from "./store.ts";
 
-/** Default part size of multipart uploads: two of them are in memory during a write. */
+/** Default part size of multipart uploads: a few of them are in memory during a write. */
 export const DEFAULT_PART_BYTES = 8 * 1024 * 1024;
 
 /** Where the bucket is and how to reach it. */
@@ -57,6 +57,8 @@ export interface S3StoreOptions {
   readonly credentials: Credentials;
   /** Part size of multipart uploads (default 8 MiB; S3's minimum is 5 MiB). */
   readonly partSizeBytes?: number;
+  /** Parts uploading at once (default 2; one more is being read). */
+  readonly partsInFlight?: number;
   /** Allows parts under 5 MiB: for unit tests with a fake fetch only (S3 refuses them). */
   readonly allowSmallParts?: boolean;
   /** Time limit of one request (default 60 s). */
@@ -80,12 +82,14 @@ export class S3Store implements Store {
   readonly #client: S3Client;
   readonly #root: string;
   readonly #partSizeBytes: number;
+  readonly #partsInFlight: number | undefined;
 
   /** @throws {RangeError} for a part size under 5 MiB (unless allowed) */
   constructor(options: S3StoreOptions) {
     this.#root = options.prefix.split("/").filter((s) => s !== "").join("/");
     if (this.#root !== "") checkKey(this.#root);
     this.#partSizeBytes = options.partSizeBytes ?? DEFAULT_PART_BYTES;
+    this.#partsInFlight = options.partsInFlight;
     if (
       !Number.isSafeInteger(this.#partSizeBytes) || this.#partSizeBytes < 1 ||
       (this.#partSizeBytes < MIN_PART_BYTES && !options.allowSmallParts)
@@ -121,6 +125,7 @@ export class S3Store implements Store {
       key: this.#full(key),
       what: `Writing "${key}" to ${this.description}`,
       partSizeBytes: this.#partSizeBytes,
+      ...(this.#partsInFlight !== undefined && { partsInFlight: this.#partsInFlight }),
       signal: options.signal,
     }, body);
   }

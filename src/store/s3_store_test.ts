@@ -53,31 +53,102 @@ function operations(fake: FakeS3): string[] {
   return fake.requests.map((r) => r.operation);
 }
 
-Deno.test("S3Store.putStream holds at most two parts: one uploading, one being read", async () => {
-  const fake = new FakeS3("b");
+/** Holds every UploadPart until released; counts how many wait at once. */
+function holdParts(fake: FakeS3) {
   let release = () => {};
   const released = new Promise<void>((r) => release = r);
-  let blocked = () => {};
-  const partOneBlocked = new Promise<void>((r) => blocked = r);
+  const state = { waiting: 0, most: 0 };
   fake.intercept = async (r: FakeRequest) => {
-    if (r.operation === "UploadPart" && r.url.searchParams.get("partNumber") === "1") {
-      blocked();
-      await released;
-    }
+    if (r.operation !== "UploadPart") return undefined;
+    state.waiting++;
+    state.most = Math.max(state.most, state.waiting);
+    await released;
+    state.waiting--;
     return undefined;
   };
-  const body = counted(100); // 10,000 bytes: 10 parts of 1 KiB
-  const put = fakeStore(fake).putStream("v1/s.zfs", body.stream);
-  await partOneBlocked;
-  await new Promise((r) => setTimeout(r, 20));
-  // Part 1 (1,024 bytes) is uploading and part 2 is full: 2,048 bytes, read in chunks of 100.
-  assert.equal(body.pulled(), 21, "the source is not read beyond the second part");
-  release();
-  const result = await put;
-  assert.equal(result.size, 10_000);
-  assert.deepEqual(fake.objects.get("backups/zfs-csi/v1/s.zfs")?.bytes, expectedBytes(10_000));
-  assert.equal(operations(fake).filter((o) => o === "UploadPart").length, 10);
-  assert.match(result.etag, /-10$/);
+  return { state, release };
+}
+
+async function until(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 5));
+}
+
+for (const inFlight of [1, 3]) {
+  Deno.test(`S3Store.putStream with ${inFlight} part(s) in flight holds ${inFlight} uploading and one being read`, async () => {
+    const fake = new FakeS3("b");
+    const held = holdParts(fake);
+    const body = counted(100); // 10,000 bytes: 10 parts of 1 KiB
+    const put = fakeStore(fake, { partsInFlight: inFlight }).putStream("v1/s.zfs", body.stream);
+    await until(() => held.state.waiting === inFlight);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(held.state.waiting, inFlight, "parts upload at once, up to the limit");
+    // The parts uploading and one more, full: read in chunks of 100, nothing beyond.
+    assert.equal(body.pulled(), Math.ceil(((inFlight + 1) * PART) / 100));
+    held.release();
+    const result = await put;
+    assert.equal(held.state.most, inFlight);
+    assert.equal(result.size, 10_000);
+    assert.deepEqual(fake.objects.get("backups/zfs-csi/v1/s.zfs")?.bytes, expectedBytes(10_000));
+    assert.equal(operations(fake).filter((o) => o === "UploadPart").length, 10);
+    assert.match(result.etag, /-10$/);
+  });
+}
+
+Deno.test("S3Store.putStream reads a byte stream straight into its part buffers", async () => {
+  const fake = new FakeS3("b");
+  const sizes = new Set<number>();
+  let at = 0;
+  const total = 10_000;
+  // A byte stream like a command's stdout: answers each read in the reader's own buffer.
+  const stream = new ReadableStream({
+    type: "bytes",
+    pull(c) {
+      const request = c.byobRequest!;
+      const view = request.view as Uint8Array;
+      if (at === total) {
+        c.close();
+        request.respond(0);
+        return;
+      }
+      sizes.add(view.buffer.byteLength);
+      const n = Math.min(300, view.length, total - at);
+      for (let i = 0; i < n; i++) view[i] = (at + i) % 251;
+      at += n;
+      request.respond(n);
+    },
+  });
+  const result = await fakeStore(fake, { partsInFlight: 2 }).putStream("v1/s.zfs", stream);
+  assert.equal(result.size, total);
+  assert.deepEqual(fake.objects.get("backups/zfs-csi/v1/s.zfs")?.bytes, expectedBytes(total));
+  // Every read landed in a buffer of one part's size: the part itself, not a chunk of its own.
+  assert.deepEqual([...sizes], [PART]);
+});
+
+Deno.test("S3Store signs parts as UNSIGNED-PAYLOAD only over TLS or loopback", async () => {
+  for (
+    const [endpoint, unsigned] of [
+      ["http://127.0.0.1:7070", true],
+      ["https://s3.example.net", true],
+      ["http://s3.example.net:9000", false],
+    ] as const
+  ) {
+    const fake = new FakeS3("b");
+    const hashes: string[] = [];
+    fake.intercept = (r: FakeRequest) => {
+      if (r.operation === "UploadPart" || r.operation === "PutObject") {
+        hashes.push(r.headers.get("x-amz-content-sha256") ?? "");
+      }
+      return undefined;
+    };
+    const store = fakeStore(fake, { endpoint: new URL(endpoint) });
+    await store.putStream("v1/s.zfs", counted(30).stream);
+    await store.putStream("v1/t.zfs", counted(3).stream);
+    assert.equal(hashes.length, 4, endpoint);
+    for (const h of hashes) {
+      if (unsigned) assert.equal(h, "UNSIGNED-PAYLOAD", endpoint);
+      else assert.match(h, /^[0-9a-f]{64}$/, endpoint);
+    }
+  }
 });
 
 Deno.test("S3Store.putStream sends a body smaller than a part as one PutObject", async () => {

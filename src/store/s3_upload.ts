@@ -2,7 +2,9 @@
  * Writes a stream to one S3 object in bounded memory: a body smaller than one part is a single
  * PutObject; anything larger is a multipart upload (CreateMultipartUpload, UploadPart per part,
  * CompleteMultipartUpload) that is aborted (AbortMultipartUpload) on any failure, so nothing
- * becomes visible. At most two parts are in memory: the one uploading and the one being read.
+ * becomes visible. Up to {@linkcode DEFAULT_PARTS_IN_FLIGHT} parts upload at once while the next
+ * is read; their buffers are reused, and a byte stream (zfs send's stdout) is read straight into
+ * them, so a stream of any size allocates a few parts' worth of memory and nothing per chunk.
  */
 
 import { answerError, badAnswerError, S3StoreError } from "./s3_errors.ts";
@@ -34,23 +36,58 @@ export function partSizeFor(base: number, n: number): number {
 
 /** Reads a byte stream into caller-given buffers, whole buffers until the stream ends. */
 class PartReader {
-  readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  /** Reads straight into the part's buffer (a byte stream, such as a command's stdout). */
+  readonly #byob: ReadableStreamBYOBReader | undefined;
+  /** Copies chunks into it (any other stream). */
+  readonly #chunks: ReadableStreamDefaultReader<Uint8Array> | undefined;
   #carry: Uint8Array | undefined;
   #ended = false;
 
-  constructor(reader: ReadableStreamDefaultReader<Uint8Array>) {
-    this.#reader = reader;
+  constructor(body: ReadableStream<Uint8Array>) {
+    try {
+      this.#byob = body.getReader({ mode: "byob" });
+    } catch {
+      this.#chunks = body.getReader();
+    }
   }
 
-  /** Fills `buffer`; returns the bytes filled, fewer than its length only at the end. */
-  async fill(buffer: Uint8Array): Promise<number> {
+  /**
+   * Fills `buffer`. A byte stream reads into it in place, which hands its memory over: use the
+   * returned buffer (the same memory) from then on, never the one given.
+   * @returns the buffer and the bytes filled, fewer than its length only at the end
+   */
+  async fill(buffer: Uint8Array<ArrayBuffer>): Promise<Filled> {
+    return this.#byob
+      ? await this.#fillInPlace(this.#byob, buffer)
+      : await this.#fillByCopy(buffer);
+  }
+
+  cancel(reason: unknown): Promise<void> {
+    return (this.#byob ?? this.#chunks)!.cancel(reason);
+  }
+
+  async #fillInPlace(reader: ReadableStreamBYOBReader, given: Uint8Array<ArrayBuffer>) {
+    let buffer = given;
+    let at = 0;
+    while (at < buffer.length && !this.#ended) {
+      const r = await reader.read(new Uint8Array(buffer.buffer, at, buffer.length - at));
+      // A cancelled stream gives no view back; it is at its end all the same.
+      if (r.value === undefined) throw new TypeError("The body was cancelled while being read");
+      buffer = new Uint8Array(r.value.buffer);
+      at += r.value.length;
+      if (r.done) this.#ended = true;
+    }
+    return { buffer, length: at };
+  }
+
+  async #fillByCopy(buffer: Uint8Array<ArrayBuffer>): Promise<Filled> {
     let at = 0;
     while (at < buffer.length) {
       let chunk = this.#carry;
       this.#carry = undefined;
       if (chunk === undefined) {
         if (this.#ended) break;
-        const r = await this.#reader.read();
+        const r = await this.#chunks!.read();
         if (r.done) {
           this.#ended = true;
           break;
@@ -62,9 +99,36 @@ class PartReader {
       at += n;
       if (n < chunk.length) this.#carry = chunk.subarray(n);
     }
-    return at;
+    return { buffer, length: at };
   }
 }
+
+/** A part's buffer and how much of it holds the part. */
+interface Filled {
+  readonly buffer: Uint8Array<ArrayBuffer>;
+  readonly length: number;
+}
+
+/** Buffers of finished parts, given out again: a stream of any length allocates only a few. */
+class BufferPool {
+  readonly #free: Uint8Array<ArrayBuffer>[] = [];
+
+  /** A buffer of `size` bytes (its content is stale). */
+  take(size: number): Uint8Array<ArrayBuffer> {
+    const i = this.#free.findIndex((b) => b.length === size);
+    return i >= 0 ? this.#free.splice(i, 1)[0]! : new Uint8Array(size);
+  }
+
+  give(buffer: Uint8Array<ArrayBuffer>): void {
+    this.#free.push(buffer);
+  }
+}
+
+/**
+ * Parts uploading at once by default. Against versitygw on 2 cores, 3 in flight were about 20%
+ * faster than 1; each part in flight is also copied by fetch, so 2 keep memory lower.
+ */
+export const DEFAULT_PARTS_IN_FLIGHT = 2;
 
 /** Where to write and how. */
 export interface UploadTarget {
@@ -74,6 +138,11 @@ export interface UploadTarget {
   /** For messages: `Writing "k" to <store>`. */
   readonly what: string;
   readonly partSizeBytes: number;
+  /**
+   * Parts uploading at once (default {@linkcode DEFAULT_PARTS_IN_FLIGHT}); one more is being
+   * read, so memory holds at most `(partsInFlight + 1) × partSizeBytes` of the stream.
+   */
+  readonly partsInFlight?: number;
   readonly signal?: AbortSignal | undefined;
 }
 
@@ -91,43 +160,46 @@ export async function uploadStream(
   // Stops the requests in flight once anything fails, before the upload is aborted.
   const stop = new AbortController();
   const signal = target.signal ? AbortSignal.any([target.signal, stop.signal]) : stop.signal;
-  const reader = body.getReader();
+  const parts = new PartReader(body);
   // An abort also ends a read waiting on a slow source.
-  const onAbort = () => void reader.cancel(signal.reason).catch(() => {});
+  const onAbort = () => void parts.cancel(signal.reason).catch(() => {});
   signal.addEventListener("abort", onAbort, { once: true });
   const t = { ...target, signal };
   const upload = new MultipartUpload(t);
-  let uploading: Promise<void> | undefined;
+  const inFlight = new Set<Promise<void>>();
+  const maxInFlight = Math.max(1, target.partsInFlight ?? DEFAULT_PARTS_IN_FLIGHT);
+  const pool = new BufferPool();
   try {
-    const parts = new PartReader(reader);
-    let current = new Uint8Array(partSizeFor(t.partSizeBytes, 1));
-    let length = await parts.fill(current);
+    let filled = await parts.fill(pool.take(partSizeFor(t.partSizeBytes, 1)));
     signal.throwIfAborted();
-    if (length < current.length) return await putObject(t, current.subarray(0, length));
+    if (filled.length < filled.buffer.length) {
+      return await putObject(t, filled.buffer.subarray(0, filled.length));
+    }
     await upload.create();
-    let spare: Uint8Array<ArrayBuffer> | undefined;
     let size = 0;
     for (let n = 1;; n++) {
       if (n > MAX_PARTS) throw new RangeError("The stream needs more than 10,000 parts");
-      uploading = upload.part(n, current.subarray(0, length));
-      // A failed part ends the read of the next one at once.
-      uploading.catch(() => stop.abort());
-      const nextSize = partSizeFor(t.partSizeBytes, n + 1);
-      const next = spare?.length === nextSize ? spare : new Uint8Array(nextSize);
-      const nextLength = await parts.fill(next);
-      await uploading;
-      signal.throwIfAborted();
+      const { buffer, length } = filled;
+      const uploading: Promise<void> = upload.part(n, buffer.subarray(0, length)).then(() => {
+        inFlight.delete(uploading);
+        pool.give(buffer);
+      });
+      // A failed part stops the others and ends the read of the next one at once.
+      uploading.catch((e) => stop.abort(e));
+      inFlight.add(uploading);
       size += length;
-      if (nextLength === 0) break;
-      spare = current;
-      current = next;
-      length = nextLength;
+      // The next part is read while up to the limit upload; it starts once one of them ended.
+      filled = await parts.fill(pool.take(partSizeFor(t.partSizeBytes, n + 1)));
+      signal.throwIfAborted();
+      if (filled.length === 0) break;
+      while (inFlight.size >= maxInFlight) await Promise.race(inFlight);
     }
+    await Promise.all(inFlight);
     return { etag: await upload.complete(size), size };
   } catch (e) {
     stop.abort(e);
-    await uploading?.catch(() => {});
-    await reader.cancel(e).catch(() => {});
+    await Promise.allSettled(inFlight);
+    await parts.cancel(e).catch(() => {});
     await upload.abort();
     throw e;
   } finally {
@@ -140,6 +212,7 @@ async function putObject(target: UploadTarget, bytes: Uint8Array<ArrayBuffer>): 
     method: "PUT",
     key: target.key,
     body: bytes,
+    unsignedPayload: true,
     what: target.what,
     // Unconditional, the same bytes to a key only this writer uses: safe to send again.
     idempotent: true,
@@ -189,6 +262,7 @@ class MultipartUpload {
       key: this.#t.key,
       query: [["partNumber", String(n)], ["uploadId", this.#id()]],
       body: bytes,
+      unsignedPayload: true,
       what: `${this.#t.what} (part ${n})`,
       idempotent: true,
       signal: this.#t.signal,

@@ -68,6 +68,19 @@ export interface ObjectBytes {
   readonly etag: string;
 }
 
+/** The temporary file of a {@linkcode Store.putWritten} write. */
+export interface WrittenFile {
+  /** Its node:fs descriptor, open for writing: give it to a command as stdout (run.ts). */
+  readonly fd: number;
+  /** Its path, to read it back while it is written. */
+  readonly path: string;
+  /**
+   * The store's error for a writer that failed saying `message` (a command's stderr), when
+   * that names a failure of the store's file system (full, read-only, gone); else undefined.
+   */
+  writerError(message: string): StoreError | undefined;
+}
+
 /** Where volumes' streams and manifests are kept. */
 export interface Store {
   /** The store as the operator named it, without credentials: for logs and error messages. */
@@ -85,6 +98,20 @@ export interface Store {
     body: ReadableStream<Uint8Array>,
     options?: TransferOptions,
   ): Promise<PutResult>;
+
+  /**
+   * Only where the store is a local file system (the directory store): writes `key` by giving
+   * its temporary file to `write`, which has another program fill it (`zfs send` with the file
+   * as stdout), so no byte passes through this process. Visible only once `write` resolved (the
+   * file is then synced and renamed into place); removed if `write` throws or the signal aborts.
+   * @returns the write's result and `write`'s value
+   * @throws {StoreError} unavailable, no_space, denied, invalid; whatever `write` throws
+   */
+  putWritten?<T>(
+    key: string,
+    write: (file: WrittenFile) => Promise<T>,
+    options?: TransferOptions,
+  ): Promise<PutResult & { readonly value: T }>;
 
   /**
    * Writes a small object (a manifest) in one request, under `condition` if given: with

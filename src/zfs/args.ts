@@ -68,6 +68,15 @@ export function setArgs(dataset: string, name: string, value: string): string[] 
   return ["set", `${name}=${value}`, dataset];
 }
 
+/**
+ * `zfs inherit` of one property: a user property set locally is removed (nothing to inherit
+ * from the parent for the plugin's own marks).
+ */
+export function inheritArgs(dataset: string, name: string): string[] {
+  checkProperty(name, "");
+  return ["inherit", name, dataset];
+}
+
 /** ZFS properties to set, in the order they are to be set. */
 export type PropertyList = ReadonlyArray<readonly [name: string, value: string]>;
 

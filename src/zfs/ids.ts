@@ -9,6 +9,9 @@
  * ({@linkcode IdScope.nodeLocal}), so that only this node is ever asked.
  *
  * - volume id:   `<name>` or `<name>@<node>` (or the full dataset name `<parent>/<child>`)
+ * - a volume that follows its job (src/follow/): `<name>@*`, on whichever node holds it in the
+ *   store. `*` is no node id (node ids start with a letter or digit), so no other id has this
+ *   form, and a plugin that does not know it refuses it as malformed
  * - snapshot id: `<volume>@<snapshot>` or `<volume>@<snapshot>@<node>`
  */
 
@@ -42,6 +45,8 @@ export interface ResolveOptions {
    * without a node is refused unless {@linkcode IdScope.nodeLocal}.
    */
   readonly mutating?: boolean;
+  /** The call handles volumes that follow their job (`<name>@*`); others refuse their ids. */
+  readonly follow?: boolean;
 }
 
 /** A volume id resolved on this node. */
@@ -49,6 +54,8 @@ export interface VolumeRef {
   /** The id as the client sent it. */
   readonly id: string;
   readonly dataset: string;
+  /** The volume follows its job (its id is `<name>@*`). */
+  readonly follow?: true;
 }
 
 /** A snapshot id resolved on this node. */
@@ -111,6 +118,17 @@ export function resolveVolume(id: string, scope: IdScope, opts: ResolveOptions =
   if (id.length === 0) throw invalid("Volume id is empty");
   if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
     throw invalid(`Volume id is longer than ${MAX_VOLUME_ID_BYTES} bytes`);
+  }
+  if (isFollowVolumeId(id)) {
+    const name = id.slice(0, -FOLLOW_SUFFIX.length);
+    if (!opts.follow) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" follows its job from node to node; this call does not support such ` +
+          `volumes yet`,
+      );
+    }
+    return { id, dataset: datasetForVolume(scope.parentDataset, name), follow: true };
   }
   const at = id.indexOf("@");
   if (at < 0) {
@@ -194,6 +212,31 @@ export function snapshotIdOf(snapshot: string, scope: IdScope): string | undefin
   const name = decodeComponent(snapshot.slice(at + 1));
   if (volume === undefined || name === undefined) return undefined;
   return qualifiedSnapshotId(volume, name, scope.nodeId);
+}
+
+/** What ends the id of a volume that follows its job. */
+export const FOLLOW_SUFFIX = "@*";
+
+/** Whether `id` names a volume that follows its job: `<name>@*`, the name without "@". */
+export function isFollowVolumeId(id: string): boolean {
+  return id.endsWith(FOLLOW_SUFFIX) && id.indexOf("@") === id.length - FOLLOW_SUFFIX.length &&
+    id.length > FOLLOW_SUFFIX.length;
+}
+
+/**
+ * The id CreateVolume returns for a volume named `name` that follows its job.
+ * @throws {CsiError} INVALID_ARGUMENT when the name is invalid or the id would be too long
+ */
+export function followVolumeId(name: string): string {
+  encodeComponent("Volume name", name);
+  if (name.includes("@")) throw invalid(`Volume name "${name}" must not contain "@"`);
+  const id = `${name}${FOLLOW_SUFFIX}`;
+  if (byteLength(id) > MAX_VOLUME_ID_BYTES) {
+    throw invalid(
+      `Volume name "${name}" is too long: its id "${id}" would exceed ${MAX_VOLUME_ID_BYTES} bytes`,
+    );
+  }
+  return id;
 }
 
 /** The id of volume `name` on node `nodeId`: the one place that writes the id format. */

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { Code } from "../errors.ts";
 import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import {
+  followVolumeId,
   type IdScope,
+  isFollowVolumeId,
   resolveSnapshot,
   resolveVolume,
   snapshotIdOf,
@@ -358,4 +360,29 @@ Deno.test("resolveSnapshot refuses volume@snapshot without a node in a mutating 
     () => resolveSnapshot("reallyfakesnapshotid", scope, { mutating: true }),
     Code.INVALID_ARGUMENT,
   );
+});
+
+Deno.test("resolveVolume takes a follow id <name>@* only where the call supports it", () => {
+  assert.deepEqual(resolveVolume("pg-data@*", scope, { follow: true }), {
+    id: "pg-data@*",
+    dataset: "tank/nomad/pg-data",
+    follow: true,
+  });
+  assertThrowsCsi(
+    () => resolveVolume("pg-data@*", scope, { mutating: true }),
+    Code.FAILED_PRECONDITION,
+    /"pg-data@\*" follows its job/,
+  );
+  // "*" is no node: "a@b@*" is not a follow id, and stays malformed.
+  assertThrowsCsi(() => resolveVolume("a@b@*", scope, { follow: true }), Code.INVALID_ARGUMENT);
+  assertThrowsCsi(() => resolveVolume("@*", scope, { follow: true }), Code.INVALID_ARGUMENT);
+});
+
+Deno.test("followVolumeId appends @* and refuses names that could not come back", () => {
+  assert.equal(followVolumeId("pg-data"), "pg-data@*");
+  assert.equal(isFollowVolumeId(followVolumeId("db[0]")), true);
+  assert.equal(isFollowVolumeId("pg-data@node-a"), false);
+  assert.equal(isFollowVolumeId("pg-data"), false);
+  assertThrowsCsi(() => followVolumeId("a@b"), Code.INVALID_ARGUMENT, /must not contain "@"/);
+  assertThrowsCsi(() => followVolumeId("x".repeat(127)), Code.INVALID_ARGUMENT, /too long/);
 });

@@ -13,6 +13,7 @@ import {
   type DestroyOptions,
   getArgs,
   getTreeArgs,
+  inheritArgs,
   loadKeyArgs,
   mountArgs,
   poolHealthArgs,
@@ -254,6 +255,11 @@ export class Zfs {
   /** Sets one property. */
   async set(dataset: string, name: string, value: string): Promise<void> {
     await this.#zfs(setArgs(dataset, name, value));
+  }
+
+  /** Removes a locally set property, so the dataset inherits it again. */
+  async inherit(dataset: string, name: string): Promise<void> {
+    await this.#zfs(inheritArgs(dataset, name));
   }
 
   /**

@@ -4,8 +4,8 @@
 # throw-away zfs pool on a sparse file. Then checks what the run left behind: nothing mounted
 # below the plugin's directory and, below the parent dataset, only what deletes set aside.
 # Ends with "csi-sanity: N passed, N failed, N skipped, N pending"; exits non-zero on any failure.
-# Needs root and ZFS (tools/zfs-env.sh ensure), and Go to build csi-sanity once: without Go it
-# prints "csi-sanity: not run: ..." and exits 0, as the grpc-go test skips.
+# Needs root and ZFS (tools/zfs-env.sh ensure), and Go to build csi-sanity once (tools/go.sh
+# finds or fetches it): where no Go can be had it prints "csi-sanity: not run: ..." and exits 0.
 # Environment: CSI_SANITY_CACHE (where built csi-sanity binaries are kept, default
 # /var/cache/zfs-csi), CSI_SANITY_ARGS (extra csi-sanity/ginkgo flags, e.g. -ginkgo.v).
 set -euo pipefail
@@ -32,14 +32,11 @@ ensure_csi_sanity() {
   CSI_SANITY_BIN="$cache/csi-sanity"
   [ -x "$CSI_SANITY_BIN" ] && return 0
   local go
-  go=$(command -v go || true)
-  [ -z "$go" ] && [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go
-  # Like the grpc-go churn test: a machine without a recent enough Go says so and runs nothing.
-  local version=""
-  [ -n "$go" ] && version=$("$go" env GOVERSION 2>/dev/null || true)
-  if ! printf '%s\n%s\n' "go$CSI_SANITY_GO_MIN" "${version:-go0}" | sort -V -C; then
+  # A recent enough Go, bootstrapped from the Go module proxy where there is none (tools/go.sh).
+  # Where even that fails (no network, no apt-get), it says so and runs nothing.
+  if ! go=$(ZFS_CSI_GO_MIN="$CSI_SANITY_GO_MIN" "$root/tools/go.sh"); then
     echo "csi-sanity: not run: building csi-sanity $CSI_SANITY_VERSION needs Go" \
-      "$CSI_SANITY_GO_MIN+ (found: ${version:-none}; looked on PATH and in /usr/local/go)"
+      "$CSI_SANITY_GO_MIN+, and tools/go.sh could not find or fetch one (see above)"
     exit 0
   fi
   say "building csi-sanity $CSI_SANITY_VERSION into $cache (once)"

@@ -37,30 +37,10 @@ started_at=$(date +%s)
 passed=0
 failed=0
 
-say() { printf '%s\n' "$*"; }
-step() { say ""; say "== $*"; }
-pass() { passed=$((passed + 1)); say "ok   $*"; }
-fail() { failed=$((failed + 1)); say "FAIL $*"; }
-
-# check "what" command...: one check, passed if the command succeeds.
-check() {
-  local what=$1
-  shift
-  if "$@"; then pass "$what"; else fail "$what"; fi
-}
-
-# same a b: equal and not empty (an empty output on both sides proves nothing).
-same() { [ -n "$1" ] && [ "$1" = "$2" ]; }
-
-# wait_until seconds command...: polls every second until the command succeeds.
-wait_until() {
-  local deadline=$(($(date +%s) + $1))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -ge "$deadline" ] && return 1
-    sleep 1
-  done
-}
+# say, step, pass, fail, check, same, wait_until, port_free, plugin_wrapper, chroot_env_entries,
+# pids_of: shared with tests/e2e/nomad_cluster.sh.
+# shellcheck source=tests/e2e/lib.sh
+. "$here/lib.sh"
 
 # A failure that makes the rest meaningless: count it, clean up, stop.
 abort() {
@@ -99,17 +79,7 @@ nomad() { "$nomad_bin" "$@"; }
 # Processes whose command line names our temporary directory (the plugins and Nomad's
 # executors) or that hold a file open in the agent's data directory (Nomad's logmon, which
 # outlives a dev agent). Not the pool image: zfs-fuse's daemon holds that one.
-our_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" = "$$" ] && continue
-    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$tmp/"; then
-      echo "${p#/proc/}"
-    elif find "$p/fd" -maxdepth 1 -lname "$data_dir/*" 2>/dev/null | grep -q .; then
-      echo "${p#/proc/}"
-    fi
-  done
-}
+our_pids() { pids_of "$tmp/" "$data_dir"; }
 
 cleanup() {
   local code=$?
@@ -176,27 +146,7 @@ say "pool: $pool on $tmp/pool.img, parents $pool/nomad (monolith) and $pool/node
 # production build grants it: ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts.
 mkdir -p "$tmp/bin"
 # write_wrapper extra-dirs: (re)writes the wrapper; extra-dirs is ZFS_CSI_EXTRA_DIRS ("" for none).
-write_wrapper() {
-  local flags
-  flags=$(cd "$plugin_root" && E2E_CSI_DIR="$csi_dir" ZFS_CSI_EXTRA_DIRS="$1" \
-    "$root/tools/deno" eval --quiet '
-    const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
-    const vars = { ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS") };
-    const extraDirs = vars.ZFS_CSI_EXTRA_DIRS
-      ? (await import(`${Deno.cwd()}/tools/compile_args.ts`)).fromBuildVariables(vars).extraDirs
-      : [];
-    const dirs = [Deno.env.get("E2E_CSI_DIR")!, ...extraDirs];
-    await Deno.stdout.write(new TextEncoder().encode(runtimeFlags({ dirs }).join(" ")));
-  ') || return 1
-  cat >"$tmp/bin/zfs-csi" <<EOF
-#!/bin/sh
-# Runs zfs-csi from source as the compiled binary would run (its flags from src/permissions.ts).
-cd '$plugin_root' || exit 1
-export DENO_DIR='${DENO_DIR:-$HOME/.cache/deno}'
-exec '$root/tools/deno' run --quiet --frozen --config deno.json $flags main.ts "\$@"
-EOF
-  chmod +x "$tmp/bin/zfs-csi"
-}
+write_wrapper() { plugin_wrapper "$tmp/bin/zfs-csi" "$plugin_root" "$csi_dir" "$1" ""; }
 write_wrapper "" || abort "permission flags read from src/permissions.ts"
 check "plugin wrapper runs main.ts (--version)" "$tmp/bin/zfs-csi" --version
 
@@ -217,7 +167,6 @@ else
 fi
 
 # -- the agent: loopback, free ports outside Nomad's dynamic range (20000-32000)
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for _ in $(seq 1 50); do
   base=$((34000 + (RANDOM % 2000) * 3))
   if port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)); then break; fi
@@ -228,19 +177,10 @@ export NOMAD_CLI_SHOW_HINTS=false
 port_free 4646 || say "note: port 4646 is in use by something else; this agent uses $base-$((base + 2))"
 
 # The exec driver copies chroot_env into every task: only what tests/e2e/app.nomad.hcl runs.
-chroot_entries=""
-for prog in sh head sha256sum sleep cat ls mkdir find sort; do
-  path=$(readlink -f "$(command -v "$prog")")
-  chroot_entries+="    \"$path\" = \"/bin/$prog\""$'\n'
-  for lib in $(ldd "$path" | grep -o '/[^ ]*'); do
-    chroot_entries+="    \"$(readlink -f "$lib")\" = \"$lib\""$'\n'
-  done
-done
 # The job runs as nobody (Nomad's default for exec; a task running as "root" gets every
 # capability the kernel knows, and this machine's bounding set lacks CAP_SYS_RESOURCE, so it
-# fails with "unable to apply caps"): the user must resolve inside the task.
-chroot_entries+='    "/etc/passwd" = "/etc/passwd"'$'\n''    "/etc/group" = "/etc/group"'
-chroot_entries=$(printf '%s\n' "$chroot_entries" | sort -u)
+# fails with "unable to apply caps"): the user must resolve inside the task (/etc/passwd).
+chroot_entries=$(chroot_env_entries sh head sha256sum sleep cat ls mkdir find sort)
 
 cat >"$tmp/agent.hcl" <<EOF
 name      = "$node_name"

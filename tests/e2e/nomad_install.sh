@@ -58,8 +58,11 @@ if built; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null 2>&1 || { echo "nomad_install: go is needed to build Nomad" >&2; exit 1; }
+# A Go of 1.25 or later (PATH, /usr/local/go, or fetched from the Go module proxy by tools/go.sh);
+# its directory goes first on PATH, so every `go` below is that one.
+go=$("$(dirname "${BASH_SOURCE[0]}")/../../tools/go.sh") ||
+  { echo "nomad_install: Go 1.25+ is needed to build Nomad (tools/go.sh said why)" >&2; exit 1; }
+PATH="$(dirname "$go"):$PATH"
 
 echo "nomad_install: building Nomad $NOMAD_VERSION into $cache (several minutes the first time)" >&2
 started=$(date +%s)

@@ -61,6 +61,21 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
         assert.match(lines[0]!, re);
       });
     }
+    await t.step("an unknown subcommand: exit 2 with one line naming the subcommands", async () => {
+      const r = await runCli(dir, ["lsit", ...ok]);
+      assert.equal(r.code, 2);
+      const lines = r.stderr.trimEnd().split("\n");
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0]!, /^zfs-csi: unknown subcommand "lsit"; subcommands: list, /);
+      assert.equal(r.stdout, "");
+    });
+    await t.step("help lists the operator subcommands", async () => {
+      const r = await runCli(dir, ["help"]);
+      assert.equal(r.code, 0, r.stderr);
+      for (const name of ["list", "undelete", "purge", "verify", "demo"]) {
+        assert.match(r.stdout, new RegExp(`\\n  ${name} `));
+      }
+    });
     await t.step("a socket outside the build's directories: exit 1 naming the fix", async () => {
       const r = await runCli(dir, [...ok, "--endpoint", "unix:///run/elsewhere/csi.sock"]);
       assert.equal(r.code, 1);

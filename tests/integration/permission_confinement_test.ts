@@ -23,7 +23,7 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { PRODUCTION_DIRS, runtimeFlags } from "../../src/permissions.ts";
+import { PRODUCTION_DIRS, PRODUCTION_READ_FILES, runtimeFlags } from "../../src/permissions.ts";
 import { compileArgs } from "../../tools/compile_args.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { S3Server } from "../support/s3_server.ts";
@@ -156,7 +156,7 @@ const ALLOWED = [
 ];
 
 Deno.test("permissions: deno compile bakes in exactly the runtime flags the tests run with", () => {
-  const flags = runtimeFlags({ dirs: [...PRODUCTION_DIRS] });
+  const flags = runtimeFlags({ dirs: [...PRODUCTION_DIRS], readFiles: [...PRODUCTION_READ_FILES] });
   const args = compileArgs({ extraDirs: [], output: "zfs-csi" });
   const at = args.indexOf(flags[0]!);
   assert.ok(at > 0, "compile args hold the runtime flags");
@@ -169,7 +169,8 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
   // The flags themselves: four programs, scoped paths, nothing unscoped or broad.
   assert.ok(flags.includes("--allow-run=zfs,zpool,mount,umount"));
   assert.ok(flags.includes(`--allow-write=${PRODUCTION_DIRS.join(",")}`));
-  assert.ok(flags.includes(`--allow-read=${PRODUCTION_DIRS.join(",")}`));
+  // Read: the dirs, and the host volume plugin's config file in Nomad's default plugin dirs.
+  assert.ok(flags.includes(`--allow-read=${[...PRODUCTION_DIRS, ...PRODUCTION_READ_FILES]}`));
   assert.ok(flags.includes("--allow-sys=statfs"));
   for (const broad of ["-A", "--allow-all", "--allow-net", "--allow-ffi", "--allow-import"]) {
     assert.ok(!flags.some((f) => f === broad || f.startsWith(`${broad}=`)), broad);
@@ -181,7 +182,11 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
   assert.deepEqual(PluginProcess.flags("/tmp/x"), runtimeFlags({ dirs: ["/tmp/x"] }));
   // A store build: its host:port (ZFS_CSI_STORE_HOSTS) is the only network, in the same flags.
   const store = compileArgs({ extraDirs: [], storeHosts: ["s3.example.com"], output: "x" });
-  const storeFlags = runtimeFlags({ dirs: [...PRODUCTION_DIRS], netHosts: ["s3.example.com"] });
+  const storeFlags = runtimeFlags({
+    dirs: [...PRODUCTION_DIRS],
+    netHosts: ["s3.example.com"],
+    readFiles: [...PRODUCTION_READ_FILES],
+  });
   assert.deepEqual(store.filter((a) => storeFlags.includes(a)), storeFlags);
   assert.deepEqual(store.filter((a) => a.startsWith("--allow-net")), [
     "--allow-net=s3.example.com:443",
@@ -512,5 +517,173 @@ Deno.test("permissions: a store build signs and sends S3 requests to a real S3 s
     });
   } finally {
     await Deno.remove(allowed, { recursive: true });
+  }
+});
+
+/** A port that was free a moment ago on 127.0.0.1. */
+function freeLocalPort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = l.addr.port;
+  l.close();
+  return port;
+}
+
+Deno.test("permissions: a metrics build listens on its address and nothing else", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-perm-metrics-" });
+  try {
+    const listen = `127.0.0.1:${freeLocalPort()}`;
+    // ZFS_CSI_METRICS_LISTEN puts the address in the one --allow-net; the tests' netHosts give
+    // the same flags.
+    assert.deepEqual(
+      runtimeFlags({ dirs: [dir], listen: [listen] }),
+      PluginProcess.flags(dir, { netHosts: [listen] }),
+    );
+    assert.deepEqual(
+      compileArgs({ extraDirs: [], metricsListen: [listen], output: "x" })
+        .filter((a) => a.startsWith("--allow-net")),
+      [`--allow-net=${listen}`],
+    );
+
+    await t.step("the plugin serves /metrics on the address the build allows", async () => {
+      await using plugin = await PluginProcess.start({
+        parentDataset: "nopool/nomad",
+        dir,
+        extraArgs: ["--metrics-listen", listen],
+        scope: { netHosts: [listen] },
+        waitReady: false,
+      });
+      let text = "";
+      for (let i = 0; i < 100 && text === ""; i++) {
+        try {
+          const r = await fetch(`http://${listen}/metrics`);
+          text = r.ok ? await r.text() : "";
+        } catch {
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      assert.match(text, /^zfs_csi_info\{/m, plugin.logs().join("\n"));
+      // No pool: the zfs source is down, and the scrape still answers.
+      assert.match(text, /^zfs_csi_metrics_source_up\{source="zfs"\} 0$/m);
+      assert.ok(!plugin.logs().some((l) => /NotCapable|Requires .* access/.test(l)));
+    });
+
+    await t.step("the same build may not listen anywhere else", async () => {
+      const [port] = listen.split(":").slice(1).map(Number);
+      const other = `127.0.0.1:${port === 65535 ? port - 1 : port! + 1}`;
+      for (const asked of [other, `0.0.0.0:${port}`]) {
+        await using plugin = await PluginProcess.start({
+          parentDataset: "nopool/nomad",
+          dir,
+          extraArgs: ["--metrics-listen", asked],
+          scope: { netHosts: [listen] },
+          waitReady: false,
+        });
+        const status = await plugin.status;
+        assert.equal(status.code, 1, plugin.logs().join("\n"));
+        assert.deepEqual(plugin.logs().filter((l) => l.startsWith("zfs-csi:")), [
+          `zfs-csi: cannot start: this build may not listen for metrics on "${asked}"; ` +
+          `rebuild with ZFS_CSI_METRICS_LISTEN=${asked} deno task compile`,
+        ]);
+      }
+    });
+
+    await t.step(
+      "under the metrics grant: its port listens, others and every connection are refused",
+      async () => {
+        const { store, other } = twoServers();
+        try {
+          const metricsPort = Number(listen.split(":")[1]);
+          const { outcomes } = await probe(
+            dir,
+            dir,
+            "net",
+            Deno.env.get("PATH") ?? "",
+            [String(metricsPort), String(other.addr.port)],
+            { netHosts: [listen] },
+          );
+          // The probe calls the granted port "the store's".
+          assert.equal(outcomes.get("listen on the store's port")?.outcome, "ok");
+          for (
+            const name of [
+              "listen on another port",
+              "fetch another port",
+              "connect to another port",
+              "node:net connect to another port",
+              "fetch another host",
+              "fetch the store's port by another name",
+            ]
+          ) {
+            const o = outcomes.get(name);
+            assert.equal(o?.outcome, "NotCapable", `${name}: ${o?.outcome} ${o?.detail}`);
+          }
+        } finally {
+          await store.shutdown();
+          await other.shutdown();
+        }
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("permissions: host volume mode reads the DHV_* variables and only its granted config file", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-perm-dhv-" });
+  try {
+    // The plugin dir, as Nomad's host_volume_plugin_dir: the config file is granted, by itself.
+    const plugins = `${dir}/plugins`;
+    await Deno.mkdir(plugins);
+    const conf = `${plugins}/zfs-csi.conf`;
+    await Deno.writeTextFile(conf, "--parent-dataset tank/nomad\n");
+    await Deno.writeTextFile(`${plugins}/other`, "not granted");
+    const probe = `${dir}/probe.ts`;
+    await Deno.writeTextFile(
+      probe,
+      `const out: Record<string, string> = {};
+const tryIt = (name: string, f: () => unknown) => {
+  try { out[name] = "ok: " + String(f()); } catch (e) { out[name] = (e as Error).name; }
+};
+tryIt("env DHV_VOLUME_ID", () => Deno.env.get("DHV_VOLUME_ID"));
+tryIt("env DHV_PARAMETERS", () => Deno.env.get("DHV_PARAMETERS"));
+tryIt("env DHV_OTHER", () => Deno.env.get("DHV_OTHER"));
+tryIt("read the config file", () => Deno.readTextFileSync(${JSON.stringify(conf)}));
+tryIt("read another file in the plugin dir", () => Deno.readTextFileSync(${
+        JSON.stringify(`${plugins}/other`)
+      }));
+tryIt("list the plugin dir", () => [...Deno.readDirSync(${JSON.stringify(plugins)})].length);
+tryIt("write the config file", () => Deno.writeTextFileSync(${JSON.stringify(conf)}, "x"));
+console.log(JSON.stringify(out));
+`,
+    );
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--quiet",
+        ...runtimeFlags({ dirs: [`${dir}/allowed`], readFiles: [conf] }),
+        probe,
+      ],
+      clearEnv: true,
+      env: {
+        PATH: Deno.env.get("PATH") ?? "",
+        DHV_VOLUME_ID: "id-1",
+        DHV_PARAMETERS: "{}",
+        DHV_OTHER: "x",
+      },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(out.success, decoder.decode(out.stderr));
+    assert.deepEqual(JSON.parse(decoder.decode(out.stdout)), {
+      "env DHV_VOLUME_ID": "ok: id-1",
+      "env DHV_PARAMETERS": "ok: {}",
+      "env DHV_OTHER": "NotCapable",
+      "read the config file": "ok: --parent-dataset tank/nomad\n",
+      "read another file in the plugin dir": "NotCapable",
+      "list the plugin dir": "NotCapable",
+      "write the config file": "NotCapable",
+    });
+    assert.equal(await Deno.readTextFile(conf), "--parent-dataset tank/nomad\n");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

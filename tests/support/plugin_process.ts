@@ -27,6 +27,8 @@ export interface PluginOptions {
   readonly nodeId?: string;
   readonly topology?: readonly string[];
   readonly extraArgs?: readonly string[];
+  /** Deno flags added before the script, e.g. a benchmark's `--preload` (never permissions). */
+  readonly denoFlags?: readonly string[];
   readonly logLevel?: string;
   /** Wait until Probe answers ready (default true). */
   readonly waitReady?: boolean;
@@ -89,6 +91,7 @@ export class PluginProcess implements AsyncDisposable {
       "--quiet",
       "--frozen",
       ...PluginProcess.flags(opts.dir, opts.scope),
+      ...(opts.denoFlags ?? []),
       `${ROOT}main.ts`,
       "--parent-dataset",
       opts.parentDataset,

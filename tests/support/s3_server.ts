@@ -2,11 +2,11 @@
  * A real S3 server for tests: versitygw (https://github.com/versity/versitygw), pinned below,
  * serving a temporary directory on 127.0.0.1. The binary is built once per machine from the Go
  * module proxy into ${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/versitygw-<version>/versitygw (like
- * csi-sanity and Nomad, see tests/conformance/csi_sanity.sh); without Go the tests fail and say
- * so.
+ * csi-sanity and Nomad, see tests/support/go_tool.ts); without Go the tests fail and say so.
  */
 
 import { EMPTY_SHA256, signS3Request } from "../../src/store/sigv4.ts";
+import { freePort, goToolBinaries, tail } from "./go_tool.ts";
 
 /** The one place versitygw's version is pinned. */
 export const VERSITYGW_VERSION = "v1.8.0";
@@ -15,85 +15,19 @@ const MODULE = "github.com/versity/versitygw/cmd/versitygw";
 export const S3_REGION = "us-east-1";
 const START_MS = 15_000;
 
-function cacheDir(): string {
-  return `${Deno.env.get("ZFS_CSI_CACHE") || "/var/cache/zfs-csi"}/versitygw-${VERSITYGW_VERSION}`;
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch (e) {
-    if (e instanceof Deno.errors.NotFound) return false;
-    throw e;
-  }
-}
-
-/** The Go toolchain on PATH or in /usr/local/go/bin. */
-async function findGo(): Promise<string | undefined> {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":").concat("/usr/local/go/bin")) {
-    if (dir !== "" && await exists(`${dir}/go`)) return `${dir}/go`;
-  }
-  return undefined;
-}
-
 /**
- * The versitygw binary, built first if the cache lacks it (about 2 minutes, once). Concurrent
- * test processes wait on a lock file for one build.
+ * The versitygw binary, built first if the cache lacks it (about 2 minutes, once); see
+ * go_tool.ts.
  * @throws {Error} when Go is missing or the build fails
  */
 export async function versitygwBinary(): Promise<string> {
-  const dir = cacheDir();
-  const bin = `${dir}/versitygw`;
-  if (await exists(bin)) return bin;
-  await Deno.mkdir(dir, { recursive: true });
-  using lock = await Deno.open(`${dir}/.build.lock`, { create: true, write: true });
-  await lock.lock(true);
-  if (await exists(bin)) return bin;
-  const go = await findGo();
-  if (go === undefined) {
-    throw new Error(
-      `The S3 tests need versitygw ${VERSITYGW_VERSION}, built from the Go module proxy, and Go ` +
-        `(1.25+) is needed to build it: none on PATH or in /usr/local/go/bin. Install Go, or ` +
-        `put a built versitygw at ${bin}`,
-    );
-  }
-  const build = await Deno.makeTempDir({ dir, prefix: "build." });
-  try {
-    const out = await new Deno.Command(go, {
-      args: ["install", `${MODULE}@${VERSITYGW_VERSION}`],
-      env: { GOBIN: build, GOTOOLCHAIN: "local", GOFLAGS: "-buildvcs=false" },
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    if (!out.success) {
-      throw new Error(
-        `Building versitygw ${VERSITYGW_VERSION} with ${go} failed:\n` +
-          new TextDecoder().decode(out.stderr).slice(-4000),
-      );
-    }
-    // A rename in one directory: other processes see no binary or a whole one.
-    await Deno.rename(`${build}/versitygw`, bin);
-  } finally {
-    await Deno.remove(build, { recursive: true }).catch(() => {});
-  }
-  return bin;
-}
-
-/** A port that was free a moment ago on 127.0.0.1. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = listener.addr.port;
-  listener.close();
-  return port;
-}
-
-/** Keeps the last bytes a child wrote, for error messages. */
-async function tail(stream: ReadableStream<Uint8Array>, into: { text: string }): Promise<void> {
-  const decoder = new TextDecoder();
-  for await (const chunk of stream) {
-    into.text = (into.text + decoder.decode(chunk, { stream: true })).slice(-8000);
-  }
+  const bins = await goToolBinaries({
+    name: "versitygw",
+    version: VERSITYGW_VERSION,
+    packages: [MODULE],
+    neededBy: "The S3 tests",
+  });
+  return bins.versitygw!;
 }
 
 /** A signed request to a test server (bucket creation, raw checks in tests). */

@@ -1,0 +1,42 @@
+import assert from "node:assert/strict";
+import { ConfigError } from "../config.ts";
+import { run } from "./demo.ts";
+import { memoryIo } from "./test_io.ts";
+
+Deno.test("demo refuses, before dialling, a socket or base dir this build may not read and write", async () => {
+  // Unit tests may write /tmp only.
+  await assert.rejects(
+    () =>
+      run(
+        ["--endpoint", "unix:///run/elsewhere/csi.sock", "--stage-publish-base-dir", "/tmp/b"],
+        memoryIo(),
+      ),
+    (e) =>
+      e instanceof ConfigError &&
+      /may not read and write "\/run\/elsewhere\/csi.sock"; rebuild with ZFS_CSI_EXTRA_DIRS=\/run\/elsewhere/
+        .test(e.message),
+  );
+  await assert.rejects(
+    () =>
+      run(
+        ["--endpoint", "unix:///tmp/s.sock", "--stage-publish-base-dir", "/local/csi"],
+        memoryIo(),
+      ),
+    /may not read and write "\/local\/csi"/,
+  );
+});
+
+Deno.test("demo refuses a bad endpoint, size or flag in one ConfigError", async () => {
+  for (
+    const [args, re] of [
+      [["--endpoint", "tcp://127.0.0.1:1"], /not unix:\/\/\/absolute\/path/],
+      [["--endpoint", "unix:///tmp/s.sock", "--size", "1.5"], /--size "1.5"/],
+      [["--nope"], /nope/],
+    ] as const
+  ) {
+    await assert.rejects(
+      () => run([...args], memoryIo()),
+      (e) => e instanceof ConfigError && re.test(e.message),
+    );
+  }
+});

@@ -1,0 +1,275 @@
+/**
+ * `zfs-csi verify`: proves a stored backup restores. Its chain of streams is received (with the
+ * server's restore code: size, SHA-256 and guid of each stream checked, src/replicate/receive.ts)
+ * into a hidden scratch dataset below the parent, the result is checked against the manifests
+ * (and against the volume's own snapshot of the same guid when this node still has it), and the
+ * scratch dataset is destroyed after checking it holds only what the restore received.
+ */
+
+import { ConfigError } from "../config.ts";
+import { Code, CsiError } from "../errors.ts";
+import { openStore } from "../plugin.ts";
+import { storeGrants } from "../permissions.ts";
+import { randomHex } from "../replicate/local.ts";
+import { type ReceiveDeps, restoreChain } from "../replicate/receive.ts";
+import { DenoStreamRunner } from "../run.ts";
+import { chainTo, latest, parseManifest } from "../store/chain.ts";
+import { guidHex, type SnapshotManifest, volumePrefix } from "../store/layout.ts";
+import { storedSnapshotId } from "../store/snapshot_ids.ts";
+import type { Store } from "../store/store.ts";
+import { encodeComponent } from "../zfs/names.ts";
+import { parseBytes } from "../zfs/parse.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import { type CliIo, humanBytes, printJson, Progress } from "./io.ts";
+import { buildTools, checkPrograms, requireGrant, resolveConfig, splitArgs } from "./setup.ts";
+
+/** Prefix of the scratch datasets verify receives into (hidden: never a volume). */
+export const VERIFY_PREFIX = ".verify-";
+
+/** What a verify found. */
+export interface VerifyReport {
+  readonly volume: string;
+  /** The stored snapshot's id and guid. */
+  readonly snapshotId: string;
+  readonly guid: string;
+  readonly createdAt: string;
+  /** Streams received, the full one first, and their bytes. */
+  readonly streams: number;
+  readonly bytes: number;
+  readonly seconds: number;
+  /** Bytes the restored snapshot refers to. */
+  readonly referencedBytes: number;
+  /** Whether the volume's own snapshot of that guid is on this node, and refers to as much. */
+  readonly localSnapshot: "same" | "absent" | "different";
+  readonly scratch: string;
+}
+
+/** A store whose downloads report their bytes as they pass. */
+export function countingStore(store: Store, onBytes: (n: number) => void): Store {
+  return {
+    description: store.description,
+    putStream: (key, body, options) => store.putStream(key, body, options),
+    putBytes: (key, bytes, condition) => store.putBytes(key, bytes, condition),
+    getBytes: (key) => store.getBytes(key),
+    list: (prefix) => store.list(prefix),
+    delete: (key) => store.delete(key),
+    async getStream(key, options) {
+      const stream = await store.getStream(key, options);
+      return stream.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, controller) {
+            onBytes(chunk.length);
+            controller.enqueue(chunk);
+          },
+        }),
+      );
+    },
+  };
+}
+
+/** Every readable manifest of one volume in the store. */
+export async function volumeManifests(store: Store, volume: string): Promise<SnapshotManifest[]> {
+  const prefix = `${volumePrefix(encodeComponent("Volume name", volume))}snapshots/`;
+  const out: SnapshotManifest[] = [];
+  for (const obj of await store.list(prefix)) {
+    if (!/\/snapshots\/[0-9a-f]{16}\.json$/.test(obj.key)) continue;
+    const got = await store.getBytes(obj.key);
+    if (!got) continue;
+    // A manifest that does not read is not this verify's to judge: the chain check names gaps.
+    try {
+      out.push(parseManifest(got.bytes, { key: obj.key }));
+    } catch {
+      continue;
+    }
+  }
+  return out;
+}
+
+/**
+ * The stored snapshot `which` names (its id, or the 16 hex digits of its guid), or the newest.
+ * @throws {CsiError} NOT_FOUND when the store holds none of that volume or no such snapshot
+ */
+export function pickManifest(
+  manifests: readonly SnapshotManifest[],
+  volume: string,
+  which?: string,
+): SnapshotManifest {
+  const found = which === undefined
+    ? latest(manifests)
+    : manifests.find((m) =>
+      guidHex(m.guid) === which || storedSnapshotId(m.volume, m.guid) === which
+    );
+  if (!found) {
+    throw new CsiError(
+      Code.NOT_FOUND,
+      which === undefined
+        ? `The store holds no backup of volume "${volume}"`
+        : `The store holds no snapshot "${which}" of volume "${volume}"`,
+    );
+  }
+  return found;
+}
+
+/**
+ * Destroys the scratch dataset, after checking that it holds nothing but snapshots of `chain`.
+ * @throws {CsiError} FAILED_PRECONDITION naming what else it holds (then it is left alone)
+ */
+export async function removeScratch(
+  zfs: Zfs,
+  scratch: string,
+  chain: readonly SnapshotManifest[],
+): Promise<void> {
+  const tree = await zfs.getTree(scratch, 1, ["type", "guid"]);
+  if (!tree) return;
+  const guids = new Set(chain.map((m) => m.guid));
+  const foreign = [...tree.entries()].filter(([name, props]) =>
+    name !== scratch &&
+    !(name.startsWith(`${scratch}@`) && guids.has(props.get("guid")?.value ?? ""))
+  ).map(([name]) => name);
+  if (tree.get(scratch)?.get("type")?.value !== "filesystem" || foreign.length > 0) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `Scratch dataset "${scratch}" holds what verify did not receive ` +
+        `(${foreign.join(", ") || "not a filesystem"}); it is left for you to look at`,
+    );
+  }
+  // Read just now: below it are only the chain's snapshots.
+  for (let attempt = 0;; attempt++) {
+    try {
+      await zfs.destroy(scratch, { recursive: true });
+      return;
+    } catch (err) {
+      // zfs-fuse can call a dataset received a moment ago busy.
+      if (attempt >= 10 || !(err instanceof Error && /busy/i.test(err.message))) throw err;
+      await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
+    }
+  }
+}
+
+/**
+ * Checks what was received into `scratch`: every snapshot of the chain by guid; the last one's
+ * size against the volume's own snapshot of the same guid, when this node has it.
+ * @throws {CsiError} DATA_LOSS when a snapshot is missing or the sizes differ
+ */
+export async function checkRestored(
+  zfs: Zfs,
+  scratch: string,
+  chain: readonly SnapshotManifest[],
+  volumeDataset: string,
+): Promise<{ referencedBytes: number; localSnapshot: VerifyReport["localSnapshot"] }> {
+  const tree = await zfs.getTree(scratch, 1, ["type", "guid", "referenced"]) ?? new Map();
+  const byGuid = new Map(
+    [...tree.entries()].filter(([n]) => n.includes("@")).map(([n, p]) => [p.get("guid")?.value, n]),
+  );
+  const missing = chain.filter((m) => !byGuid.has(m.guid)).map((m) => m.snapshot);
+  const last = chain.at(-1)!;
+  if (missing.length > 0) {
+    throw new CsiError(
+      Code.DATA_LOSS,
+      `Restored "${scratch}" lacks ${missing.join(", ")} after a receive that reported success`,
+    );
+  }
+  const referencedBytes = parseBytes(
+    tree.get(byGuid.get(last.guid)!)?.get("referenced")?.value ?? "0",
+  );
+  const local = await zfs.getTree(volumeDataset, 1, ["type", "guid", "referenced"]);
+  const own = [...(local ?? new Map()).entries()].find(([n, p]) =>
+    n.includes("@") && p.get("guid")?.value === last.guid
+  );
+  if (!own) return { referencedBytes, localSnapshot: "absent" };
+  const ownBytes = parseBytes(own[1].get("referenced")?.value ?? "0");
+  if (ownBytes !== referencedBytes) {
+    throw new CsiError(
+      Code.DATA_LOSS,
+      `Restored snapshot refers to ${referencedBytes} bytes, but "${own[0]}" (same guid ` +
+        `${last.guid}) on this node refers to ${ownBytes}`,
+    );
+  }
+  return { referencedBytes, localSnapshot: "same" };
+}
+
+/** Usage of `verify`. */
+export const usage =
+  `Usage: zfs-csi verify --parent-dataset NAME --node-id ID --store URL [plugin flags] VOLUME
+                      [--snapshot ID] [--json]
+
+Restores a stored backup of VOLUME (the newest, or --snapshot: its id store:<volume>:<hex> or
+the 16 hex digits) into a hidden scratch dataset below the parent, checking each stream's size,
+SHA-256 and guid as a restore does, then checks the result (every snapshot of the chain there;
+the same size as the volume's own snapshot of that guid, when this node has it) and destroys
+the scratch dataset. Needs room in the pool for the restored data. Shows progress on stderr.`;
+
+/** Runs `verify`. */
+export async function run(args: readonly string[], io: CliIo): Promise<number> {
+  const split = splitArgs(args, { json: { type: "boolean" }, snapshot: { type: "string" } });
+  if (split.positionals.length !== 1) throw new ConfigError("verify takes one VOLUME name");
+  const volume = split.positionals[0]!;
+  const config = resolveConfig(split.configArgs);
+  if (!config.store) {
+    throw new ConfigError("verify needs the store: give --store as the plugin has it");
+  }
+  for (const grant of storeGrants(config.store)) requireGrant(grant);
+  checkPrograms([config.zfsPath]);
+  const tools = buildTools(config, { level: "warn" });
+  const store = openStore(config.store);
+  const manifests = await volumeManifests(store, volume);
+  const which = typeof split.own.snapshot === "string" ? split.own.snapshot : undefined;
+  const target = pickManifest(manifests, volume, which);
+  const chain = chainTo(manifests.filter((m) => m.volumeUid === target.volumeUid), target.guid);
+  const bytes = chain.reduce((n, m) => n + m.size, 0);
+  const scratch = `${config.parentDataset}/${VERIFY_PREFIX}${randomHex(8)}`;
+  const progress = new Progress(io, `verify ${volume}`, bytes);
+  io.err(
+    `verify: receiving ${chain.length} stream(s), ${humanBytes(bytes)}, of ${target.snapshot} ` +
+      `(${target.createdAt}) from ${store.description} into ${scratch}`,
+  );
+  const deps: ReceiveDeps = {
+    streams: new DenoStreamRunner(),
+    zfsPath: config.zfsPath,
+    zfs: tools.zfs,
+    store: countingStore(store, (n) => progress.add(n)),
+    log: tools.log,
+  };
+  const started = performance.now();
+  let checked;
+  try {
+    try {
+      await restoreChain(deps, { chain, target: scratch });
+    } finally {
+      // Ends the bar's line on a terminal, also when the receive failed.
+      progress.finish();
+    }
+    checked = await checkRestored(
+      tools.zfs,
+      scratch,
+      chain,
+      `${config.parentDataset}/${encodeComponent("Volume name", volume)}`,
+    );
+  } finally {
+    await removeScratch(tools.zfs, scratch, chain);
+  }
+  const report: VerifyReport = {
+    volume,
+    snapshotId: storedSnapshotId(target.volume, target.guid),
+    guid: target.guid,
+    createdAt: target.createdAt,
+    streams: chain.length,
+    bytes,
+    seconds: Math.round((performance.now() - started) / 100) / 10,
+    referencedBytes: checked.referencedBytes,
+    localSnapshot: checked.localSnapshot,
+    scratch,
+  };
+  if (split.own.json === true) {
+    printJson(io, report);
+    return 0;
+  }
+  io.out(
+    `Verified ${report.snapshotId} of "${volume}" (${report.createdAt}): ${report.streams} ` +
+      `stream(s), ${humanBytes(bytes)} received and checked in ${report.seconds} s; it holds ` +
+      `${humanBytes(report.referencedBytes)}` +
+      (report.localSnapshot === "same" ? ", as much as the snapshot on this node" : "") +
+      `. Scratch dataset ${scratch} removed.`,
+  );
+  return 0;
+}

@@ -1,0 +1,753 @@
+/**
+ * The node side of volumes that follow their job: NodeStage acquires the volume in the store
+ * and brings this node's copy to the store's head before it is mounted; NodeUnstage (once the
+ * bind is gone) makes the copy read-only, stores a final snapshot and releases the volume with
+ * `head` on it; in between, every stored backup moves `head` and the lease is renewed in the
+ * background. See owner.ts for the fencing and copy.ts for when a copy is used, topped up or
+ * set aside.
+ *
+ * Per volume, everything here runs one step after the other (a queue that waits, without a
+ * deadline): a stage that receives for an hour holds up the volume's release, not the node.
+ * A NodeStage repeated while one is preparing the volume joins it and answers when it ends.
+ * zfs-fuse cannot resume a receive: an interrupted one (a killed plugin, a failed download)
+ * leaves nothing half made (a full receive goes into a hidden dataset renamed only when whole;
+ * an increment either lands or not) and the next NodeStage starts it again.
+ */
+
+import { Code, CsiError, ZfsError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { KeyedLock } from "../lock.ts";
+import type { Inspection } from "../csi/trash.ts";
+import { checkOwned } from "../csi/datasets.ts";
+import type { BackupOptions, BackupOutcome } from "../replicate/backup.ts";
+import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
+import { readManifests } from "../replicate/records.ts";
+import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
+import { restoreVolume } from "../replicate/restore.ts";
+import { ChainError, chainTo } from "../store/chain.ts";
+import type { SnapshotManifest } from "../store/layout.ts";
+import type { Store } from "../store/store.ts";
+import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";
+import type { PropertyMap } from "../zfs/parse.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import {
+  FOLLOW_GENERATION_PROPERTY,
+  FOLLOW_RELEASED_PROPERTY,
+  type LocalCopy,
+  planCopy,
+} from "./copy.ts";
+import {
+  acquire,
+  createOwner,
+  describeOwner,
+  FencedError,
+  type FollowSettings,
+  type Holding,
+  moveHead,
+  type OwnerRecord,
+  readOwner,
+  release,
+  renew,
+} from "./owner.ts";
+import { CopyGate } from "./gate.ts";
+import { writeMarkers } from "./markers.ts";
+import { ProgressStore } from "./progress.ts";
+import { judgeTakeover, LeaseObserver } from "./rule.ts";
+
+/** The release marker of a copy this node holds (writable). */
+const HELD = "none";
+/** The release marker of a copy this node held until another node took the volume over. */
+const FENCED = "fenced";
+
+/** Default lease TTL: the holder renews at least this often (every third of it). */
+export const DEFAULT_LEASE_TTL_SECONDS = 30;
+
+/** What sets a copy aside: the trash (src/csi/trash.ts), as DeleteVolume does. */
+export interface SetAside {
+  inspect(dataset: string): Promise<Inspection | undefined>;
+  removeVolume(dataset: string, found: Inspection): Promise<void>;
+}
+
+/** What the follow side of a node works with. */
+export interface FollowDeps {
+  readonly zfs: Zfs;
+  readonly store: Store;
+  readonly locks: KeyedLock;
+  readonly trash: SetAside;
+  readonly log: Logger;
+  readonly parentDataset: string;
+  readonly node: string;
+  /** Receives from the store (its `store` is replaced by one that logs progress). */
+  readonly receive: ReceiveDeps;
+  /** One backup of a volume: `(dataset, options) => backupVolume(backupDeps, dataset, options)`. */
+  readonly backup: (dataset: string, options?: BackupOptions) => Promise<BackupOutcome>;
+  /** The lease this node promises to renew within (default 30 s). */
+  readonly ttlSeconds?: number;
+  /** `--takeover-after`: undefined = only an explicit takeover. */
+  readonly takeoverAfterMs?: number;
+  /** Longest gap between two progress lines of a receive (default 10 s). */
+  readonly progressEveryMs?: number;
+  /** Wall clock (ms since the epoch), only for stamps people read; replaceable in tests. */
+  readonly now?: () => number;
+  /** Monotonic ms, for the takeover rule; replaceable in tests. */
+  readonly monotonic?: () => number;
+  /** Shared with the standby receives (standby.ts), which a stage or release stops. */
+  readonly gate?: CopyGate;
+}
+
+/** One follow volume on this node. */
+export interface FollowVolume {
+  /** The CSI volume name (its dataset's name below the parent, decoded). */
+  readonly name: string;
+  readonly dataset: string;
+}
+
+/** A NodeStage of a follow volume. */
+export interface StageSpec extends FollowVolume {
+  /**
+   * A registered volume (context `follow = "true"`) has no owner object until its first stage,
+   * which makes one with these settings.
+   */
+  readonly registered?: FollowSettings;
+}
+
+/** Create-only properties: a received stream brings them, zfs refuses to set them after. */
+const CREATE_ONLY = new Set([
+  "casesensitivity",
+  "normalization",
+  "utf8only",
+  "encryption",
+  "keyformat",
+  "pbkdf2iters",
+]);
+
+const COPY_PROPS = [
+  "type",
+  "guid",
+  "createtxg",
+  "readonly",
+  MANAGED_PROPERTY,
+  FOLLOW_GENERATION_PROPERTY,
+  FOLLOW_RELEASED_PROPERTY,
+] as const;
+
+/** The node side of follow volumes; see the module doc. */
+export class FollowVolumes {
+  readonly #d: FollowDeps;
+  readonly #observer: LeaseObserver;
+  readonly #now: () => number;
+  readonly #ttl: number;
+  readonly #gate: CopyGate;
+  /** The tail of each volume's queue of steps. */
+  readonly #tails = new Map<string, Promise<void>>();
+  /** The stage preparing each volume, which a repeated NodeStage joins. */
+  readonly #staging = new Map<string, Promise<void>>();
+  /** Whether zfs knows OpenZFS's `written` (learnt on first refusal). */
+  #knowsWritten = true;
+  #timer: ReturnType<typeof setInterval> | undefined;
+
+  constructor(deps: FollowDeps) {
+    this.#d = deps;
+    this.#observer = new LeaseObserver(deps.monotonic);
+    this.#now = deps.now ?? Date.now;
+    this.#ttl = deps.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+    this.#gate = deps.gate ?? new CopyGate();
+  }
+
+  /** What keeps standby receives out of this node's stages and releases. */
+  get gate(): CopyGate {
+    return this.#gate;
+  }
+
+  /**
+   * This node's copy of a follow volume as the move judges it (copy.ts), or undefined.
+   * @throws {CsiError} FAILED_PRECONDITION when the dataset is not the plugin's
+   */
+  readCopy(dataset: string): Promise<LocalCopy | undefined> {
+    return this.#readCopy(dataset);
+  }
+
+  /** The store the volumes follow through. */
+  get store(): Store {
+    return this.#d.store;
+  }
+
+  /** The lease TTL this node writes. */
+  get ttlSeconds(): number {
+    return this.#ttl;
+  }
+
+  /**
+   * Before NodeStage mounts: acquires the volume and brings this node's copy to the store's
+   * head (see the module doc). A call while one prepares the same volume joins it.
+   * @throws {CsiError} FAILED_PRECONDITION naming the holder when another node holds it (see
+   *   rule.ts); NOT_FOUND when the store knows no such follow volume
+   * @throws {StoreError}, ZfsError, ReplicateError when the store, zfs or a stream fails
+   */
+  prepareStage(spec: StageSpec): Promise<void> {
+    const running = this.#staging.get(spec.dataset);
+    if (running) {
+      this.#d.log.info("joining the stage that prepares this follow volume", {
+        dataset: spec.dataset,
+      });
+      return running;
+    }
+    const run = this.#gate.exclusive(
+      spec.dataset,
+      () => this.#serial(spec.dataset, () => this.#prepare(spec)),
+    ).finally(() => this.#staging.delete(spec.dataset));
+    this.#staging.set(spec.dataset, run);
+    return run;
+  }
+
+  /**
+   * After NodeUnstage removed the last bind: makes the copy read-only, stores a final snapshot
+   * and releases the volume with `head` on it; the copy stays, unmounted and read-only, as a
+   * warm copy. A copy this node no longer holds is only made read-only.
+   * @throws {CsiError} UNAVAILABLE when the volume stayed busy; StoreError, ZfsError when the
+   *   store or zfs fails (Nomad retries NodeUnstage)
+   */
+  release(volume: FollowVolume): Promise<void> {
+    return this.#gate.exclusive(
+      volume.dataset,
+      () => this.#serial(volume.dataset, () => this.#release(volume)),
+    );
+  }
+
+  /**
+   * After a scheduled backup of `dataset` stored a snapshot: moves `head` to it, if this node
+   * holds the volume and the snapshot is newer than the head (on a chain through it). A node
+   * that finds it was taken over makes its copy read-only. Never throws: failures are logged.
+   */
+  async afterBackup(dataset: string, outcome: BackupOutcome): Promise<void> {
+    if (outcome.status !== "stored") return;
+    try {
+      const props = await this.#d.zfs.getProperties(dataset, [FOLLOW_GENERATION_PROPERTY]);
+      if (generationOf(props) === undefined) return;
+      const name = volumeForDataset(this.#d.parentDataset, dataset);
+      if (name === undefined) return;
+      await this.#serial(dataset, () => this.#advance({ name, dataset }, outcome.manifest));
+    } catch (err) {
+      this.#d.log.warn("could not move the follow volume's head", { dataset, error: err });
+    }
+  }
+
+  /** Renews the lease of every volume this node holds. Never throws: failures are logged. */
+  async renewAll(): Promise<void> {
+    let tree;
+    try {
+      tree = await this.#d.zfs.getTree(this.#d.parentDataset, 1, [
+        "type",
+        MANAGED_PROPERTY,
+        FOLLOW_GENERATION_PROPERTY,
+        FOLLOW_RELEASED_PROPERTY,
+      ]);
+    } catch (err) {
+      this.#d.log.warn("lease renewal could not list the volumes", { error: err });
+      return;
+    }
+    for (const [dataset, props] of tree ?? []) {
+      const name = volumeForDataset(this.#d.parentDataset, dataset);
+      if (name === undefined || dataset.slice(this.#d.parentDataset.length + 1).startsWith(".")) {
+        continue;
+      }
+      if (props.get(MANAGED_PROPERTY)?.source !== "local") continue;
+      // Held copies are marked "none"; released ones name a guid, fenced ones say "fenced".
+      if (
+        generationOf(props) === undefined || props.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD
+      ) {
+        continue;
+      }
+      await this.#serial(dataset, () => this.#renewOne({ name, dataset })).catch((err) =>
+        this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
+      );
+    }
+  }
+
+  /** Renews every third of the TTL, without keeping the process alive. */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => void this.renewAll(), Math.max(1, this.#ttl / 3) * 1000);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /** Stops renewing (a stopped plugin's leases expire; the volumes stay held by this node). */
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** Runs `fn` after every earlier step of the volume, whatever their outcome. */
+  #serial<T>(dataset: string, fn: () => Promise<T>): Promise<T> {
+    const before = this.#tails.get(dataset) ?? Promise.resolve();
+    const run = before.then(fn);
+    const tail = run.then(() => {}, () => {});
+    this.#tails.set(dataset, tail);
+    void tail.then(() => {
+      if (this.#tails.get(dataset) === tail) this.#tails.delete(dataset);
+    });
+    return run;
+  }
+
+  async #prepare(spec: StageSpec): Promise<void> {
+    const { store } = this.#d;
+    const volumeKey = encodeComponent("Volume name", spec.name);
+    const log = this.#d.log.child({ volume: spec.name, dataset: spec.dataset });
+    if (spec.registered) {
+      await createOwner(store, volumeKey, {
+        volume: spec.name,
+        uid: randomUid(),
+        ttlSeconds: this.#ttl,
+        settings: spec.registered,
+        nowMs: this.#now(),
+      });
+      // Listed with the follow volumes (no standbys: a registered volume names none).
+      await writeMarkers(store, volumeKey, spec.name, []);
+    }
+    const { holding, acquired, previous } = await acquire(store, volumeKey, {
+      node: this.#d.node,
+      nowMs: this.#now(),
+      ttlSeconds: this.#ttl,
+      mayTakeOver: (current) =>
+        judgeTakeover(current, {
+          volumeKey,
+          observer: this.#observer,
+          rule: this.#d.takeoverAfterMs === undefined
+            ? {}
+            : { takeoverAfterMs: this.#d.takeoverAfterMs },
+          nowMs: this.#now(),
+        }),
+    });
+    this.#observer.forget(volumeKey);
+    const r = holding.record;
+    // A receive may outlast the lease: renew it meanwhile, so no node takes the volume over
+    // from a holder that is busy receiving it.
+    const lease = new LeaseKeeper(store, volumeKey, holding, {
+      everyMs: Math.max(1, this.#ttl / 3) * 1000,
+      now: this.#now,
+      log,
+    });
+    if (acquired && previous.state === "held") {
+      log.warn("follow volume taken over from a holder that stopped renewing", {
+        from: previous.holder,
+        generation: r.generation,
+        head: r.head,
+        headAt: r.headAt,
+      });
+    }
+    try {
+      const chain = r.head === null ? [] : await this.#chain(volumeKey, r.head, log);
+      const local = await this.#readCopy(spec.dataset);
+      if (local && local.generation === undefined) {
+        // Never a copy of a volume that follows its job: a node-local volume of the same name.
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `Dataset "${spec.dataset}" holds a volume of this node with the same name as volume ` +
+            `"${spec.name}", which follows its job; it is left alone. Give one of them another ` +
+            `name (this node cannot stage "${spec.name}" until then)`,
+        );
+      }
+      // Made with its generation: a copy of a follow volume always says it is one.
+      const marks = {
+        [FOLLOW_GENERATION_PROPERTY]: String(r.generation),
+        [FOLLOW_RELEASED_PROPERTY]: HELD,
+      };
+      const plan = planCopy(local, {
+        generation: r.generation,
+        heldBefore: !acquired,
+        chain: chain.map((m) => m.guid),
+      });
+      log.info("follow volume held here", {
+        generation: r.generation,
+        head: r.head,
+        plan: plan.kind,
+        ...("why" in plan ? { why: plan.why } : {}),
+      });
+      if ((plan.kind === "full" || plan.kind === "create") && plan.setAside) {
+        await this.#setAside(spec.dataset, plan.why, log);
+      }
+      switch (plan.kind) {
+        case "current":
+          break;
+        case "increment": {
+          const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
+          await this.#receive(spec.dataset, after, log, async (receive) => {
+            await this.#d.zfs.unmount(spec.dataset);
+            for (const manifest of after) {
+              await receiveFromStore(receive, { manifest, target: spec.dataset });
+            }
+          });
+          break;
+        }
+        case "full":
+          await this.#receive(spec.dataset, chain, log, (receive) =>
+            restoreVolume(receive, {
+              parentDataset: this.#d.parentDataset,
+              chain,
+              target: spec.dataset,
+              properties: Object.entries({ ...r.settings.properties, ...marks }).filter(([k]) =>
+                !CREATE_ONLY.has(k)
+              ),
+            }));
+          break;
+        case "create":
+          try {
+            await this.#d.zfs.create(spec.dataset, { ...r.settings.properties, ...marks });
+          } catch (err) {
+            // A dataset without data of ours (judged by the marker below) or a repeat.
+            if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
+          }
+          break;
+      }
+      await lease.stop();
+      await this.#makeWritable(spec.dataset, r);
+    } catch (err) {
+      await lease.stop().catch(() => {});
+      // Acquired here but not made usable (the store or zfs failed): hand the volume back, head
+      // unchanged, so that the next stage anywhere can take it without a takeover.
+      if (acquired) {
+        await release(store, volumeKey, lease.holding, undefined, this.#now()).catch((e) =>
+          log.warn("could not hand the volume back after a failed stage", { error: e })
+        );
+      }
+      throw err;
+    }
+  }
+
+  /** The head's chain, full stream first. */
+  async #chain(volumeKey: string, head: string, log: Logger): Promise<SnapshotManifest[]> {
+    const { manifests } = await readManifests(this.#d.store, volumeKey, log);
+    try {
+      return chainTo(manifests, head);
+    } catch (err) {
+      if (!(err instanceof ChainError)) throw err;
+      throw new CsiError(
+        Code.DATA_LOSS,
+        `The store's copy of volume "${volumeKey}" cannot be received: ${err.message}`,
+        { cause: err },
+      );
+    }
+  }
+
+  /** Receives through a store that logs progress at least every 10 s. */
+  async #receive(
+    dataset: string,
+    manifests: readonly SnapshotManifest[],
+    log: Logger,
+    fn: (receive: ReceiveDeps) => Promise<void>,
+  ): Promise<void> {
+    const totalBytes = manifests.reduce((n, m) => n + m.size, 0);
+    const progress = new ProgressStore(this.#d.store, log, {
+      totalBytes,
+      ...(this.#d.progressEveryMs === undefined ? {} : { everyMs: this.#d.progressEveryMs }),
+    });
+    const started = performance.now();
+    progress.start();
+    try {
+      await fn({ ...this.#d.receive, store: progress });
+    } finally {
+      progress.stop();
+    }
+    log.info("follow volume received", {
+      dataset,
+      streams: manifests.length,
+      bytes: progress.bytes,
+      ms: Math.round(performance.now() - started),
+    });
+  }
+
+  /** This node's copy, or undefined; refuses a dataset that is not the plugin's. */
+  async #readCopy(dataset: string): Promise<LocalCopy | undefined> {
+    const tree = await this.#d.zfs.getTree(dataset, 1, COPY_PROPS);
+    const props = tree?.get(dataset);
+    if (!tree || !props) return undefined;
+    checkOwned(dataset, props);
+    let newest: { guid: string; txg: number } | undefined;
+    for (const [name, p] of tree) {
+      if (!name.startsWith(`${dataset}@`) || p.get("type")?.value !== "snapshot") continue;
+      const txg = Number(p.get("createtxg")?.value);
+      const guid = p.get("guid")?.value;
+      if (guid && Number.isSafeInteger(txg) && (!newest || txg > newest.txg)) {
+        newest = { guid, txg };
+      }
+    }
+    const generation = generationOf(props);
+    const released = props.get(FOLLOW_RELEASED_PROPERTY);
+    const written = await this.#written(dataset);
+    return {
+      ...(generation === undefined ? {} : { generation }),
+      ...(released?.source === "local" && /^\d{1,20}$/.test(released.value)
+        ? { releasedAt: released.value }
+        : {}),
+      ...(newest ? { newestGuid: newest.guid } : {}),
+      readonly: props.get("readonly")?.value === "on",
+      ...(written === undefined ? {} : { written }),
+    };
+  }
+
+  /** OpenZFS's `written`; undefined on a zfs without it (zfs-fuse). */
+  async #written(dataset: string): Promise<number | undefined> {
+    if (!this.#knowsWritten) return undefined;
+    try {
+      const v = (await this.#d.zfs.getProperties(dataset, ["written"]))?.get("written")?.value;
+      const n = Number(v);
+      return Number.isSafeInteger(n) ? n : undefined;
+    } catch (err) {
+      if (!(err instanceof ZfsError && err.kind === "invalid")) throw err;
+      this.#knowsWritten = false;
+      return undefined;
+    }
+  }
+
+  /** Sets a diverged copy aside with the trash (the same undo recipe as a deleted volume). */
+  async #setAside(dataset: string, why: string, log: Logger): Promise<void> {
+    const held = await this.#d.locks.acquire([dataset], { label: "a follow volume's move" });
+    try {
+      const found = await this.#d.trash.inspect(dataset);
+      if (!found) return;
+      checkOwned(dataset, found.props);
+      await this.#d.trash.removeVolume(dataset, found);
+    } finally {
+      held.release();
+    }
+    log.warn("this node's copy diverged from the store's head: set aside, never published", {
+      why,
+    });
+  }
+
+  /** The copy becomes the volume: this generation's, writable, mounted at the next stage. */
+  async #makeWritable(dataset: string, r: OwnerRecord): Promise<void> {
+    const interval = r.settings.properties[BACKUP_INTERVAL_PROPERTY];
+    // The generation first: a crash right after leaves a copy that knows whose it is.
+    await this.#d.zfs.setProperties(dataset, [
+      [FOLLOW_GENERATION_PROPERTY, String(r.generation)],
+      [FOLLOW_RELEASED_PROPERTY, HELD],
+      [STORE_UID_PROPERTY, r.uid],
+      ...(interval === undefined ? [] : [[BACKUP_INTERVAL_PROPERTY, interval] as const]),
+    ]);
+    await this.#d.zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+  }
+
+  /** The owner object while this node holds the volume under its copy's generation. */
+  async #holding(volume: FollowVolume): Promise<
+    | { kind: "mine"; holding: Holding }
+    | { kind: "released"; record: OwnerRecord }
+    | { kind: "fenced"; record?: OwnerRecord }
+  > {
+    const props = await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]);
+    const generation = generationOf(props);
+    const current = await readOwner(this.#d.store, encodeComponent("Volume name", volume.name));
+    const r = current?.record;
+    if (!current || !r) return { kind: "fenced" };
+    if (r.holder === this.#d.node && r.generation === generation) {
+      return r.state === "held"
+        ? { kind: "mine", holding: current }
+        : { kind: "released", record: r };
+    }
+    return { kind: "fenced", record: r };
+  }
+
+  async #release(volume: FollowVolume): Promise<void> {
+    const { zfs, store } = this.#d;
+    const log = this.#d.log.child({ volume: volume.name, dataset: volume.dataset });
+    const props = await zfs.getProperties(volume.dataset, ["type", MANAGED_PROPERTY]);
+    if (!props) return;
+    checkOwned(volume.dataset, props);
+    const state = await this.#holding(volume);
+    if (state.kind !== "mine") {
+      await this.#lockDown(volume.dataset);
+      if (state.kind === "fenced") {
+        log.warn("this node no longer holds the follow volume: its copy stays read-only", {
+          owner: describeOwner(state.record),
+        });
+      }
+      return;
+    }
+    // No more writes, and no scheduled backup of a copy that is not the volume any more.
+    await zfs.setProperties(volume.dataset, [["readonly", "on"], [BACKUP_INTERVAL_PROPERTY, "0"]]);
+    const outcome = await this.#d.backup(volume.dataset);
+    if (outcome.status !== "stored") {
+      throw new CsiError(
+        Code.UNAVAILABLE,
+        `Volume "${volume.name}" stayed busy; its final snapshot is stored on the next try`,
+      );
+    }
+    const m = outcome.manifest;
+    // Marked before the store says so: a copy marked at a snapshot the store never made the
+    // head is off the head's chain, hence set aside; never the other way round.
+    await zfs.set(volume.dataset, FOLLOW_RELEASED_PROPERTY, m.guid);
+    const key = encodeComponent("Volume name", volume.name);
+    try {
+      await release(
+        store,
+        key,
+        state.holding,
+        { guid: m.guid, createdAt: m.createdAt },
+        this.#now(),
+      );
+    } catch (err) {
+      if (!(err instanceof FencedError)) throw err;
+      log.error(
+        "follow volume was taken over before its release: this copy is set aside here " +
+          "at its next stage, and its last writes are not the volume's",
+        { error: err },
+      );
+      await this.#lockDown(volume.dataset);
+      return;
+    }
+    await this.#lockDown(volume.dataset);
+    log.info("follow volume released", { head: m.guid, bytes: m.size, base: m.baseGuid });
+  }
+
+  /** Read-only, unmounted, not mounted at boot: a warm copy nothing writes to. */
+  async #lockDown(dataset: string): Promise<void> {
+    await this.#d.zfs.setProperties(dataset, [["readonly", "on"], ["canmount", "noauto"]]);
+    await this.#d.zfs.unmount(dataset);
+  }
+
+  async #advance(volume: FollowVolume, m: SnapshotManifest): Promise<void> {
+    const state = await this.#holding(volume);
+    if (state.kind === "released") return;
+    if (state.kind === "fenced") {
+      await this.#fenced(volume, state.record);
+      return;
+    }
+    const { record } = state.holding;
+    const key = encodeComponent("Volume name", volume.name);
+    if (record.head !== null && record.head !== m.guid) {
+      // Only forward: the new snapshot's chain must run through the head.
+      const chain = await this.#chain(key, m.guid, this.#d.log).catch(() => []);
+      if (!chain.some((c) => c.guid === record.head)) {
+        this.#d.log.info("stored snapshot is not after the head; the head stays", {
+          dataset: volume.dataset,
+          guid: m.guid,
+          head: record.head,
+        });
+        return;
+      }
+    }
+    try {
+      await moveHead(this.#d.store, key, state.holding, {
+        guid: m.guid,
+        createdAt: m.createdAt,
+      }, this.#now());
+    } catch (err) {
+      if (!(err instanceof FencedError)) throw err;
+      await this.#fenced(volume, err.current);
+    }
+  }
+
+  async #renewOne(volume: FollowVolume): Promise<void> {
+    const state = await this.#holding(volume);
+    if (state.kind === "released") return;
+    if (state.kind === "fenced") {
+      await this.#fenced(volume, state.record);
+      return;
+    }
+    try {
+      await renew(
+        this.#d.store,
+        encodeComponent("Volume name", volume.name),
+        state.holding,
+        this.#now(),
+      );
+    } catch (err) {
+      if (!(err instanceof FencedError)) throw err;
+      await this.#fenced(volume, err.current);
+    }
+  }
+
+  /**
+   * This node's writable copy is no longer the volume (another node took it over): it is marked
+   * fenced (so it is set aside at its next stage), made read-only and unmounted if nothing uses
+   * it. OpenZFS remounts a mounted filesystem read-only at once; zfs-fuse does not, so a job
+   * still running there keeps writing until it stops (to a copy nothing publishes).
+   */
+  async #fenced(volume: FollowVolume, record: OwnerRecord | undefined): Promise<void> {
+    this.#d.log.error(
+      "follow volume was taken over by another node: this node's copy is made read-only, and " +
+        "what was written here after the store's head is not the volume's",
+      { dataset: volume.dataset, owner: describeOwner(record) },
+    );
+    await this.#d.zfs.setProperties(volume.dataset, [
+      [FOLLOW_RELEASED_PROPERTY, FENCED],
+      // Not the volume any more: no more uploads of it.
+      [BACKUP_INTERVAL_PROPERTY, "0"],
+      ["readonly", "on"],
+      ["canmount", "noauto"],
+    ]);
+    try {
+      await this.#d.zfs.unmount(volume.dataset);
+    } catch (err) {
+      this.#d.log.warn("fenced copy stays mounted: something still uses it", {
+        dataset: volume.dataset,
+        error: err,
+      });
+    }
+  }
+}
+
+/**
+ * Renews one holding every `everyMs` until stopped; {@linkcode stop} says whether the volume
+ * was taken over meanwhile (then the copy must not become writable).
+ */
+class LeaseKeeper {
+  #holding: Holding;
+  #fenced: FencedError | undefined;
+  #running: Promise<void> = Promise.resolve();
+  readonly #timer: ReturnType<typeof setInterval>;
+
+  constructor(
+    store: Store,
+    volumeKey: string,
+    holding: Holding,
+    opts: { everyMs: number; now: () => number; log: Logger },
+  ) {
+    this.#holding = holding;
+    this.#timer = setInterval(() => {
+      if (this.#fenced) return;
+      this.#running = this.#running.then(async () => {
+        try {
+          this.#holding = await renew(store, volumeKey, this.#holding, opts.now());
+        } catch (err) {
+          if (err instanceof FencedError) this.#fenced = err;
+          else opts.log.warn("lease renewal during a receive failed; retrying", { error: err });
+        }
+      });
+    }, opts.everyMs);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /** The holding as last written. */
+  get holding(): Holding {
+    return this.#holding;
+  }
+
+  /**
+   * Stops renewing.
+   * @throws {CsiError} FAILED_PRECONDITION when the volume was taken over meanwhile
+   */
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#running;
+    if (this.#fenced) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `${this.#fenced.message}; it was taken over while this node received it`,
+        { cause: this.#fenced },
+      );
+    }
+  }
+}
+
+function generationOf(props: PropertyMap | undefined): number | undefined {
+  const v = props?.get(FOLLOW_GENERATION_PROPERTY);
+  if (!v || v.source !== "local" || !/^\d{1,15}$/.test(v.value)) return undefined;
+  return Number(v.value);
+}
+
+/** A new volume uid: 32 lowercase hex digits. */
+export function randomUid(): string {
+  return [...crypto.getRandomValues(new Uint8Array(16))]
+    .map((b) => b.toString(16).padStart(2, "0")).join("");
+}

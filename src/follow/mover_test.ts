@@ -1,0 +1,293 @@
+/**
+ * FollowVolumes' bookkeeping on a fake pool and the in-memory store: lease renewal, the head
+ * moving only forward, fencing of a copy whose volume was taken over, and releases. The moves
+ * with real receives run in tests/integration/follow_*_test.ts.
+ */
+
+import assert from "node:assert/strict";
+import { FakePool } from "../../tests/support/fake_pool.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
+import { KeyedLock } from "../lock.ts";
+import type { BackupOutcome } from "../replicate/backup.ts";
+import { encodeJson } from "../store/chain.ts";
+import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
+import { FollowVolumes } from "./mover.ts";
+import { acquire, createOwner, type Holding, moveHead, readOwner, release } from "./owner.ts";
+
+const PARENT = "tank/nomad";
+const DS = `${PARENT}/pg`;
+const UID = "b".repeat(32);
+const never = () => ({ ok: false as const, message: "held" });
+
+function manifest(guid: string, baseGuid: string | null): SnapshotManifest {
+  return {
+    format: 1,
+    volume: "pg",
+    volumeUid: UID,
+    guid,
+    baseGuid,
+    snapshot: `.backup-${guid}`,
+    kind: "scheduled",
+    createdAt: `2026-01-01T00:00:${guid.padStart(2, "0")}Z`,
+    stream: streamKey("pg", guid, "c".repeat(16)),
+    size: 10,
+    sha256: "0".repeat(64),
+    raw: false,
+    node: "n1",
+    capacityBytes: 0,
+  };
+}
+
+async function setup(
+  opts: { backup?: () => Promise<BackupOutcome>; ttlSeconds?: number } = {},
+) {
+  const runner = new FakeRunner();
+  const pool = new FakePool(runner);
+  // A long timeout: one test holds a command back on purpose.
+  const { zfs, log } = fakeTools(runner, undefined, 10_000);
+  const store = new MemoryStore();
+  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
+  const backups: string[] = [];
+  const follow = new FollowVolumes({
+    zfs,
+    store,
+    locks: new KeyedLock(),
+    trash: {
+      inspect: () => Promise.reject(new Error("nothing is set aside in these tests")),
+      removeVolume: () => Promise.reject(new Error("nothing is set aside in these tests")),
+    },
+    log,
+    parentDataset: PARENT,
+    node: "n1",
+    receive: {
+      streams: new FakeStreamRunner(() => ({ code: 1, stderr: "no receives here" })),
+      zfsPath: "zfs",
+      zfs,
+      store,
+      log,
+    },
+    ...(opts.ttlSeconds === undefined ? {} : { ttlSeconds: opts.ttlSeconds }),
+    backup: (dataset) => {
+      backups.push(dataset);
+      return opts.backup?.() ?? Promise.reject(new Error("no backups expected"));
+    },
+  });
+  await createOwner(store, "pg", {
+    volume: "pg",
+    uid: UID,
+    ttlSeconds: 30,
+    settings: { capacityBytes: 0, properties: {} },
+    nowMs: 0,
+  });
+  for (const m of [manifest("1", null), manifest("2", "1"), manifest("3", null)]) {
+    await store.putBytes(manifestKey("pg", m.guid), encodeJson(m));
+  }
+  return { runner, pool, store, follow, backups };
+}
+
+/** This node holds "pg" under the generation acquire gives, its copy marked so. */
+async function holdHere(s: Awaited<ReturnType<typeof setup>>): Promise<Holding> {
+  const { holding } = await acquire(s.store, "pg", {
+    node: "n1",
+    nowMs: 0,
+    ttlSeconds: 30,
+    mayTakeOver: never,
+  });
+  s.pool.add(DS, {
+    "org.zfs-csi:managed": "yes",
+    [FOLLOW_GENERATION_PROPERTY]: String(holding.record.generation),
+    [FOLLOW_RELEASED_PROPERTY]: "none",
+    readonly: "off",
+    "org.zfs-csi:backup-interval": "60",
+  });
+  return holding;
+}
+
+const stored = (m: SnapshotManifest): BackupOutcome => ({
+  status: "stored",
+  manifest: m,
+  sent: true,
+  pruned: [],
+  destroyed: [],
+});
+
+Deno.test("renewAll renews the lease of a copy this node holds", async () => {
+  const s = await setup();
+  const held = await holdHere(s);
+  await s.follow.renewAll();
+  const now = await readOwner(s.store, "pg");
+  assert.notEqual(now!.etag, held.etag, "the lease changed: takers see the holder alive");
+  assert.equal(now!.record.holder, "n1");
+  assert.equal(s.pool.value(DS, "readonly"), "off");
+});
+
+Deno.test("renewAll fences a copy whose volume another node took over", async () => {
+  const s = await setup();
+  await holdHere(s);
+  // node-b takes it over (its rule allowed it).
+  await acquire(s.store, "pg", {
+    node: "node-b",
+    nowMs: 1,
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: true }),
+  });
+  const before = await readOwner(s.store, "pg");
+  await s.follow.renewAll();
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "fenced");
+  assert.equal(s.pool.value(DS, "readonly"), "on");
+  assert.equal(s.pool.value(DS, "org.zfs-csi:backup-interval"), "0", "no more uploads of it");
+  const after = await readOwner(s.store, "pg");
+  assert.equal(after!.etag, before!.etag, "the fenced node wrote nothing to the store");
+  // Fenced once: the next renewal leaves it alone.
+  const calls = s.runner.calls.length;
+  await s.follow.renewAll();
+  assert.ok(
+    !s.runner.calls.slice(calls).some((c) => c.argv.includes("set")),
+    "no second fencing",
+  );
+});
+
+Deno.test("afterBackup moves the head only forward, along its chain", async () => {
+  const s = await setup();
+  let held = await holdHere(s);
+  held = await moveHead(s.store, "pg", held, { guid: "1", createdAt: "x" }, 0);
+  await s.follow.afterBackup(DS, stored(manifest("2", "1")));
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+  // A full stream not after the head (another chain): the head stays.
+  await s.follow.afterBackup(DS, stored(manifest("3", null)));
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+  // A dataset that does not follow its job: nothing.
+  s.pool.add(`${PARENT}/plain`, { "org.zfs-csi:managed": "yes" });
+  await s.follow.afterBackup(`${PARENT}/plain`, stored(manifest("3", null)));
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+});
+
+Deno.test("afterBackup of a fenced holder never moves the head", async () => {
+  const s = await setup();
+  let held = await holdHere(s);
+  held = await moveHead(s.store, "pg", held, { guid: "1", createdAt: "x" }, 0);
+  await acquire(s.store, "pg", {
+    node: "node-b",
+    nowMs: 1,
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: true }),
+  });
+  await s.follow.afterBackup(DS, stored(manifest("2", "1")));
+  const r = (await readOwner(s.store, "pg"))!.record;
+  assert.equal(r.head, "1", "the late upload is not the head");
+  assert.equal(r.holder, "node-b");
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "fenced");
+});
+
+Deno.test("release stores a final snapshot, marks the copy and releases with the head on it", async () => {
+  const s = await setup({ backup: () => Promise.resolve(stored(manifest("2", "1"))) });
+  await holdHere(s);
+  await s.follow.release({ name: "pg", dataset: DS });
+  assert.deepEqual(s.backups, [DS]);
+  const r = (await readOwner(s.store, "pg"))!.record;
+  assert.equal(r.state, "released");
+  assert.equal(r.head, "2");
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "2");
+  assert.equal(s.pool.value(DS, "readonly"), "on");
+  assert.equal(s.pool.value(DS, "canmount"), "noauto");
+  assert.equal(s.pool.value(DS, "org.zfs-csi:backup-interval"), "0");
+});
+
+Deno.test("release of a copy this node no longer holds stores nothing and locks it down", async () => {
+  const s = await setup();
+  await holdHere(s);
+  await acquire(s.store, "pg", {
+    node: "node-b",
+    nowMs: 1,
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: true }),
+  });
+  await s.follow.release({ name: "pg", dataset: DS });
+  assert.deepEqual(s.backups, [], "no upload from a copy that is not the volume");
+  assert.equal(s.pool.value(DS, "readonly"), "on");
+  assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
+});
+
+Deno.test("prepareStage hands the volume back when its copy cannot be brought to the head", async () => {
+  const s = await setup();
+  // Another node released it with a head whose chain the store lacks (a damaged store).
+  const other = (await acquire(s.store, "pg", {
+    node: "node-b",
+    nowMs: 0,
+    ttlSeconds: 30,
+    mayTakeOver: never,
+  })).holding;
+  await release(s.store, "pg", other, { guid: "9", createdAt: "x" }, 0);
+  await assert.rejects(s.follow.prepareStage({ name: "pg", dataset: DS }), (err: unknown) => {
+    assert.match(String(err), /cannot be received/);
+    return true;
+  });
+  const r = (await readOwner(s.store, "pg"))!.record;
+  assert.equal(r.state, "released", "not left held by a node that cannot use it");
+  assert.equal(r.holder, "n1");
+  assert.equal(r.head, "9", "the head stays");
+  assert.equal(s.pool.has(DS), false, "nothing made here");
+});
+
+Deno.test("prepareStage refuses while another node holds the volume, naming it, and joins a running stage", async () => {
+  const s = await setup();
+  await acquire(s.store, "pg", { node: "node-b", nowMs: 0, ttlSeconds: 30, mayTakeOver: never });
+  const first = s.follow.prepareStage({ name: "pg", dataset: DS });
+  const second = s.follow.prepareStage({ name: "pg", dataset: DS });
+  assert.equal(first, second, "a repeated stage joins the running one");
+  await assert.rejects(first, /held by node "node-b".*taken over only explicitly/s);
+});
+
+Deno.test("prepareStage leaves a node-local volume of the same name alone", async () => {
+  const s = await setup();
+  s.pool.add(DS, { "org.zfs-csi:managed": "yes", "org.zfs-csi:name": "pg" });
+  await assert.rejects(s.follow.prepareStage({ name: "pg", dataset: DS }), (err: unknown) => {
+    assert.match(String(err), /holds a volume of this node with the same name.*left alone/);
+    return true;
+  });
+  assert.equal(s.pool.has(DS), true);
+  assert.ok(
+    !s.runner.calls.some((c) => ["set", "rename", "destroy"].includes(c.argv[1] ?? "")),
+    "nothing changed on the dataset",
+  );
+  assert.equal((await readOwner(s.store, "pg"))!.record.state, "released", "handed back");
+});
+
+Deno.test("prepareStage renews the lease while it works, and fails if taken over meanwhile", async () => {
+  const s = await setup({ ttlSeconds: 3 });
+  let release = () => {};
+  const created = new Promise<void>((r) => (release = r));
+  // The dataset's creation (a receive, for a volume with data) takes a while.
+  s.runner.on(["zfs", "create"], async () => {
+    await created;
+    s.pool.add(DS, { "org.zfs-csi:managed": "yes" });
+    return { code: 0 };
+  });
+  const stage = s.follow.prepareStage({ name: "pg", dataset: DS });
+  stage.catch(() => {});
+  const waitFor = async (what: string, ok: () => Promise<boolean>) => {
+    for (let i = 0; i < 100 && !(await ok()); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(await ok(), what);
+  };
+  await waitFor("acquired", async () => (await readOwner(s.store, "pg"))?.record.holder === "n1");
+  const acquiredAt = (await readOwner(s.store, "pg"))!.record.renewedAt;
+  await waitFor(
+    "renewed while the creation runs",
+    async () => (await readOwner(s.store, "pg"))!.record.renewedAt !== acquiredAt,
+  );
+  // Another node takes it over meanwhile (its rule allowed it): the stage must not go on.
+  await acquire(s.store, "pg", {
+    node: "node-b",
+    nowMs: 0,
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: true }),
+  });
+  await new Promise((r) => setTimeout(r, 1_200));
+  release();
+  await assert.rejects(stage, /taken over while this node received it/);
+  assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
+  assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
+});

@@ -1,0 +1,325 @@
+/**
+ * Warm standby copies of volumes that follow their job: a node named in a volume's
+ * `standby_nodes` keeps receiving, in the background, what the holder stores, so that a move to
+ * it costs only what changed since its last receive.
+ *
+ * Which volumes: the node lists its own markers (`v1/follow/standby/<node>/`, markers.ts) once
+ * per tick, one listing request per thousand volumes, and reads the owner object of each
+ * volume listed (one read each); it never lists `v1/volumes/`.
+ *
+ * What it receives: only the owner object's head and the chain of bases below it (never a
+ * stream a fenced holder uploaded late), judged by the same rule as a stage (copy.ts planCopy:
+ * increments onto a clean copy whose newest snapshot is on the chain, in full otherwise). The
+ * copy stays as the core leaves a released one: read-only, not mounted, its release marker on
+ * its newest snapshot (moved after every increment), so the next stage here finds it clean.
+ * A copy that diverged is set aside with the trash, as a stage would, unless it is mounted
+ * (something still uses it): then it is left alone and the error shown.
+ *
+ * Bounds: one tick at a time; volumes are looked at in turn, and a tick ends after the first
+ * volume it received into (the next tick starts after it). Never while this node holds the
+ * volume, never while a stage or release of it runs here (gate.ts: a stage aborts a receive in
+ * progress), and no per-volume lock is held during a download. Failures are logged and kept per
+ * volume for the volume's condition.
+ */
+
+import { Code, CsiError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { KeyedLock } from "../lock.ts";
+import { checkOwned } from "../csi/datasets.ts";
+import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
+import { readManifests } from "../replicate/records.ts";
+import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
+import { restoreVolume } from "../replicate/restore.ts";
+import { chainTo } from "../store/chain.ts";
+import type { Store } from "../store/store.ts";
+import { datasetForVolume } from "../zfs/names.ts";
+import type { Zfs } from "../zfs/zfs.ts";
+import {
+  FOLLOW_GENERATION_PROPERTY,
+  FOLLOW_RELEASED_PROPERTY,
+  type LocalCopy,
+  planCopy,
+} from "./copy.ts";
+import type { CopyGate } from "./gate.ts";
+import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
+import type { SetAside } from "./mover.ts";
+import { type OwnerRecord, readOwner } from "./owner.ts";
+
+/** Default time between two ticks. */
+export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
+
+/**
+ * The generation a standby copy is marked with: 0, which no holder ever has (acquiring makes
+ * it 1 or more), since this node never made the copy writable.
+ */
+const STANDBY_GENERATION = "0";
+
+/** Create-only properties: a received stream brings them, zfs refuses to set them after. */
+const CREATE_ONLY = new Set([
+  "casesensitivity",
+  "normalization",
+  "utf8only",
+  "encryption",
+  "keyformat",
+  "pbkdf2iters",
+]);
+
+/** What the standby side works with. */
+export interface StandbyDeps {
+  readonly zfs: Zfs;
+  readonly store: Store;
+  readonly locks: KeyedLock;
+  readonly trash: SetAside;
+  readonly log: Logger;
+  readonly parentDataset: string;
+  readonly node: string;
+  readonly receive: ReceiveDeps;
+  /** The node's follow side (mover.ts): how it reads a copy, and the gate stages take. */
+  readonly copies: {
+    readCopy(dataset: string): Promise<LocalCopy | undefined>;
+    readonly gate: CopyGate;
+  };
+  /** Time between ticks. */
+  readonly intervalSeconds: number;
+  /** Wall clock (ms since the epoch), for the stamps shown; replaceable in tests. */
+  readonly now?: () => number;
+}
+
+/** What this node knows of its standby copy of one volume, as of its last look. */
+export interface StandbyState {
+  /** When this node last looked (ms since the epoch). */
+  readonly checkedAt: number;
+  /** Whether the copy was at the store's head then. */
+  readonly current: boolean;
+  /** The guid of the copy's newest snapshot then, if it has one. */
+  readonly guid?: string;
+  /** Why the copy could not be brought to the head, if it could not. */
+  readonly error?: string;
+  /** Why this node left the volume alone (held here, being staged, no copy stored yet). */
+  readonly note?: string;
+}
+
+/** What one tick did. */
+export interface TickReport {
+  /** Names of the volumes looked at, in order. */
+  readonly checked: string[];
+  /** The volume received into, if any, how, and the stored bytes that took. */
+  readonly received?: { name: string; kind: "increment" | "full"; bytes: number };
+}
+
+/** See the module doc. */
+export class StandbyFollower {
+  readonly #d: StandbyDeps;
+  readonly #now: () => number;
+  readonly #states = new Map<string, StandbyState>();
+  /** The volume the last receive was for: the next tick starts after it. */
+  #last: string | undefined;
+  #ticking: Promise<TickReport> | undefined;
+  #timer: ReturnType<typeof setInterval> | undefined;
+
+  constructor(deps: StandbyDeps) {
+    this.#d = deps;
+    this.#now = deps.now ?? Date.now;
+  }
+
+  /** This node's standby state of a volume (by name), if it stands by for it. */
+  state(name: string): StandbyState | undefined {
+    return this.#states.get(name);
+  }
+
+  /** One pass (see the module doc); a call while one runs joins it. Never throws. */
+  tick(): Promise<TickReport> {
+    this.#ticking ??= this.#tick().finally(() => this.#ticking = undefined);
+    return this.#ticking;
+  }
+
+  /** Ticks every interval, without keeping the process alive. */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => void this.tick(), this.#d.intervalSeconds * 1000);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /** Stops ticking (a receive in progress ends on its own). */
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  async #tick(): Promise<TickReport> {
+    let listed: MarkedVolume[];
+    try {
+      listed = await listMarked(this.#d.store, standbyPrefix(this.#d.node));
+    } catch (err) {
+      this.#d.log.warn("standby copies: could not list this node's volumes", { error: err });
+      return { checked: [] };
+    }
+    const names = new Set(listed.map((v) => v.name));
+    for (const name of this.#states.keys()) if (!names.has(name)) this.#states.delete(name);
+    // In turn: start after the volume the last receive was for.
+    const start = this.#last === undefined ? 0 : listed.findIndex((v) => v.name > this.#last!);
+    const order = start <= 0 ? listed : [...listed.slice(start), ...listed.slice(0, start)];
+    const checked: string[] = [];
+    for (const volume of order) {
+      checked.push(volume.name);
+      const received = await this.#one(volume);
+      if (received) {
+        this.#last = volume.name;
+        return { checked, received: { name: volume.name, ...received } };
+      }
+    }
+    return { checked };
+  }
+
+  /** Looks at one volume; receives if its copy is behind. Failures are kept and logged. */
+  async #one(
+    volume: MarkedVolume,
+  ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
+    const dataset = datasetForVolume(this.#d.parentDataset, volume.name);
+    const log = this.#d.log.child({ volume: volume.name, dataset });
+    const note = (text: string) =>
+      this.#states.set(volume.name, { checkedAt: this.#now(), current: false, note: text });
+    try {
+      const owner = await readOwner(this.#d.store, volume.volumeKey);
+      const r = owner?.record;
+      if (!r || r.state === "deleted") return void note("the volume was deleted");
+      if (!(r.standbys ?? []).includes(this.#d.node)) {
+        return void note("the volume does not name this node a standby any more");
+      }
+      if (r.state === "held" && r.holder === this.#d.node) return void note("held by this node");
+      if (r.head === null) return void note("the store holds no copy of it yet");
+      const run = await this.#d.copies.gate.background(
+        dataset,
+        (signal) => this.#catchUp(volume, dataset, r, signal, log),
+      );
+      if (!run.ran) return void note("being staged or released on this node");
+      return run.value;
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      const aborted = err instanceof DOMException && err.name === "AbortError";
+      if (aborted) {
+        log.info("standby receive stopped: a stage of the volume on this node came first");
+        note("a stage on this node stopped the standby receive");
+        return undefined;
+      }
+      log.warn("standby copy could not be brought to the store's head", { error: err });
+      this.#states.set(volume.name, {
+        checkedAt: this.#now(),
+        current: false,
+        error: message,
+      });
+      return undefined;
+    }
+  }
+
+  async #catchUp(
+    volume: MarkedVolume,
+    dataset: string,
+    r: OwnerRecord,
+    signal: AbortSignal,
+    log: Logger,
+  ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
+    const head = r.head!;
+    const { manifests } = await readManifests(this.#d.store, volume.volumeKey, log);
+    const chain = chainTo(manifests, head);
+    const local = await this.#d.copies.readCopy(dataset);
+    if (local && local.generation === undefined) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Dataset "${dataset}" holds a volume of this node with the same name as volume ` +
+          `"${volume.name}", which follows its job; no standby copy is kept here`,
+      );
+    }
+    const plan = planCopy(local, {
+      generation: r.generation,
+      heldBefore: false,
+      chain: chain.map((m) => m.guid),
+    });
+    const done = (guid: string) =>
+      this.#states.set(volume.name, { checkedAt: this.#now(), current: true, guid });
+    const started = performance.now();
+    switch (plan.kind) {
+      case "current":
+        done(head);
+        return undefined;
+      case "create":
+        // Not reached: the head is set. Nothing to receive either way.
+        return undefined;
+      case "increment": {
+        const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
+        let bytes = 0;
+        for (const manifest of after) {
+          signal.throwIfAborted();
+          await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });
+          // At once: the copy stays clean (marker on its newest snapshot) between increments.
+          await this.#d.zfs.set(dataset, FOLLOW_RELEASED_PROPERTY, manifest.guid);
+          bytes += manifest.size;
+        }
+        done(head);
+        log.info("standby copy received", {
+          kind: "increment",
+          streams: after.length,
+          bytes,
+          head,
+          ms: Math.round(performance.now() - started),
+        });
+        return { kind: "increment", bytes };
+      }
+      case "full": {
+        if (plan.setAside) await this.#setAside(dataset, plan.why, log);
+        await restoreVolume(this.#d.receive, {
+          parentDataset: this.#d.parentDataset,
+          chain,
+          target: dataset,
+          properties: [
+            ...Object.entries(r.settings.properties).filter(([k]) =>
+              !CREATE_ONLY.has(k) && k !== BACKUP_INTERVAL_PROPERTY
+            ),
+            // A standby copy is never backed up: only the holder uploads.
+            [BACKUP_INTERVAL_PROPERTY, "0"],
+            [FOLLOW_GENERATION_PROPERTY, STANDBY_GENERATION],
+            [FOLLOW_RELEASED_PROPERTY, head],
+            [STORE_UID_PROPERTY, r.uid],
+            ["readonly", "on"],
+            ["canmount", "noauto"],
+          ],
+          signal,
+        });
+        const bytes = chain.reduce((n, m) => n + m.size, 0);
+        done(head);
+        log.info("standby copy received", {
+          kind: "full",
+          streams: chain.length,
+          bytes,
+          head,
+          ms: Math.round(performance.now() - started),
+        });
+        return { kind: "full", bytes };
+      }
+    }
+  }
+
+  /** Sets a diverged copy aside with the trash, unless something still has it mounted. */
+  async #setAside(dataset: string, why: string, log: Logger): Promise<void> {
+    const mounted = (await this.#d.zfs.getProperties(dataset, ["mounted"]))?.get("mounted");
+    if (mounted?.value === "yes") {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `This node's copy diverged from the store's head (${why}) and is still mounted: it is ` +
+          `left alone until nothing uses it`,
+      );
+    }
+    const held = await this.#d.locks.acquire([dataset], { label: "a standby copy's set-aside" });
+    try {
+      const found = await this.#d.trash.inspect(dataset);
+      if (!found) return;
+      checkOwned(dataset, found.props);
+      await this.#d.trash.removeVolume(dataset, found);
+    } finally {
+      held.release();
+    }
+    log.warn("this node's standby copy diverged from the store's head: set aside, never used", {
+      why,
+    });
+  }
+}

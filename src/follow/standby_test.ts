@@ -1,0 +1,266 @@
+/**
+ * StandbyFollower on a fake pool and the in-memory store: it follows only the owner object's
+ * head chain, receives increments onto a clean copy and keeps it clean (release marker on the
+ * newest snapshot, read-only), skips volumes this node holds or no longer stands by for, and
+ * keeps a failure per volume. Real receives run in tests/integration/follow_standby_test.ts.
+ */
+
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { FakePool } from "../../tests/support/fake_pool.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
+import { KeyedLock } from "../lock.ts";
+import type { Store, TransferOptions } from "../store/store.ts";
+import { encodeJson } from "../store/chain.ts";
+import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
+import { writeMarkers } from "./markers.ts";
+import { FollowVolumes } from "./mover.ts";
+import { acquire, createOwner, type Holding, moveHead, release } from "./owner.ts";
+import { StandbyFollower } from "./standby.ts";
+
+const PARENT = "tank/nomad";
+const DS = `${PARENT}/pg`;
+const UID = "b".repeat(32);
+const never = () => ({ ok: false as const, message: "held" });
+
+function bytesOf(guid: string): Uint8Array {
+  return new TextEncoder().encode(`stream of ${guid}`.repeat(Number(guid)));
+}
+
+function manifest(guid: string, baseGuid: string | null): SnapshotManifest {
+  const bytes = bytesOf(guid);
+  return {
+    format: 1,
+    volume: "pg",
+    volumeUid: UID,
+    guid,
+    baseGuid,
+    snapshot: `.backup-${guid}`,
+    kind: "scheduled",
+    createdAt: `2026-01-01T00:00:${guid.padStart(2, "0")}Z`,
+    stream: streamKey("pg", guid, "c".repeat(16)),
+    size: bytes.length,
+    sha256: createHash("sha256").update(bytes).digest("hex"),
+    raw: false,
+    node: "n1",
+    capacityBytes: 0,
+  };
+}
+
+/** A store whose downloads never send a byte: they end only when aborted. */
+function hangingDownloads(store: Store): Store {
+  return {
+    description: store.description,
+    putStream: (key, body, options) => store.putStream(key, body, options),
+    putBytes: (key, bytes, condition) => store.putBytes(key, bytes, condition),
+    getStream: (_key: string, options?: TransferOptions) =>
+      Promise.resolve(
+        new ReadableStream<Uint8Array>({
+          start(c) {
+            options?.signal?.addEventListener("abort", () => c.error(options.signal!.reason));
+          },
+        }),
+      ),
+    getBytes: (key) => store.getBytes(key),
+    list: (prefix) => store.list(prefix),
+    delete: (key) => store.delete(key),
+  };
+}
+
+/** Node "n2" stands by for "pg", which node "n1" holds; the store has snapshots 1 ← 2 ← 3. */
+async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
+  const runner = new FakeRunner();
+  const pool = new FakePool(runner);
+  const { zfs, log } = fakeTools(runner, undefined, 10_000);
+  const store = new MemoryStore();
+  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
+  let txg = 100;
+  // zfs receive -u <dataset>: the stream's snapshot appears with the manifest's guid.
+  const streams = new FakeStreamRunner((argv) => {
+    const target = argv.at(-1)!;
+    const m = pending.shift();
+    if (m) pool.add(`${target}@${m.snapshot}`, { guid: m.guid, createtxg: String(++txg) });
+    return {};
+  });
+  const pending: SnapshotManifest[] = [];
+  const receive = {
+    streams,
+    zfsPath: "zfs",
+    zfs,
+    store: opts.hang ? hangingDownloads(store) : store,
+    log,
+  };
+  const noTrash = {
+    inspect: () => Promise.reject(new Error("nothing is set aside here")),
+    removeVolume: () => Promise.reject(new Error("nothing is set aside here")),
+  };
+  const follow = new FollowVolumes({
+    zfs,
+    store,
+    locks: new KeyedLock(),
+    trash: noTrash,
+    log,
+    parentDataset: PARENT,
+    node: "n2",
+    receive,
+    backup: () => Promise.reject(new Error("no backups expected")),
+  });
+  const standby = new StandbyFollower({
+    zfs,
+    store,
+    locks: new KeyedLock(),
+    trash: noTrash,
+    log,
+    parentDataset: PARENT,
+    node: "n2",
+    receive,
+    copies: follow,
+    intervalSeconds: 60,
+  });
+  const standbys = opts.standbys ?? ["n2", "n3"];
+  await createOwner(store, "pg", {
+    volume: "pg",
+    uid: UID,
+    ttlSeconds: 30,
+    settings: { capacityBytes: 0, properties: { compression: "lz4" } },
+    standbys,
+    nowMs: 0,
+  });
+  await writeMarkers(store, "pg", "pg", ["n2"]);
+  const manifests = [manifest("1", null), manifest("2", "1"), manifest("3", "2")];
+  for (const m of manifests) {
+    await store.putBytes(manifestKey("pg", m.guid), encodeJson(m));
+    await store.putBytes(m.stream, bytesOf(m.guid));
+  }
+  const { holding } = await acquire(store, "pg", {
+    node: "n1",
+    nowMs: 0,
+    ttlSeconds: 30,
+    mayTakeOver: never,
+  });
+  return { pool, store, streams, standby, follow, pending, holding, manifests };
+}
+
+/** This node's copy, released here earlier at snapshot `guid` (clean). */
+function cleanCopy(pool: FakePool, guid: string): void {
+  pool.add(DS, {
+    "org.zfs-csi:managed": "yes",
+    [FOLLOW_GENERATION_PROPERTY]: "0",
+    [FOLLOW_RELEASED_PROPERTY]: guid,
+    readonly: "on",
+    mounted: "no",
+  });
+  pool.add(`${DS}@.backup-${guid}`, { guid, createtxg: "50" });
+}
+
+async function head(store: MemoryStore, holding: Holding, guid: string): Promise<Holding> {
+  return await moveHead(store, "pg", holding, { guid, createdAt: "2026-01-01T00:00:00Z" }, 0);
+}
+
+Deno.test("tick receives the increments from a clean copy up to the head and keeps it clean", async () => {
+  const s = await setup();
+  cleanCopy(s.pool, "1");
+  await head(s.store, s.holding, "3");
+  s.pending.push(s.manifests[1]!, s.manifests[2]!);
+  const report = await s.standby.tick();
+  assert.deepEqual(report.checked, ["pg"]);
+  assert.deepEqual(report.received, {
+    name: "pg",
+    kind: "increment",
+    bytes: s.manifests[1]!.size + s.manifests[2]!.size,
+  });
+  assert.deepEqual(
+    s.streams.processes.map((p) => p.argv),
+    [["zfs", "receive", "-u", DS], ["zfs", "receive", "-u", DS]],
+  );
+  assert.deepEqual(s.streams.processes[1]!.stdinBytes, bytesOf("3"), "snapshot 3's stream");
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "3", "marker on the newest");
+  assert.equal(s.pool.value(DS, "readonly"), "on");
+  assert.equal(s.standby.state("pg")?.current, true);
+  assert.equal(s.standby.state("pg")?.guid, "3");
+  // The copy is the head now: nothing more to receive.
+  const again = await s.standby.tick();
+  assert.equal(again.received, undefined);
+  assert.equal(s.streams.processes.length, 2);
+});
+
+Deno.test("tick never receives a stream off the head's chain (a fenced holder's late upload)", async () => {
+  const s = await setup();
+  cleanCopy(s.pool, "2");
+  await head(s.store, s.holding, "2");
+  // Uploaded after snapshot 2 but never made the head.
+  const late = manifest("4", "2");
+  await s.store.putBytes(manifestKey("pg", late.guid), encodeJson(late));
+  await s.store.putBytes(late.stream, bytesOf("4"));
+  const report = await s.standby.tick();
+  assert.equal(report.received, undefined);
+  assert.equal(s.streams.processes.length, 0);
+  assert.equal(s.standby.state("pg")?.current, true);
+});
+
+Deno.test("tick leaves a volume this node holds, or no longer stands by for, alone", async () => {
+  const s = await setup();
+  cleanCopy(s.pool, "1");
+  const h = await head(s.store, s.holding, "3");
+  await release(s.store, "pg", h, undefined, 0);
+  await acquire(s.store, "pg", { node: "n2", nowMs: 0, ttlSeconds: 30, mayTakeOver: never });
+  await s.standby.tick();
+  assert.equal(s.streams.processes.length, 0);
+  assert.equal(s.standby.state("pg")?.note, "held by this node");
+
+  const t = await setup({ standbys: ["n3"] });
+  cleanCopy(t.pool, "1");
+  await head(t.store, t.holding, "3");
+  await t.standby.tick();
+  assert.equal(t.streams.processes.length, 0);
+  assert.match(t.standby.state("pg")?.note ?? "", /does not name this node/);
+});
+
+Deno.test("tick shows, and does not touch, a diverged copy that is still mounted", async () => {
+  const s = await setup();
+  cleanCopy(s.pool, "1");
+  // Written after its release: not clean.
+  s.pool.setValue(DS, "readonly", "off");
+  s.pool.setValue(DS, "mounted", "yes");
+  await head(s.store, s.holding, "3");
+  const report = await s.standby.tick();
+  assert.equal(report.received, undefined);
+  assert.equal(s.streams.processes.length, 0);
+  const state = s.standby.state("pg");
+  assert.equal(state?.current, false);
+  assert.match(state?.error ?? "", /diverged.*changed after it was released.*still mounted/);
+  assert.ok(s.pool.has(DS), "the copy stays");
+});
+
+Deno.test("tick skips a volume a stage on this node is working on, and a stage stops a receive", async () => {
+  const s = await setup();
+  cleanCopy(s.pool, "1");
+  await head(s.store, s.holding, "3");
+  let release!: () => void;
+  const staged = s.follow.gate.exclusive(DS, () => new Promise<void>((r) => release = r));
+  await s.standby.tick();
+  assert.equal(s.streams.processes.length, 0);
+  assert.match(s.standby.state("pg")?.note ?? "", /being staged/);
+  release();
+  await staged;
+
+  // A download that hangs until stopped: the stage aborts it and goes on.
+  const t = await setup({ hang: true });
+  cleanCopy(t.pool, "1");
+  await head(t.store, t.holding, "3");
+  const ticking = t.standby.tick();
+  while (t.streams.processes.length === 0) await new Promise((r) => setTimeout(r, 5));
+  let ran = false;
+  await t.follow.gate.exclusive(DS, () => {
+    ran = true;
+    return Promise.resolve();
+  });
+  assert.ok(ran, "the stage ran once the receive stopped");
+  const report = await ticking;
+  assert.equal(report.received, undefined);
+  assert.match(t.standby.state("pg")?.note ?? "", /stage on this node stopped/);
+  assert.equal(t.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "1", "the copy stays clean at 1");
+});

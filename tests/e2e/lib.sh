@@ -1,0 +1,119 @@
+# Shared by the end-to-end scripts in tests/e2e (sourced, not run): printed checks, waiting, free
+# ports, the plugin wrapper for raw_exec and the exec driver's chroot. Each function is small and
+# self-contained; the sourcing script sets passed=0 and failed=0 before its first check and
+# prints its own closing line.
+# shellcheck shell=bash
+
+# The checkout these scripts belong to (its tools/deno runs the wrapper below).
+E2E_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+say() { printf '%s\n' "$*"; }
+step() { say ""; say "== $*"; }
+pass() { passed=$((passed + 1)); say "ok   $*"; }
+fail() { failed=$((failed + 1)); say "FAIL $*"; }
+
+# check "what" command...: one check, passed if the command succeeds.
+check() {
+  local what=$1
+  shift
+  if "$@"; then pass "$what"; else fail "$what"; fi
+}
+
+# same a b: equal and not empty (an empty output on both sides proves nothing).
+same() { [ -n "$1" ] && [ "$1" = "$2" ]; }
+
+# wait_until seconds command...: polls every second until the command succeeds.
+wait_until() {
+  local deadline=$(($(date +%s) + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -ge "$deadline" ] && return 1
+    sleep 1
+  done
+}
+
+# port_free port: nothing listens on 127.0.0.1:port.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_ports count: prints the first of `count` consecutive free ports, outside Nomad's defaults
+# (4646-4648) and its dynamic range (20000-32000).
+free_ports() {
+  local base i ok
+  for _ in $(seq 1 50); do
+    base=$((34000 + (RANDOM % 2000) * $1))
+    [ "$((base + $1))" -lt 60000 ] || continue
+    ok=1
+    for i in $(seq 0 $(($1 - 1))); do port_free $((base + i)) || { ok=""; break; }; done
+    [ -n "$ok" ] && { echo "$base"; return 0; }
+  done
+  return 1
+}
+
+# plugin_wrapper out plugin-root dirs extra-dirs store-hosts: writes an executable `out` that
+# runs plugin-root's main.ts under the pinned Deno with the production permission flags
+# (src/permissions.ts) for the colon-separated `dirs`, widened as a build with
+# ZFS_CSI_EXTRA_DIRS=extra-dirs and ZFS_CSI_STORE_HOSTS=store-hosts would be (tools/compile_args.ts;
+# "" for none): what the compiled binary does, since "deno compile" cannot run on these machines.
+plugin_wrapper() {
+  local out=$1 plugin_root=$2 flags
+  flags=$(cd "$plugin_root" && E2E_DIRS="$3" ZFS_CSI_EXTRA_DIRS="$4" ZFS_CSI_STORE_HOSTS="$5" \
+    "$E2E_ROOT/tools/deno" eval --quiet '
+    const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
+    const vars = {
+      ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS"),
+      ZFS_CSI_STORE_HOSTS: Deno.env.get("ZFS_CSI_STORE_HOSTS"),
+    };
+    const build = vars.ZFS_CSI_EXTRA_DIRS || vars.ZFS_CSI_STORE_HOSTS
+      ? (await import(`${Deno.cwd()}/tools/compile_args.ts`)).fromBuildVariables(vars)
+      : { extraDirs: [], storeHosts: [] };
+    const dirs = [...Deno.env.get("E2E_DIRS")!.split(":"), ...build.extraDirs];
+    const scope = build.storeHosts?.length ? { dirs, netHosts: build.storeHosts } : { dirs };
+    await Deno.stdout.write(new TextEncoder().encode(runtimeFlags(scope).join(" ")));
+  ') || return 1
+  mkdir -p "$(dirname "$out")" || return 1
+  cat >"$out" <<EOF
+#!/bin/sh
+# Runs zfs-csi from source as the compiled binary would run (its flags from src/permissions.ts).
+cd '$plugin_root' || exit 1
+export DENO_DIR='${DENO_DIR:-$HOME/.cache/deno}'
+exec '$E2E_ROOT/tools/deno' run --quiet --frozen --config deno.json $flags main.ts "\$@"
+EOF
+  chmod +x "$out"
+}
+
+# chroot_env_entries program...: the lines of a Nomad client's chroot_env block that copy these
+# programs (as /bin/<name>), their libraries, and /etc/passwd and /etc/group (a task running as
+# nobody must resolve its user) into every exec task.
+chroot_env_entries() {
+  local entries="" prog path lib
+  for prog in "$@"; do
+    path=$(readlink -f "$(command -v "$prog")") || return 1
+    entries+="    \"$path\" = \"/bin/$prog\""$'\n'
+    for lib in $(ldd "$path" | grep -o '/[^ ]*'); do
+      entries+="    \"$(readlink -f "$lib")\" = \"$lib\""$'\n'
+    done
+  done
+  entries+='    "/etc/passwd" = "/etc/passwd"'$'\n''    "/etc/group" = "/etc/group"'
+  printf '%s\n' "$entries" | sort -u
+}
+
+# pids_of cmdline-part fd-dir...: processes (not this shell) whose command line contains
+# cmdline-part, or that hold a file open below one of the fd-dirs (Nomad's logmon and executors,
+# which outlive an agent).
+pids_of() {
+  local part=$1 p d
+  shift
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" = "$$" ] && continue
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "$part"; then
+      echo "${p#/proc/}"
+      continue
+    fi
+    for d in "$@"; do
+      if find "$p/fd" -maxdepth 1 -lname "$d/*" 2>/dev/null | grep -q .; then
+        echo "${p#/proc/}"
+        break
+      fi
+    done
+  done
+}

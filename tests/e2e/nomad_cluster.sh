@@ -1,0 +1,616 @@
+#!/usr/bin/env bash
+# Issue 13's proof under real Nomad: a volume that follows its job between two clients. One Nomad
+# server and two client agents on this machine, each client with its own zfs pool and parent
+# dataset as its "disk", the plugin on both (one system job, one plugin id, monoliths) with one
+# S3 store (versitygw on 127.0.0.1), and a job (exec driver) that writes to the volume. Steps,
+# each a printed check:
+#   1. the volume is created (follow = "true"); the job writes 64 MiB of files on A;
+#   2. A is drained: the job runs on B and reads the same SHA-256s; it writes more;
+#   3. A is enabled again and B drained: the job runs on A with all data; bytes moved reported;
+#   4. A's agent, plugin and tasks are killed (SIGKILL) while the job holds the volume: the job
+#      runs with the volume on B only once the takeover rule allows it, with the last copy; A
+#      comes back: its diverged copy is set aside, not destroyed and not published, and the job
+#      moves back to A with the current data;
+#   5. throughout: never two nodes with the volume staged read-write (the mount table is sampled
+#      every half second), and nothing outside the parent datasets changes.
+# The last line is
+#   nomad-cluster: N checks passed, M failed (Nomad vX.Y.Z)
+# and the exit code is non-zero if any check failed.
+#
+#   flock /var/cache/zfs-csi/nomad-run.lock tests/e2e/nomad_cluster.sh   # as root
+#
+# Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3), ZFS_CSI_CACHE (build cache, default
+# /var/cache/zfs-csi), CLUSTER_TAKEOVER_AFTER (the plugins' --takeover-after, default 20s),
+# CLUSTER_DRAIN_FLAGS (added to every drain, e.g. -ignore-system), E2E_KEEP=1 keeps the temporary
+# directory (agent, plugin and job logs, the store).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+here="$root/tests/e2e"
+cluster="$here/cluster"
+started_at=$(date +%s)
+passed=0
+failed=0
+# shellcheck source=tests/e2e/lib.sh
+. "$here/lib.sh"
+
+abort() {
+  fail "$*"
+  exit 1
+}
+
+if [ "$(id -u)" != 0 ]; then
+  say "nomad-cluster: needs root (zpool create, mounts, the Nomad clients)" >&2
+  exit 1
+fi
+
+takeover_after=${CLUSTER_TAKEOVER_AFTER:-20s}
+# Further flags for every "nomad node drain -enable", e.g. -ignore-system (the plugin then stays on
+# a drained client until the drain is lifted).
+read -r -a drain_flags <<<"${CLUSTER_DRAIN_FLAGS:-}"
+case "$takeover_after" in
+  *s) takeover_secs=${takeover_after%s} ;;
+  *m) takeover_secs=$((${takeover_after%m} * 60)) ;;
+  *) say "nomad-cluster: CLUSTER_TAKEOVER_AFTER must be seconds or minutes (30s, 2m)" >&2; exit 2 ;;
+esac
+
+# ---------------------------------------------------------------------------------------------
+step "setup"
+
+"$root/tools/zfs-env.sh" ensure || abort "zfs answers (tools/zfs-env.sh ensure)"
+nomad_bin=$("$here/nomad_install.sh") || abort "Nomad built or found in the cache"
+nomad_version=$("$nomad_bin" version | head -1)
+say "nomad: $nomad_bin ($nomad_version)"
+
+tmp=$(mktemp -d /tmp/zfs-csi-cluster.XXXXXX)
+nodes=(a b)
+declare -A pool data_dir csi_dir agent_pid http_port node_name node_id cgroup_parent
+for n in "${nodes[@]}"; do
+  pool[$n]="zcscl$n$$"
+  data_dir[$n]="$tmp/$n/data"
+  csi_dir[$n]="$tmp/$n/data/client/csi"
+  node_name[$n]="cluster-$n"
+done
+plugin_id=zfs-cluster
+vol=follow-data
+usage=rw-file-system-single-node-writer
+bucket=zfs-csi-cluster
+s3_dir="$tmp/s3"
+server_pid=""
+s3_pid=""
+sampler_pid=""
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  for n in "${nodes[@]}"; do cgroup_parent[$n]="zfs-csi-cluster-$n-$$.slice"; done
+else
+  for n in "${nodes[@]}"; do cgroup_parent[$n]="/zfs-csi-cluster-$n-$$"; done
+fi
+
+nomad() { "$nomad_bin" "$@"; }
+export NOMAD_CLI_SHOW_HINTS=false
+
+zget() { zfs get -Hp -o value "$1" "$2" 2>/dev/null; }
+# staging_dir node: where Nomad has node stage the volume on that client (host path).
+staging_dir() { echo "${csi_dir[$1]}/monolith/$plugin_id/staging/default/$vol/$usage"; }
+# staged_rw node: the volume is staged read-write on that client (its staging mount is rw).
+staged_rw() {
+  findmnt -rn -o TARGET,OPTIONS | awk -v t="$(staging_dir "$1")" '$1 == t && $2 ~ /^rw(,|$)/' |
+    grep -q .
+}
+# files_at dir: "sha256 ./path" for every file below dir, sorted by path.
+files_at() {
+  (cd "$1" 2>/dev/null && find . -type f -exec sha256sum {} + | LC_ALL=C sort -k 2) |
+    awk '{print $1, $2}'
+}
+# The datasets and snapshots of both pools outside the parent datasets, with what matters (not
+# the parent's own "referenced": the mountpoint directories of its children are in it).
+outside_state() {
+  local n
+  for n in "${nodes[@]}"; do
+    zfs get -Hp -r -o name,property,value \
+      type,mountpoint,mounted,origin,quota,refquota,referenced,compression,org.zfs-csi:managed \
+      "${pool[$n]}" | grep -v "^${pool[$n]}/nomad/" | grep -v "^${pool[$n]}/nomad	referenced	"
+    files_at "$tmp/zfs-$n/keep"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
+  step "cleanup"
+  [ -n "$sampler_pid" ] && kill "$sampler_pid" 2>/dev/null
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    if [ "${E2E_KEEP:-}" = 1 ]; then
+      local id
+      for n in "${nodes[@]}"; do plugin_log "$n" >"$tmp/plugin-$n.log" 2>&1; done
+      for id in $(nomad job allocs -json writer 2>/dev/null | jq -r '.[].ID'); do
+        nomad alloc logs "$id" app >"$tmp/writer-$id.log" 2>&1
+      done
+    fi
+    # The job first, so the plugins unmount what they mounted; then the volume (deleted while
+    # the plugins still run, else deregistered); then the plugins.
+    nomad job stop -purge writer >/dev/null 2>&1
+    wait_until 60 eval '! findmnt -rn -o TARGET | grep -qF "$tmp/"{a,b}"/data/client/csi/monolith/"'
+    if nomad volume status "$vol" >/dev/null 2>&1; then
+      wait_until 30 nomad volume delete "$vol" ||
+        nomad volume deregister -force "$vol" >/dev/null 2>&1
+    fi
+    nomad job stop -purge zfs-csi-cluster >/dev/null 2>&1
+  fi
+  local n pid
+  for n in "${nodes[@]}"; do
+    pid=${agent_pid[$n]:-}
+    [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null
+  done
+  [ -n "$server_pid" ] && kill -INT "$server_pid" 2>/dev/null
+  for _ in $(seq 1 30); do
+    pid=""
+    for p in "${agent_pid[@]}" "$server_pid"; do kill -0 "$p" 2>/dev/null && pid=$p; done
+    [ -z "$pid" ] && break
+    sleep 1
+  done
+  for p in "${agent_pid[@]}" "$server_pid"; do kill -KILL "$p" 2>/dev/null; done
+  # Plugins, executors, logmon and tasks that outlive the agents; versitygw.
+  for pid in $(pids_of "$tmp/" "${data_dir[a]}" "${data_dir[b]}"); do kill -KILL "$pid" 2>/dev/null; done
+  [ -n "$s3_pid" ] && kill -KILL "$s3_pid" 2>/dev/null
+  # Mounts left below the temporary directory (not the pools' own, zpool destroy does those).
+  findmnt -rn -o TARGET | grep -F "$tmp/" | grep -vE "^$tmp/zfs-[ab](/|$)" | sort -r |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+  for n in "${nodes[@]}"; do
+    for _ in $(seq 1 20); do
+      zpool destroy -f "${pool[$n]}" 2>/dev/null && break
+      zpool list -H "${pool[$n]}" >/dev/null 2>&1 || break
+      sleep 0.5
+    done
+    zpool list -H "${pool[$n]}" >/dev/null 2>&1 &&
+      say "could not destroy pool ${pool[$n]}: zpool destroy -f ${pool[$n]}"
+    # The clients' cgroups (empty once their tasks are gone).
+    find /sys/fs/cgroup -maxdepth 2 -type d -name "$(basename "${cgroup_parent[$n]}")" 2>/dev/null |
+      while read -r d; do find "$d" -depth -type d -exec rmdir {} + 2>/dev/null; done
+  done
+  if [ "${E2E_KEEP:-}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
+  say ""
+  say "took $(($(date +%s) - started_at))s under ${nomad_version:-Nomad (not started)}"
+  say "nomad-cluster: $passed checks passed, $failed failed${nomad_version:+ ($nomad_version)}"
+  if [ "$failed" -gt 0 ] || [ "$code" -ne 0 ]; then exit 1; fi
+  exit 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# -- each client's "disk": a pool with the plugin's parent dataset, and a bystander dataset
+# with a file and a snapshot that nothing may touch.
+for n in "${nodes[@]}"; do
+  mkdir -p "$tmp/$n"
+  truncate -s 1G "$tmp/pool-$n.img"
+  zpool create -m "$tmp/zfs-$n" "${pool[$n]}" "$tmp/pool-$n.img" || abort "pool ${pool[$n]} created"
+  zfs create "${pool[$n]}/nomad" && zfs create "${pool[$n]}/keep" &&
+    head -c 1048576 /dev/urandom >"$tmp/zfs-$n/keep/file" &&
+    zfs snapshot "${pool[$n]}/keep@before" || abort "datasets of ${pool[$n]} created"
+  say "client ${node_name[$n]}: pool ${pool[$n]} ($tmp/pool-$n.img), parent ${pool[$n]}/nomad"
+done
+outside_before=$(outside_state)
+
+# -- the store: versitygw (tests/support/s3_server.ts builds and caches it) on 127.0.0.1.
+versitygw=$(cd "$root" && ./tools/deno eval --quiet \
+  'console.log(await (await import("./tests/support/s3_server.ts")).versitygwBinary())') ||
+  abort "versitygw built or found in the cache (tests/support/s3_server.ts)"
+s3_port=$(free_ports 1) || abort "a free port for versitygw"
+s3_key="cluster$$"
+s3_secret=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+mkdir -p "$s3_dir"
+"$versitygw" --access "$s3_key" --secret "$s3_secret" --port "127.0.0.1:$s3_port" posix "$s3_dir" \
+  >"$tmp/s3.log" 2>&1 &
+s3_pid=$!
+wait_until 30 eval '! port_free "$s3_port"' || abort "versitygw answers on 127.0.0.1:$s3_port"
+(cd "$root" && S3_PORT=$s3_port S3_KEY=$s3_key S3_SECRET=$s3_secret S3_BUCKET=$bucket \
+  ./tools/deno eval --quiet '
+  const { signedFetch } = await import("./tests/support/s3_server.ts");
+  const env = (k: string) => Deno.env.get(k)!;
+  const url = new URL(`http://127.0.0.1:${env("S3_PORT")}/${env("S3_BUCKET")}`);
+  const r = await signedFetch({ accessKeyId: env("S3_KEY"), secretAccessKey: env("S3_SECRET") },
+    "PUT", url);
+  if (!r.ok) throw new Error(`PUT bucket: ${r.status} ${await r.text()}`);
+  await r.body?.cancel();
+') || abort "bucket $bucket created"
+store_vol="$s3_dir/$bucket/v1/volumes/$vol"
+pass "store: versitygw on 127.0.0.1:$s3_port, bucket $bucket (both plugins use it)"
+
+# -- the plugin "binary" for raw_exec: main.ts with the production permission flags for both
+# clients' CSI directories and the store's host:port, as ZFS_CSI_EXTRA_DIRS and
+# ZFS_CSI_STORE_HOSTS widen a production build.
+plugin_wrapper "$tmp/bin/zfs-csi" "$root" "${csi_dir[a]}:${csi_dir[b]}" "" "127.0.0.1:$s3_port" ||
+  abort "permission flags read from src/permissions.ts"
+check "plugin wrapper runs main.ts (--version) with --allow-net=127.0.0.1:$s3_port only" eval '
+  "$tmp/bin/zfs-csi" --version >/dev/null &&
+  grep -qF -- "--allow-net=127.0.0.1:$s3_port " "$tmp/bin/zfs-csi"'
+plugin_args=(--store "s3://$bucket" --store-endpoint "http://127.0.0.1:$s3_port" --store-path-style)
+if "$tmp/bin/zfs-csi" --help 2>&1 | grep -qF -- "--takeover-after"; then
+  plugin_args+=(--takeover-after "$takeover_after")
+  say "plugin: --takeover-after $takeover_after"
+else
+  say "plugin: its --help has no --takeover-after yet: started without it"
+fi
+args_hcl=$(printf '%s\n' "${plugin_args[@]}" | jq -R . | jq -sc .)
+
+# -- the agents: one server, two clients; loopback, free ports, their own data_dir and cgroups.
+base=$(free_ports 9) || abort "9 free ports for the agents"
+export NOMAD_ADDR="http://127.0.0.1:$base"
+mkdir -p "$tmp/server"
+cat >"$tmp/server/agent.hcl" <<EOF
+name     = "cluster-server"
+data_dir = "$tmp/server/data"
+ports {
+  http = $base
+  rpc  = $((base + 1))
+  serf = $((base + 2))
+}
+EOF
+env -u AWS_CA_BUNDLE "$nomad_bin" agent -config "$cluster/server.hcl" -config "$tmp/server/agent.hcl" \
+  >"$tmp/server/agent.log" 2>&1 &
+server_pid=$!
+
+chroot_entries=$(chroot_env_entries sh head sha256sum sleep find sort mkdir rmdir)
+# start_client node: starts (or restarts, with its state) that client's agent.
+start_client() {
+  local n=$1 p=$((base + 3))
+  [ "$n" = b ] && p=$((base + 6))
+  http_port[$n]=$p
+  cat >"$tmp/$n/agent.hcl" <<EOF
+name     = "${node_name[$n]}"
+data_dir = "${data_dir[$n]}"
+ports {
+  http = $p
+  rpc  = $((p + 1))
+  serf = $((p + 2))
+}
+client {
+  servers       = ["127.0.0.1:$((base + 1))"]
+  cgroup_parent = "${cgroup_parent[$n]}"
+  meta {
+    zfs_parent = "${pool[$n]}/nomad"
+  }
+  chroot_env {
+$chroot_entries
+  }
+}
+EOF
+  env -u AWS_CA_BUNDLE "$nomad_bin" agent -config "$cluster/client.hcl" -config "$tmp/$n/agent.hcl" \
+    >>"$tmp/$n/agent.log" 2>&1 &
+  agent_pid[$n]=$!
+}
+for n in "${nodes[@]}"; do start_client "$n"; done
+
+# node_ready name: the node is ready with raw_exec and exec healthy.
+node_ready() {
+  nomad operator api /v1/nodes 2>/dev/null | jq -e --arg n "$1" '.[] | select(.Name == $n) |
+    .Status == "ready" and .Drivers.raw_exec.Healthy and .Drivers.exec.Healthy' >/dev/null
+}
+wait_until 90 eval 'node_ready cluster-a && node_ready cluster-b' ||
+  abort "server and both clients up, raw_exec and exec healthy (logs in $tmp/{server,a,b})"
+for n in "${nodes[@]}"; do
+  node_id[$n]=$(nomad operator api /v1/nodes | jq -r --arg n "${node_name[$n]}" '.[] | select(.Name == $n) | .ID')
+done
+pass "server on $NOMAD_ADDR; clients cluster-a (${node_id[a]:0:8}) and cluster-b (${node_id[b]:0:8}) ready"
+
+# ---------------------------------------------------------------------------------------------
+step "the plugin on both clients: one system job, one plugin id ($plugin_id), one store"
+
+nomad job run -detach -var "binary_path=$tmp/bin/zfs-csi" \
+  -var "clients={\"cluster-a\"=\"${data_dir[a]}\",\"cluster-b\"=\"${data_dir[b]}\"}" \
+  -var "plugin_args=$args_hcl" -var "s3_access_key=$s3_key" -var "s3_secret_key=$s3_secret" \
+  "$cluster/plugin.nomad.hcl" >/dev/null || abort "plugin job submitted"
+# plugin_healthy controllers nodes
+plugin_healthy() {
+  nomad plugin status -json "$plugin_id" 2>/dev/null |
+    jq -e --argjson c "$1" --argjson n "$2" '.ControllersHealthy == $c and .NodesHealthy == $n' >/dev/null
+}
+# plugin_log node: the plugin's log lines on that client, over all its allocations (a drain
+# stops it; it comes back as a new allocation), oldest first.
+plugin_log() {
+  local a
+  for a in $(nomad job allocs -json zfs-csi-cluster 2>/dev/null | jq -r --arg n "${node_name[$1]}" \
+    '[.[] | select(.NodeName == $n)] | sort_by(.CreateIndex) | .[].ID'); do
+    nomad alloc logs -stderr "$a" plugin 2>/dev/null
+  done
+}
+# What the plugin logs (src/follow/mover.ts) when a move happens.
+msg_released="follow volume released"
+msg_received="follow volume received"
+msg_taken="follow volume taken over from a holder that stopped renewing"
+msg_diverged="this node's copy diverged from the store's head: set aside, never published"
+# logged node message: how many lines the plugin logged on that client with exactly that message.
+logged() { plugin_log "$1" | jq -c --arg m "$2" 'select(.msg == $m)' 2>/dev/null | grep -c .; }
+# last_logged node message fields: the fields of the last such line, as "k=v ...".
+last_logged() {
+  plugin_log "$1" | jq -r --arg m "$2" --argjson f "$3" 'select(.msg == $m) |
+    [$f[] as $k | select(has($k)) | "\($k)=\(.[$k] | tostring)"] | join(" ")' 2>/dev/null | tail -1
+}
+wait_until 180 plugin_healthy 2 2 ||
+  abort "plugin $plugin_id healthy on both clients (nomad alloc logs -stderr <alloc> plugin)"
+pass "plugin $plugin_id: Controllers Healthy 2, Nodes Healthy 2"
+
+# The mount table, every half second until the end: which clients have the volume staged rw.
+(
+  while :; do
+    line="$(date +%s.%N | cut -c1-14)"
+    for n in "${nodes[@]}"; do staged_rw "$n" && line+=" $n"; done
+    echo "$line" >>"$tmp/staged.log"
+    sleep 0.5
+  done
+) &
+sampler_pid=$!
+# never_both: no sample so far had the volume staged rw on both clients.
+never_both() { ! awk 'NF >= 3' "$tmp/staged.log" | grep -q .; }
+samples() { wc -l <"$tmp/staged.log"; }
+# check_mounts what on off: staged rw on client `on`, not on `off`, and never on both so far.
+check_mounts() {
+  local on=$2 off=$3
+  check "$1: mount table: staged rw on ${node_name[$on]} only; never on both so far ($(samples) samples)" \
+    eval 'never_both && staged_rw "$on" && ! staged_rw "$off"'
+}
+
+# ---------------------------------------------------------------------------------------------
+# The writer job's allocation that runs and has printed "ready", as "alloc-id node-name".
+writer_ready() {
+  local a id
+  for a in $(nomad job allocs -json writer 2>/dev/null | jq -r \
+    '.[] | select(.ClientStatus == "running" and .DesiredStatus == "run") | "\(.ID),\(.NodeName)"'); do
+    id=${a%,*}
+    nomad alloc logs "$id" app 2>/dev/null | grep -qx ready && { echo "${a/,/ }"; return 0; }
+  done
+  return 1
+}
+# listed alloc before|after: the files the allocation listed, as "sha256 ./path" lines.
+listed() { nomad alloc logs "$1" app 2>/dev/null | awk -v k="$2" '$1 == k {print $2, $3}'; }
+# wait_writer_on node seconds: waits until the writer is ready on that client; sets alloc.
+wait_writer_on() {
+  local deadline=$(($(date +%s) + $2)) r
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    r=$(writer_ready) && [ "${r#* }" = "${node_name[$1]}" ] && { alloc=${r%% *}; return 0; }
+    sleep 1
+  done
+  return 1
+}
+# last_write tag: through the running allocation, the job writes 1 MiB to /data/last-<tag> (what
+# no periodic copy can have yet, just before a move); prints its "sha256 ./last-<tag>".
+last_write() {
+  nomad alloc exec -task app "$alloc" /bin/sh -c \
+    "head -c 1048576 /dev/urandom > /data/last-$1 && cd /data && sha256sum ./last-$1" |
+    awk '{print $1, $2}'
+}
+# with list line: the list with one more line, sorted by path as the job sorts.
+with() { printf '%s\n' "$1" "$2" | LC_ALL=C sort -k 2; }
+# Why the writer's latest allocations failed (their last events), for a failed check.
+writer_failures() {
+  local id
+  nomad job allocs -json writer 2>/dev/null | jq -r 'sort_by(.CreateIndex) | .[] |
+    select(.ClientStatus == "failed") |
+    "\(.NodeName) \(.ID[0:8]): \([.TaskStates[]?.Events[]? | .DisplayMessage] | last)"' |
+    tail -3 | cut -c1-400 | sed 's/^/  failed: /'
+  for id in $(nomad job allocs -json writer 2>/dev/null | jq -r 'sort_by(.CreateIndex) | .[] |
+    select(.ClientStatus == "failed" and (.TaskStates.app.StartedAt // "") != "") | .ID' | tail -1); do
+    nomad alloc logs "$id" app 2>&1 | tail -3 | sed "s/^/  ${id:0:8} stdout: /"
+    nomad alloc logs -stderr "$id" app 2>&1 | tail -3 | sed "s/^/  ${id:0:8} stderr: /"
+  done
+}
+# refusals_on node [since]: stage refusals Nomad showed for the writer's allocations on a
+# client (their task events), of allocations created since that unix time.
+refusals_on() {
+  nomad job allocs -json writer 2>/dev/null | jq -r --arg n "${node_name[$1]}" \
+    --argjson since "${2:-0}" '.[] | select(.NodeName == $n and .CreateTime >= $since * 1e9) |
+    .TaskStates[]?.Events[]? | .DisplayMessage | select(test("is held by node"))' |
+    sed 's/.*desc = //'
+}
+# A move between clients was clean: the old holder released the volume (its plugin logged it
+# after `since` releases) and the new one took it without the takeover rule.
+clean_move() {
+  [ "$(logged "$1" "$msg_released")" -gt "$3" ] &&
+    [ "$(logged "$2" "$msg_taken")" -eq "$4" ]
+}
+owner_field() { jq -r "$1" "$store_vol/owner.json" 2>/dev/null; }
+# head_after time: the store's head (its last copy) was taken after that unix time.
+head_after() { [ "$(date -d "$(owner_field .headAt)" +%s 2>/dev/null || echo 0)" -gt "$1" ]; }
+# Store objects of the volume (key size), to tell what moved.
+store_objects() {
+  (cd "$store_vol" 2>/dev/null && find . -type f -printf '%P %s\n' | LC_ALL=C sort)
+}
+bytes_of() { awk '{s += $2} END {print s + 0}'; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+
+# ---------------------------------------------------------------------------------------------
+step "1. create the volume; the job writes 64 MiB of files on cluster-a"
+
+check "cluster-b ineligible for now, so the job starts on cluster-a" \
+  nomad node eligibility -disable "${node_id[b]}"
+out=$(nomad volume create "$cluster/volume.hcl" 2>&1)
+code=$?
+say "$(sed 's/^/  /' <<<"$out")"
+[ "$code" -eq 0 ] || abort "nomad volume create cluster/volume.hcl (follow = \"true\")"
+pass "nomad volume create cluster/volume.hcl (follow = \"true\", backup_interval 10s)"
+check "nomad volume status: schedulable, no topology pinning it to a node" eval '
+  nomad volume status -json "$vol" | jq -e ".Schedulable == true and
+    ((.Topologies // []) | map(.Segments // {} | length) | add // 0) == 0" >/dev/null'
+check "the store holds the volume's owner record (v1/volumes/$vol/owner.json)" \
+  test -f "$store_vol/owner.json"
+
+nomad job run -detach "$cluster/writer.nomad.hcl" >/dev/null || abort "writer job submitted"
+# As for any job that runs as a non-root user: hand it the new dataset's root directory.
+wait_until 180 staged_rw a && chown 65534:65534 "$(staging_dir a)"
+t0=$(date +%s)
+wait_writer_on a 300 || { writer_failures; abort "the writer runs on cluster-a and wrote its files"; }
+pass "the writer runs on cluster-a (alloc ${alloc:0:8}) and wrote its files"
+after1=$(listed "$alloc" after)
+check "it found an empty volume and wrote 16 files of 4 MiB (64 MiB) below /data/base" eval '
+  [ -z "$(listed "$alloc" before)" ] && [ "$(grep -c "^[0-9a-f]\{64\} ./base/part-" <<<"$after1")" = 16 ]'
+say "  $(wc -l <<<"$after1") files, sha256 of the list $(sha256sum <<<"$after1" | cut -c1-16)..."
+check "cluster-a's host sees the same SHA-256s in its staged copy" \
+  same "$after1" "$(files_at "$(staging_dir a)")"
+check_mounts "step 1" a b
+check "the store names cluster-a the holder" eval '[ "$(owner_field .holder)/$(owner_field .state)" = cluster-a/held ]'
+t1=$(date +%s)
+check "within the interval the store has a copy of the 64 MiB (the owner record's head is newer)" \
+  wait_until 60 head_after "$t1"
+
+# ---------------------------------------------------------------------------------------------
+step "2. nomad node drain -enable cluster-a: the job runs on cluster-b with the same data"
+
+nomad node eligibility -enable "${node_id[b]}" >/dev/null
+released_a=$(logged a "$msg_released")
+taken_b=$(logged b "$msg_taken")
+last2=$(last_write 2)
+expect2=$(with "$after1" "$last2")
+t0=$(date +%s)
+check "nomad node drain -enable cluster-a, right after the job wrote /data/last-2 (${last2:0:12}...)" \
+  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[a]}"
+if wait_writer_on b 300; then
+  pass "the writer runs on cluster-b (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
+else
+  fail "the writer runs on cluster-b after the drain"
+  writer_failures
+fi
+check "it read the same SHA-256s as cluster-a wrote, /data/last-2 included ($(wc -l <<<"$expect2") files)" \
+  same "$expect2" "$(listed "$alloc" before)"
+after2=$(listed "$alloc" after)
+check "and wrote more: 8 MiB in /data/more/<alloc>" \
+  eval '[ "$(grep -vxFf <(echo "$expect2") <<<"$after2" | grep -c " ./more/")" = 1 ]'
+check "cluster-b's host sees the same SHA-256s in its staged copy" \
+  same "$after2" "$(files_at "$(staging_dir b)")"
+check_mounts "step 2" b a
+check "the store names cluster-b the holder (generation $(owner_field .generation))" \
+  eval '[ "$(owner_field .holder)/$(owner_field .state)" = cluster-b/held ]'
+say "  cluster-a released: $(last_logged a "$msg_released" '["head","bytes","base"]')"
+say "  cluster-b received: $(last_logged b "$msg_received" '["streams","bytes","ms"]')"
+check "a clean move: cluster-a released the volume, cluster-b needed no takeover" \
+  clean_move a b "$released_a" "$taken_b"
+[ -n "$(refusals_on b)" ] && say "  cluster-b was refused meanwhile: $(refusals_on b | head -1 | cut -c1-300)"
+store_objects >"$tmp/store-after-step2"
+
+# ---------------------------------------------------------------------------------------------
+step "3. cluster-a enabled again, cluster-b drained: the job runs on cluster-a with all data"
+
+check "nomad node drain -disable cluster-a" nomad node drain -disable -yes "${node_id[a]}"
+check "the plugin is healthy on both clients again" wait_until 180 plugin_healthy 2 2
+released_b=$(logged b "$msg_released")
+taken_a=$(logged a "$msg_taken")
+last3=$(last_write 3)
+expect3=$(with "$after2" "$last3")
+t0=$(date +%s)
+check "nomad node drain -enable cluster-b, right after the job wrote /data/last-3 (${last3:0:12}...)" \
+  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[b]}"
+if wait_writer_on a 300; then
+  pass "the writer runs on cluster-a (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
+else
+  fail "the writer runs on cluster-a after the drain"
+  writer_failures
+fi
+t3=$(date +%s)
+check "it read every file cluster-b had, /data/last-3 included ($(wc -l <<<"$expect3") files)" \
+  same "$expect3" "$(listed "$alloc" before)"
+after3=$(listed "$alloc" after)
+check "cluster-a's host sees the same SHA-256s in its staged copy" \
+  same "$after3" "$(files_at "$(staging_dir a)")"
+check_mounts "step 3" a b
+# What moved to cluster-a: the store objects written since cluster-b took the volume (its
+# increments, which a receive on top of cluster-a's copy needs), and what cluster-a's plugin says.
+stored=$(comm -13 "$tmp/store-after-step2" <(store_objects) | grep -F "streams/" | bytes_of)
+say "  store streams written since cluster-b took the volume: $(mib "$stored") ($stored bytes)"
+say "  cluster-b released: $(last_logged b "$msg_released" '["head","bytes","base"]')"
+received=$(last_logged a "$msg_received" '["streams","bytes","ms"]')
+say "  cluster-a received: $received"
+moved=$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$received")
+check "bytes moved to cluster-a: ${moved:-?} ($(mib "${moved:-0}")): only the increment, less than the 64 MiB it had" \
+  eval '[ -n "$moved" ] && [ "$moved" -gt 0 ] && [ "$moved" -lt 67108864 ]'
+check "a clean move: cluster-b released the volume, cluster-a needed no takeover" \
+  clean_move b a "$released_b" "$taken_a"
+check "nomad node drain -disable cluster-b" nomad node drain -disable -yes "${node_id[b]}"
+check "the plugin is healthy on both clients again" wait_until 180 plugin_healthy 2 2
+
+# ---------------------------------------------------------------------------------------------
+step "4. cluster-a lost while the job holds the volume (SIGKILL), then back"
+
+# The store's copy must hold what the job wrote on cluster-a before it is lost.
+check "the store's last copy is newer than the job's writes on cluster-a" wait_until 60 head_after "$t3"
+live_ds=$(findmnt -rn -o SOURCE,TARGET | awk -v t="$(staging_dir a)" '$2 == t {sub(/\[.*/, "", $1); print $1}')
+live_guid=$(zget guid "$live_ds")
+say "  cluster-a's copy: $live_ds (guid ${live_guid:-<none>})"
+diverged=$(nomad alloc exec -task app "$alloc" /bin/sh -c \
+  'head -c 1048576 /dev/urandom > /data/diverged && sha256sum /data/diverged' | awk '{print $1}')
+# The machine is gone: every process of cluster-a (agent, plugin, executors, logmon, the task)
+# killed at once, and its CSI mounts gone as after a crash; its pool stays, with the copy.
+victims=$(
+  echo "${agent_pid[a]}"
+  pids_of "--node-id cluster-a " "${data_dir[a]}"
+)
+# shellcheck disable=SC2086 # a list of pids
+kill -KILL $victims 2>/dev/null
+t_kill=$(date +%s)
+pass "a write the store never saw (/data/diverged ${diverged:0:12}...), then SIGKILL to $(wc -w <<<"$victims") processes of cluster-a"
+findmnt -rn -o TARGET | grep -F "${csi_dir[a]}/" | sort -r | while read -r m; do umount "$m"; done
+check "cluster-a's CSI mounts are gone (its copy stays in ${pool[a]})" eval '
+  ! findmnt -rn -o TARGET | grep -qF "${csi_dir[a]}/" && zfs list "$live_ds" >/dev/null 2>&1'
+if wait_writer_on b $((takeover_secs + 300)); then
+  t_run=$(date +%s)
+  pass "the writer runs on cluster-b (alloc ${alloc:0:8}), $((t_run - t_kill))s after the kill"
+else
+  t_run=0
+  fail "the writer runs on cluster-b after cluster-a was lost"
+fi
+first_b=$(awk -v t="$t_kill" '$1 >= t && / b/ {print int($1); exit}' "$tmp/staged.log")
+check "not before the rule allows: first staged on cluster-b $((${first_b:-0} - t_kill))s after the kill (--takeover-after $takeover_after)" \
+  eval '[ -n "$first_b" ] && [ $((first_b - t_kill)) -ge "$takeover_secs" ]'
+refusals=$(refusals_on b "$t_kill" | grep -F '"cluster-a"')
+say "$(tail -1 <<<"$refusals" | fold -s -w 96 | sed 's/^/  refused: /')"
+check "until then Nomad showed stage on cluster-b refused, naming the holder cluster-a ($(grep -c . <<<"$refusals") times)" \
+  test -n "$refusals"
+check "cluster-b's plugin logged the takeover" \
+  eval '[ "$(logged b "$msg_taken")" -gt 0 ]'
+
+check "it runs with the last copy: the files cluster-a had written, without /data/diverged" \
+  same "$after3" "$(listed "$alloc" before)"
+after4=$(listed "$alloc" after)
+check_mounts "step 4, cluster-a lost" b a
+
+start_client a
+check "cluster-a's agent is back (same data_dir), its plugin healthy again" \
+  wait_until 180 eval 'node_ready cluster-a && plugin_healthy 2 2'
+# The copy that diverged: still there (by guid), under another name, published nowhere.
+by_guid() { zfs get -Hp -r -o name,value guid "${pool[a]}/nomad" | awk -v g="$1" '$2 == g {print $1}'; }
+aside=$(by_guid "$live_guid")
+check "cluster-a's diverged copy is not destroyed: ${aside:-<none>} (guid $live_guid)" test -n "$aside"
+check "and not published: no mount on cluster-a uses it" \
+  eval '! findmnt -rn -o SOURCE | sed "s/\[.*//" | grep -qxF "$aside"'
+
+last4=$(last_write 4)
+expect4=$(with "$after4" "$last4")
+t0=$(date +%s)
+check "nomad node drain -enable cluster-b (after the job wrote /data/last-4): back to cluster-a" \
+  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[b]}"
+if wait_writer_on a 300; then
+  pass "the writer runs on cluster-a (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
+else
+  fail "the writer runs on cluster-a again"
+  writer_failures
+fi
+check "it reads the current data (cluster-b's, /data/last-4 included), not the diverged copy" \
+  same "$expect4" "$(listed "$alloc" before)"
+check "cluster-a's plugin logged its copy set aside as diverged" \
+  eval '[ "$(logged a "$msg_diverged")" -gt 0 ]'
+
+aside_now=$(by_guid "$live_guid")
+check "the diverged copy is set aside: ${aside_now:-<none>}, not the live copy, not mounted by CSI" eval '
+  [ -n "$aside_now" ] && [ "$aside_now" != "$(findmnt -rn -o SOURCE,TARGET |
+    awk -v t="$(staging_dir a)" "\$2 == t {sub(/\\[.*/, \"\", \$1); print \$1}")" ] &&
+  ! findmnt -rn -o SOURCE | sed "s/\[.*//" | grep -qxF "$aside_now"'
+check_mounts "step 4, cluster-a back" a b
+nomad node drain -disable -yes "${node_id[b]}" >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------------------------
+step "5. throughout"
+
+check "never two clients with the volume staged read-write at once ($(samples) samples of the mount table)" \
+  never_both
+outside_after=$(outside_state)
+check "nothing outside the parent datasets changed (both pools, $(wc -l <<<"$outside_before") lines)" \
+  same "$outside_before" "$outside_after" ||
+  diff <(echo "$outside_before") <(echo "$outside_after") | sed "s/^/  /"

@@ -1,0 +1,265 @@
+/**
+ * A real Prometheus for tests, pinned below, scraping targets on 127.0.0.1 and answering its
+ * HTTP query API on 127.0.0.1; and promtool, to check an exposition as Prometheus's own linter
+ * does. Both are built once per machine from the Go module proxy into
+ * ${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/prometheus-<version>/ (go_tool.ts). Built without the web
+ * UI's assets (they are not Go code; the module has no built ones): the query API does not need
+ * them.
+ */
+
+import { freePort, goToolBinaries, tail } from "./go_tool.ts";
+
+/**
+ * The one place Prometheus's version is pinned: the Go module version (Prometheus 3.x is
+ * published to the module proxy as v0.3xx.y; its go line asks for Go 1.26.7).
+ */
+export const PROMETHEUS_VERSION = "v0.316.0";
+const MODULE = "github.com/prometheus/prometheus";
+const START_MS = 60_000;
+
+/**
+ * prometheus and promtool, built first if the cache lacks them (several minutes, once).
+ * @throws {Error} when Go is missing or the build fails
+ */
+export async function prometheusBinaries(): Promise<{ prometheus: string; promtool: string }> {
+  const bins = await goToolBinaries({
+    name: "prometheus",
+    version: PROMETHEUS_VERSION,
+    packages: [`${MODULE}/cmd/prometheus`, `${MODULE}/cmd/promtool`],
+    neededBy: "The metrics tests",
+    // The module asks for a newer Go than the pinned bootstrap may be: let go fetch that one.
+    toolchain: "auto",
+  });
+  return { prometheus: bins.prometheus!, promtool: bins.promtool! };
+}
+
+/** What `promtool check metrics` said of an exposition. */
+export interface PromtoolVerdict {
+  readonly success: boolean;
+  /** Its stdout and stderr: the problems it found (empty when none). */
+  readonly output: string;
+}
+
+/** Runs `promtool check config` on a Prometheus configuration file. */
+export async function promtoolCheckConfig(path: string): Promise<PromtoolVerdict> {
+  const { promtool } = await prometheusBinaries();
+  const out = await new Deno.Command(promtool, {
+    args: ["check", "config", "--syntax-only", path],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return {
+    success: out.success,
+    output: (decoder.decode(out.stdout) + decoder.decode(out.stderr)).trim(),
+  };
+}
+
+/** Runs `promtool check metrics` on `exposition` (the lint Prometheus recommends). */
+export async function promtoolCheckMetrics(exposition: string): Promise<PromtoolVerdict> {
+  const { promtool } = await prometheusBinaries();
+  const child = new Deno.Command(promtool, {
+    args: ["check", "metrics"],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(exposition));
+  await writer.close();
+  const out = await child.output();
+  const decoder = new TextDecoder();
+  return {
+    success: out.success,
+    output: (decoder.decode(out.stdout) + decoder.decode(out.stderr)).trim(),
+  };
+}
+
+/** One series of an instant query's answer. */
+export interface VectorSample {
+  readonly metric: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+/** How Prometheus scrapes. */
+export interface PrometheusOptions {
+  /** host:port of each target, scraped at /metrics. */
+  readonly targets: readonly string[];
+  /** Seconds between scrapes (default 1). */
+  readonly scrapeIntervalSeconds?: number;
+}
+
+/** A running Prometheus on a temporary directory. */
+export class PrometheusServer implements AsyncDisposable {
+  /** e.g. http://127.0.0.1:40123 */
+  readonly url: URL;
+  readonly dir: string;
+  readonly #child: Deno.ChildProcess;
+  readonly #output: { text: string };
+  readonly #drained: Promise<unknown>;
+
+  private constructor(
+    url: URL,
+    dir: string,
+    child: Deno.ChildProcess,
+    output: { text: string },
+    drained: Promise<unknown>,
+  ) {
+    this.url = url;
+    this.dir = dir;
+    this.#child = child;
+    this.#output = output;
+    this.#drained = drained;
+  }
+
+  /** Starts Prometheus (building it first if needed) and waits until it is ready. */
+  static async start(options: PrometheusOptions): Promise<PrometheusServer> {
+    const { prometheus } = await prometheusBinaries();
+    const dir = await Deno.makeTempDir({ prefix: "zfs-csi-prometheus-" });
+    const interval = options.scrapeIntervalSeconds ?? 1;
+    // JSON is YAML: no YAML writer needed.
+    const config = {
+      global: { scrape_interval: `${interval}s`, scrape_timeout: `${interval}s` },
+      scrape_configs: [{
+        job_name: "zfs-csi",
+        metrics_path: "/metrics",
+        static_configs: [{ targets: options.targets }],
+      }],
+    };
+    await Deno.writeTextFile(`${dir}/prometheus.yml`, JSON.stringify(config, null, 2));
+    for (let attempt = 1;; attempt++) {
+      const port = freePort();
+      const child = new Deno.Command(prometheus, {
+        args: [
+          `--config.file=${dir}/prometheus.yml`,
+          `--storage.tsdb.path=${dir}/data`,
+          `--web.listen-address=127.0.0.1:${port}`,
+          "--log.level=warn",
+        ],
+        cwd: dir,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const output = { text: "" };
+      const drained = Promise.all([tail(child.stdout, output), tail(child.stderr, output)]);
+      const server = new PrometheusServer(
+        new URL(`http://127.0.0.1:${port}`),
+        dir,
+        child,
+        output,
+        drained,
+      );
+      try {
+        await server.#waitUntilReady();
+        return server;
+      } catch (e) {
+        await server.#kill();
+        // Another process may have taken the port between our check and Prometheus's bind.
+        if (attempt >= 3) {
+          await Deno.remove(dir, { recursive: true }).catch(() => {});
+          throw e;
+        }
+      }
+    }
+  }
+
+  async #waitUntilReady(): Promise<void> {
+    let exited = false;
+    this.#child.status.then(() => exited = true);
+    const deadline = Date.now() + START_MS;
+    while (Date.now() < deadline && !exited) {
+      try {
+        const r = await fetch(new URL("/-/ready", this.url), { signal: AbortSignal.timeout(1000) });
+        await r.body?.cancel();
+        if (r.ok) return;
+      } catch {
+        // Not listening yet.
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(
+      `Prometheus was not ready on ${this.url} (${exited ? "it exited" : "timed out"}):\n` +
+        this.#output.text,
+    );
+  }
+
+  /**
+   * An instant query through /api/v1/query; the answer must be a vector.
+   * @throws {Error} when Prometheus answers an error or another result type
+   */
+  async query(expr: string): Promise<VectorSample[]> {
+    const url = new URL("/api/v1/query", this.url);
+    url.searchParams.set("query", expr);
+    const r = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+    const body = await r.json() as {
+      status: string;
+      error?: string;
+      data?: {
+        resultType: string;
+        result: { metric: Record<string, string>; value: [number, string] }[];
+      };
+    };
+    if (body.status !== "success" || body.data?.resultType !== "vector") {
+      throw new Error(`Query ${expr} answered ${r.status}: ${JSON.stringify(body)}`);
+    }
+    return body.data.result.map((s) => ({ metric: s.metric, value: Number(s.value[1]) }));
+  }
+
+  /**
+   * Queries `expr` until `accept` takes the answer; returns that answer.
+   * @throws {Error} with the last answer when `timeoutMs` passes first
+   */
+  async waitFor(
+    expr: string,
+    accept: (samples: VectorSample[]) => boolean,
+    timeoutMs = 30_000,
+  ): Promise<VectorSample[]> {
+    const deadline = Date.now() + timeoutMs;
+    let last: VectorSample[] = [];
+    while (Date.now() < deadline) {
+      last = await this.query(expr);
+      if (accept(last)) return last;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    throw new Error(
+      `Prometheus's answer to ${expr} was not accepted within ${timeoutMs}ms; last: ` +
+        JSON.stringify(last),
+    );
+  }
+
+  /** The scrape targets' health as Prometheus sees it (/api/v1/targets). */
+  async targets(): Promise<{ scrapeUrl: string; health: string; lastError: string }[]> {
+    const r = await fetch(new URL("/api/v1/targets", this.url));
+    const body = await r.json() as {
+      data: { activeTargets: { scrapeUrl: string; health: string; lastError: string }[] };
+    };
+    return body.data.activeTargets;
+  }
+
+  /** What Prometheus printed last (warnings and errors). */
+  get output(): string {
+    return this.#output.text;
+  }
+
+  async #kill(): Promise<void> {
+    try {
+      this.#child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    await this.#child.status;
+    await this.#drained;
+  }
+
+  /** Stops Prometheus and removes its directory. */
+  async stop(): Promise<void> {
+    await this.#kill();
+    await Deno.remove(this.dir, { recursive: true }).catch(() => {});
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
