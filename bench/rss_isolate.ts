@@ -31,6 +31,8 @@ interface Sample {
   readonly n: number;
   readonly rss: number;
   readonly heap: number;
+  /** Bytes V8 holds for its heap (live or not), after the GC. */
+  readonly heapTotal: number;
 }
 
 const encoder = new TextEncoder();
@@ -41,7 +43,7 @@ function out(line: string): void {
 function sample(n: number): Sample {
   (globalThis as { gc?: () => void }).gc?.();
   const m = Deno.memoryUsage();
-  return { n, rss: m.rss, heap: m.heapUsed };
+  return { n, rss: m.rss, heap: m.heapUsed, heapTotal: m.heapTotal };
 }
 
 /** The candidate side: runs `which` `n` times and prints a JSON sample every n/SAMPLES. */
@@ -215,14 +217,19 @@ if (values.child !== undefined) {
     (await new Deno.Command(deno, { args: ["--version"], stdout: "piped" }).output()).stdout,
   ).split("\n")[0];
   out(`${version}; V8 flags: ${v8 || "(none)"}; ${n} iterations per case`);
-  out("case        | RSS MiB at each eighth                          | live heap first→last");
+  out(
+    "case        | RSS MiB at each eighth                          | live heap first→last | V8 heap total",
+  );
   for (const c of cases) {
     const s = await drive(c, n, deno, v8);
     const first = s[0];
     const last = s.at(-1);
     out(
       `${c.padEnd(11)} | ${s.map((x) => mib(x.rss)).join(" ").padEnd(47)} | ` +
-        (first && last ? `${mib(first.heap)} → ${mib(last.heap)}` : "no samples"),
+        (first && last
+          ? `${mib(first.heap)} → ${mib(last.heap)}`.padEnd(20) +
+            ` | ${mib(first.heapTotal)} → ${mib(last.heapTotal)}`
+          : "no samples"),
     );
   }
 }

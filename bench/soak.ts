@@ -5,7 +5,8 @@
  * time and, every 10 lifecycles, an extra create/delete and a ListVolumes. Its RSS is read from
  * /proc/<pid>/status at regular intervals, and its live heap after a forced full GC through
  * bench/heap_probe.ts (preloaded; the binary exposes no GC). Prints the samples, first/last/peak,
- * the growth over the last half and a verdict against the target (src/ soak_stats.ts).
+ * the growth over the last half and a verdict against the target (bench/soak_stats.ts). The
+ * probe's forced GCs (one per sample) can lower RSS a little; --no-heap runs without it.
  *
  *   deno task bench:soak [--lifecycles N] [--minutes M] [--every N] [--idle-seconds S] [--no-heap]
  *   (or ZFS_CSI_SOAK_LIFECYCLES, ZFS_CSI_SOAK_MINUTES; flags win)
@@ -76,8 +77,8 @@ async function rssMiB(pid: number): Promise<number> {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? NaN) / 1024;
 }
 
-/** Asks the preloaded probe for a report and waits for it (undefined if none comes). */
-async function liveHeapMiB(pid: number, path: string, lastSeq: number): Promise<HeapReport> {
+/** Asks the preloaded probe for a fresh report and waits for it (10 s at most). */
+async function heapReport(pid: number, path: string, lastSeq: number): Promise<HeapReport> {
   Deno.kill(pid, "SIGUSR1");
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
@@ -114,7 +115,7 @@ async function sample(done: number): Promise<SoakSample> {
   const rss = await rssMiB(plugin.pid);
   let heapMiB: number | undefined;
   if (withHeap) {
-    const r = await liveHeapMiB(plugin.pid, heapPath, heapSeq);
+    const r = await heapReport(plugin.pid, heapPath, heapSeq);
     heapSeq = r.seq;
     heapMiB = r.heapUsed / 1024 / 1024;
   }

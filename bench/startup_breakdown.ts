@@ -1,8 +1,8 @@
 /**
  * Where the plugin's start-up time goes: the same steps main.ts and startPlugin take, timed one
  * by one in a fresh process run with the plugin's permission and V8 flags, on a test pool:
- * runtime start to first line of JS, loading the module graph (grpc-js, proto-loader,
- * protobufjs), parsing csi.proto, binding the socket, and the first health check's three
+ * runtime start to first line of JS, loading the module graph (grpc-js, protobufjs),
+ * parsing csi.proto, binding the socket, and the first health check's three
  * commands (zpool list, zfs get, mount), alone and together. Medians over --runs.
  *
  *   deno run --allow-all bench/startup_breakdown.ts [--runs 7]
@@ -49,7 +49,7 @@ const { values } = parseArgs({
     add("process start to first line of JS (runtime, reading main module)", t.jsStart!);
     add("  config, log modules", t.configLoaded! - t.jsStart!);
     add(
-      "  grpc-js, proto-loader, protobufjs and the server module",
+      "  grpc-js, protobufjs and the server module",
       t.grpcLoaded! - t.configLoaded!,
     );
     add("  the rest of the plugin's modules", t.pluginLoaded! - t.grpcLoaded!);

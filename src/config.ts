@@ -16,6 +16,7 @@ import { absolutePath, ConfigError, parseDuration } from "./config_values.ts";
 import { type ParameterPolicy, resolveParameterPolicy } from "./csi/parameters.ts";
 import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
+import { defaultProgram } from "./permissions.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";
 import { checkDatasetName } from "./zfs/names.ts";
 
@@ -106,7 +107,9 @@ Options:
   --stage-publish-base-dir D  staging and target paths must lie below D; repeatable
                               (default: ${DEFAULT_STAGE_PUBLISH_DIR}, Nomad's stage_publish_base_dir)
   --log-level LEVEL           debug, info, warn or error (default: info)
-  --zfs PATH                  zfs program (default: zfs from PATH)
+  --zfs PATH                  zfs program (default: zfs from PATH; with no PATH, the first of
+                              /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin and
+                              /bin that has it; the same for the three below)
   --zpool PATH                zpool program (default: zpool from PATH)
   --mount PATH                mount program (default: mount from PATH)
   --umount PATH               umount program (default: umount from PATH)
@@ -400,10 +403,10 @@ export function parseConfig(
     topology: Object.freeze(parseTopology(values.topology ?? [], nodeId)),
     parentDataset,
     logLevel: logLevel as LogLevel,
-    zfsPath: program("--zfs", values.zfs ?? "zfs"),
-    zpoolPath: program("--zpool", values.zpool ?? "zpool"),
-    mountPath: program("--mount", values.mount ?? "mount"),
-    umountPath: program("--umount", values.umount ?? "umount"),
+    zfsPath: program("--zfs", values.zfs ?? defaultProgram("zfs")),
+    zpoolPath: program("--zpool", values.zpool ?? defaultProgram("zpool")),
+    mountPath: program("--mount", values.mount ?? defaultProgram("mount")),
+    umountPath: program("--umount", values.umount ?? defaultProgram("umount")),
     stagePublishDirs: Object.freeze([...new Set(dirs)]),
     commandTimeoutMs: Math.round(timeoutSeconds * 1000),
     nodeLocalPluginId: values["node-local-plugin-id"] === true,

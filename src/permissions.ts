@@ -7,8 +7,84 @@
 import type { StoreConfig } from "./config_store.ts";
 import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
 
-/** Programs the plugin may start. Nothing else, and never a shell. */
-export const ALLOWED_PROGRAMS = ["zfs", "zpool", "mount", "umount"] as const;
+/** The programs the plugin starts, by name. Nothing else, and never a shell. */
+export const PROGRAM_NAMES = ["zfs", "zpool", "mount", "umount"] as const;
+
+/** One of {@linkcode PROGRAM_NAMES}. */
+export type ProgramName = typeof PROGRAM_NAMES[number];
+
+/**
+ * Where those programs live: Debian's zfsutils-linux (/sbin, /usr/sbin once /usr is merged),
+ * zfs-fuse (/sbin), util-linux's mount (/bin, /usr/bin), OpenZFS built from source (/usr/local/sbin).
+ * In the order of Debian's default PATH, so a plugin started without PATH (Nomad runs host volume
+ * plugins so) finds what a root shell would. Every directory is listed, merged or not: Deno
+ * compares the path a name resolves to with the list as written, without following a symlinked
+ * /sbin to /usr/sbin.
+ */
+export const PROGRAM_DIRS = [
+  "/usr/local/sbin",
+  "/usr/local/bin",
+  "/usr/sbin",
+  "/usr/bin",
+  "/sbin",
+  "/bin",
+] as const;
+
+/**
+ * The files the plugin may run (--allow-run): each program in each of {@linkcode PROGRAM_DIRS},
+ * as absolute paths, which Deno accepts without PATH (entries need not exist). A bare name is
+ * resolved on PATH when it is run and allowed only if it lands on one of these files.
+ */
+export const ALLOWED_PROGRAMS: readonly string[] = Object.freeze(
+  PROGRAM_NAMES.flatMap((name) => PROGRAM_DIRS.map((dir) => `${dir}/${name}`)),
+);
+
+/** How {@linkcode defaultProgram} sees the process: its PATH and which files exist. */
+export interface ProgramLookup {
+  /** PATH, or undefined where it is unset (or this build may not read it). */
+  readonly path: () => string | undefined;
+  /** Whether `file` exists (false where this build may not look). */
+  readonly exists: (file: string) => boolean;
+}
+
+/** The process's own PATH and files, through the build's grants. */
+export const PROCESS_LOOKUP: ProgramLookup = {
+  path: () =>
+    Deno.permissions.querySync({ name: "env", variable: "PATH" }).state === "granted"
+      ? Deno.env.get("PATH")
+      : undefined,
+  exists: (file) => {
+    if (Deno.permissions.querySync({ name: "read", path: file }).state !== "granted") return false;
+    try {
+      return Deno.statSync(file).isFile;
+    } catch {
+      return false;
+    }
+  },
+};
+
+/**
+ * The program to run for `name` when no flag names one: the bare name where PATH is set (found
+ * on PATH when run, as a shell would); without PATH, or with an empty one, the first of
+ * {@linkcode ALLOWED_PROGRAMS} that exists, else the bare name (refused at start in one line).
+ */
+export function defaultProgram(name: ProgramName, lookup: ProgramLookup = PROCESS_LOOKUP): string {
+  if ((lookup.path() ?? "") !== "") return name;
+  return PROGRAM_DIRS.map((dir) => `${dir}/${name}`).find((file) => lookup.exists(file)) ?? name;
+}
+
+/**
+ * Why this build may not run `command` (a path, or a name as PATH resolves it), or undefined
+ * where it may: the one line the server, the CLI and the host volume mode refuse to start with.
+ */
+export function programRefusal(command: string): string | undefined {
+  if (Deno.permissions.querySync({ name: "run", command }).state === "granted") return undefined;
+  const where = command.includes("/")
+    ? ""
+    : " (by name it is looked up on PATH, and there is no PATH or it leads elsewhere)";
+  return `this build may not run "${command}"${where}: it runs ${PROGRAM_NAMES.join(", ")} ` +
+    `only from ${PROGRAM_DIRS.join(", ")}; install them there, or name one of those paths`;
+}
 
 /**
  * Environment variables the plugin (and grpc-js, which reads its logging and proxy settings at
@@ -37,6 +113,9 @@ export const ALLOWED_ENV = [
   "AWS_ACCESS_KEY_ID",
   "AWS_SECRET_ACCESS_KEY",
   "AWS_SESSION_TOKEN",
+  // Only to tell whether there is one (defaultProgram). Setting it cannot widen what runs: a name
+  // is allowed only where it resolves to one of ALLOWED_PROGRAMS.
+  "PATH",
   // Read by Deno's node:child_process when it starts a command (src/run.ts hands `zfs send` and
   // `zfs receive` a file that way); the command's environment is still only LC_ALL and LANG.
   "NODE_V8_COVERAGE",
@@ -88,6 +167,11 @@ export interface PermissionScope {
   readonly listen?: readonly string[];
   /** Single files it may read, such as a store credentials file outside `dirs`. */
   readonly readFiles?: readonly string[];
+  /**
+   * Programs besides {@linkcode ALLOWED_PROGRAMS}, for tests only (a shim on PATH): the compile
+   * task never sets it, so a shipped build runs exactly the listed files.
+   */
+  readonly extraPrograms?: readonly string[];
 }
 
 const LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
@@ -122,6 +206,7 @@ function absolute(kind: string, paths: readonly string[]): string[] {
 export function permissionFlags(scope: PermissionScope): string[] {
   const dirs = absolute("directory", scope.dirs);
   const files = absolute("file", scope.readFiles ?? []).filter((f) => !dirs.includes(f));
+  const programs = absolute("program", [...ALLOWED_PROGRAMS, ...scope.extraPrograms ?? []]);
   const hosts = [
     ...new Set([
       ...(scope.netHosts ?? []).map(netHost),
@@ -129,9 +214,10 @@ export function permissionFlags(scope: PermissionScope): string[] {
     ]),
   ];
   return [
-    `--allow-run=${ALLOWED_PROGRAMS.join(",")}`,
-    // The directories, to check staging and target paths (the mount table comes from `mount`).
-    `--allow-read=${[...dirs, ...files].join(",")}`,
+    `--allow-run=${programs.join(",")}`,
+    // The directories, to check staging and target paths (the mount table comes from `mount`);
+    // the program files, only to see which exist when there is no PATH (defaultProgram).
+    `--allow-read=${[...dirs, ...files, ...ALLOWED_PROGRAMS].join(",")}`,
     `--allow-write=${dirs.join(",")}`,
     // Only the store's host:port and the metrics address, and only when there is one.
     ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),

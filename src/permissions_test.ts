@@ -3,23 +3,128 @@ import { parseConfig, type StoreConfig } from "./config.ts";
 import {
   ALLOWED_ENV,
   ALLOWED_PROGRAMS,
+  defaultProgram,
   grantMessage,
   listenHost,
   metricsGrant,
   netHost,
   permissionFlags,
   PRODUCTION_DIRS,
+  PROGRAM_DIRS,
+  PROGRAM_NAMES,
+  type ProgramLookup,
+  programRefusal,
   runtimeFlags,
   storeGrants,
   V8_FLAGS,
 } from "./permissions.ts";
 
-Deno.test("permissionFlags allows exactly zfs, zpool, mount and umount to run", () => {
+const RUN_FLAG = `--allow-run=${ALLOWED_PROGRAMS.join(",")}`;
+const READ_PROGRAMS = ALLOWED_PROGRAMS.join(",");
+
+Deno.test("permissionFlags allows exactly zfs, zpool, mount and umount, by absolute path", () => {
   const flags = permissionFlags({ dirs: ["/csi"] });
+  assert.deepEqual(flags.filter((f) => f.startsWith("--allow-run")), [RUN_FLAG]);
+  assert.deepEqual([...PROGRAM_NAMES], ["zfs", "zpool", "mount", "umount"]);
+  // Where Debian (merged /usr or not), zfs-fuse, util-linux and OpenZFS from source put them.
+  for (
+    const file of [
+      "/sbin/zfs",
+      "/usr/sbin/zfs",
+      "/usr/local/sbin/zfs",
+      "/sbin/zpool",
+      "/usr/sbin/zpool",
+      "/bin/mount",
+      "/usr/bin/mount",
+      "/bin/umount",
+      "/usr/bin/umount",
+    ]
+  ) {
+    assert.ok(ALLOWED_PROGRAMS.includes(file), file);
+  }
+  assert.equal(ALLOWED_PROGRAMS.length, PROGRAM_NAMES.length * PROGRAM_DIRS.length);
+  for (const file of ALLOWED_PROGRAMS) {
+    const name = file.slice(file.lastIndexOf("/") + 1);
+    assert.ok((PROGRAM_NAMES as readonly string[]).includes(name), file);
+    assert.ok((PROGRAM_DIRS as readonly string[]).includes(file.slice(0, -name.length - 1)), file);
+  }
+  // No shell, no interpreter, and no bare name (which would need PATH to start).
+  assert.ok(ALLOWED_PROGRAMS.every((f) => f.startsWith("/")));
+  assert.ok(!ALLOWED_PROGRAMS.some((f) => /\/(sh|bash|env|deno)$/.test(f)));
+});
+
+Deno.test("permissionFlags adds a test's extra programs to --allow-run only", () => {
+  const flags = permissionFlags({ dirs: ["/csi"], extraPrograms: ["/tmp/shims/mount"] });
   assert.deepEqual(flags.filter((f) => f.startsWith("--allow-run")), [
-    "--allow-run=zfs,zpool,mount,umount",
+    `${RUN_FLAG},/tmp/shims/mount`,
   ]);
-  assert.deepEqual([...ALLOWED_PROGRAMS], ["zfs", "zpool", "mount", "umount"]);
+  assert.ok(!flags.some((f) => f.startsWith("--allow-read") && f.includes("/tmp/shims")));
+  assert.throws(() => permissionFlags({ dirs: ["/csi"], extraPrograms: ["mount"] }), {
+    name: "TypeError",
+    message: 'Permission program "mount" must be an absolute path without ","',
+  });
+});
+
+/** A process with `path` as PATH and exactly `files` on disk. */
+function lookup(path: string | undefined, files: readonly string[]): ProgramLookup & {
+  asked: string[];
+} {
+  const asked: string[] = [];
+  return {
+    asked,
+    path: () => path,
+    exists: (file) => {
+      asked.push(file);
+      return files.includes(file);
+    },
+  };
+}
+
+Deno.test("defaultProgram: with PATH, the bare name, looked up on PATH when run", () => {
+  const l = lookup("/usr/bin:/bin", ["/usr/local/sbin/zfs", "/sbin/zfs"]);
+  for (const name of PROGRAM_NAMES) assert.equal(defaultProgram(name, l), name);
+  assert.deepEqual(l.asked, [], "no file is looked at");
+});
+
+Deno.test("defaultProgram: without PATH, or with an empty one, the first listed file that exists", () => {
+  for (const path of [undefined, ""]) {
+    // Debian with zfs-fuse or zfsutils-linux, /usr not merged: /sbin and /bin.
+    const debian = lookup(path, ["/sbin/zfs", "/sbin/zpool", "/bin/mount", "/bin/umount"]);
+    assert.equal(defaultProgram("zfs", debian), "/sbin/zfs");
+    assert.equal(defaultProgram("zpool", debian), "/sbin/zpool");
+    assert.equal(defaultProgram("mount", debian), "/bin/mount");
+    assert.equal(defaultProgram("umount", debian), "/bin/umount");
+    // In the order of Debian's default PATH: OpenZFS from source in /usr/local comes first.
+    const both = lookup(path, ["/usr/local/sbin/zfs", "/usr/sbin/zfs", "/sbin/zfs"]);
+    assert.equal(defaultProgram("zfs", both), "/usr/local/sbin/zfs");
+    const merged = lookup(path, ["/usr/sbin/zfs", "/sbin/zfs", "/usr/bin/mount", "/bin/mount"]);
+    assert.equal(defaultProgram("zfs", merged), "/usr/sbin/zfs");
+    assert.equal(defaultProgram("mount", merged), "/usr/bin/mount");
+    assert.deepEqual(merged.asked, [
+      "/usr/local/sbin/zfs",
+      "/usr/local/bin/zfs",
+      "/usr/sbin/zfs",
+      "/usr/local/sbin/mount",
+      "/usr/local/bin/mount",
+      "/usr/sbin/mount",
+      "/usr/bin/mount",
+    ]);
+    // Nowhere: the bare name, which the start-up check then refuses in one line.
+    assert.equal(defaultProgram("zpool", lookup(path, [])), "zpool");
+  }
+});
+
+Deno.test("programRefusal names the program and where the build runs programs from", () => {
+  // Unit tests run without --allow-run: every program is refused.
+  assert.equal(
+    programRefusal("/opt/x/zfs"),
+    'this build may not run "/opt/x/zfs": it runs zfs, zpool, mount, umount only from ' +
+      `${PROGRAM_DIRS.join(", ")}; install them there, or name one of those paths`,
+  );
+  assert.match(
+    programRefusal("zfs") ?? "",
+    /^this build may not run "zfs" \(by name it is looked up on PATH, and there is no PATH or it leads elsewhere\): /,
+  );
 });
 
 Deno.test("permissionFlags never grants all permissions or unscoped access", () => {
@@ -40,8 +145,8 @@ Deno.test("permissionFlags never grants all permissions or unscoped access", () 
 Deno.test("permissionFlags lists the directories for reading and writing, once each", () => {
   const flags = permissionFlags({ dirs: ["/csi", "/local/csi", "/csi"] });
   assert.deepEqual(flags, [
-    "--allow-run=zfs,zpool,mount,umount",
-    "--allow-read=/csi,/local/csi",
+    RUN_FLAG,
+    `--allow-read=/csi,/local/csi,${READ_PROGRAMS}`,
     "--allow-write=/csi,/local/csi",
     `--allow-env=${ALLOWED_ENV.join(",")}`,
     "--allow-sys=statfs",
@@ -93,7 +198,7 @@ Deno.test("netHost refuses wildcards, schemes, paths and bad ports", () => {
 
 Deno.test("permissionFlags lets single files be read, never written", () => {
   const flags = permissionFlags({ dirs: ["/csi"], readFiles: ["/secrets/s3.ini", "/csi"] });
-  assert.ok(flags.includes("--allow-read=/csi,/secrets/s3.ini"));
+  assert.ok(flags.includes(`--allow-read=/csi,/secrets/s3.ini,${READ_PROGRAMS}`));
   assert.ok(flags.includes("--allow-write=/csi"));
   assert.throws(() => permissionFlags({ dirs: ["/csi"], readFiles: ["s3.ini"] }), {
     name: "TypeError",

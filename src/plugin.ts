@@ -19,7 +19,7 @@ import { Activity } from "./metrics/activity.ts";
 import { meteredBackup, meteredSend } from "./metrics/backups.ts";
 import type { Metrics } from "./metrics/metrics.ts";
 import { startMetrics } from "./metrics/start.ts";
-import { grantMessage, metricsGrant, storeGrants } from "./permissions.ts";
+import { grantMessage, metricsGrant, programRefusal, storeGrants } from "./permissions.ts";
 import {
   type CommandRunner,
   DenoCommandRunner,
@@ -189,12 +189,8 @@ function storeParts(
 export function checkPermissions(config: Config): void {
   const programs = [config.zfsPath, config.zpoolPath, config.mountPath, config.umountPath];
   for (const command of programs) {
-    if (Deno.permissions.querySync({ name: "run", command }).state !== "granted") {
-      throw new Error(
-        `this build may not run "${command}": it runs zfs, zpool, mount and umount as found on ` +
-          `PATH when it starts; put them on PATH instead of naming another path`,
-      );
-    }
+    const refused = programRefusal(command);
+    if (refused !== undefined) throw new Error(refused);
   }
   const dirs = [dirname(config.socketPath), ...config.stagePublishDirs];
   for (const path of dirs) {

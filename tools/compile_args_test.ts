@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  ALLOWED_PROGRAMS,
   permissionFlags,
   PRODUCTION_DIRS,
   PRODUCTION_READ_FILES,
@@ -18,7 +19,20 @@ Deno.test("compileArgs bakes exactly the production permission flags", () => {
   for (const forbidden of ["-A", "--allow-all", "--allow-net", "--allow-ffi"]) {
     assert.ok(!args.some((a) => a === forbidden || a.startsWith(`${forbidden}=`)), forbidden);
   }
-  assert.ok(args.includes("--allow-run=zfs,zpool,mount,umount"));
+  // The programs by absolute path, so the binary starts without PATH (Nomad's host volume
+  // plugins run so), and nothing a test may add (extraPrograms).
+  assert.deepEqual(args.filter((a) => a.startsWith("--allow-run")), [
+    `--allow-run=${ALLOWED_PROGRAMS.join(",")}`,
+  ]);
+  assert.ok(args.includes(
+    "--allow-run=" + [
+      ...["zfs", "zpool", "mount", "umount"].flatMap((name) =>
+        ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].map((dir) =>
+          `${dir}/${name}`
+        )
+      ),
+    ].join(","),
+  ));
 });
 
 Deno.test("compileArgs adds extra directories to the read and write lists", () => {
@@ -51,6 +65,7 @@ Deno.test("compileArgs bakes the store's hosts as --allow-net and credentials fi
         "/mnt/backup",
         ...PRODUCTION_READ_FILES,
         "/secrets/s3.ini",
+        ...ALLOWED_PROGRAMS,
       ]}`,
     ),
   );

@@ -10,7 +10,7 @@ import { STORE_ENV } from "../config_store.ts";
 import { KeyedLock } from "../lock.ts";
 import { Logger, type LogLevel, type LogSink } from "../log.ts";
 import { Mounter } from "../mount/mounter.ts";
-import { grantMessage, type NeededGrant, readFileGrant } from "../permissions.ts";
+import { grantMessage, type NeededGrant, programRefusal, readFileGrant } from "../permissions.ts";
 import { type CommandRunner, DenoCommandRunner } from "../run.ts";
 import { Zfs } from "../zfs/zfs.ts";
 
@@ -143,11 +143,7 @@ export function buildTools(config: Config, opts: ToolOptions = {}): Tools {
  */
 export function checkPrograms(programs: readonly string[]): void {
   for (const command of programs) {
-    if (Deno.permissions.querySync({ name: "run", command }).state !== "granted") {
-      throw new ConfigError(
-        `this build may not run "${command}": it runs zfs, zpool, mount and umount as found on ` +
-          `PATH; put them on PATH instead of naming another path`,
-      );
-    }
+    const refused = programRefusal(command);
+    if (refused !== undefined) throw new ConfigError(refused);
   }
 }

@@ -98,10 +98,11 @@ Deno.test("checkRestored wants every snapshot of the chain, and the node's own s
     await checkRestored(zfs, "tank/nomad/.verify-1", [FULL, INCR], "tank/nomad/pg"),
     { referencedBytes: 4096, localSnapshot: "same" },
   );
+  // A receive may lay the same snapshot out in more or fewer blocks: the guid decides.
   pool.setValue("tank/nomad/pg@.backup-22", "referenced", "8192");
-  await assert.rejects(
-    () => checkRestored(zfs, "tank/nomad/.verify-1", [FULL, INCR], "tank/nomad/pg"),
-    /refers to 4096 bytes, but "tank\/nomad\/pg@.backup-22" .* refers to 8192/,
+  assert.deepEqual(
+    await checkRestored(zfs, "tank/nomad/.verify-1", [FULL, INCR], "tank/nomad/pg"),
+    { referencedBytes: 4096, localSnapshot: "same" },
   );
   assert.deepEqual(
     await checkRestored(zfs, "tank/nomad/.verify-1", [FULL, INCR], "tank/nomad/gone"),

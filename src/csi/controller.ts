@@ -388,7 +388,7 @@ export class ControllerService {
     // this node's copies of them.
     const follow = this.#d.follow;
     const copies = follow ? await this.#followCopies() : new Set<string>();
-    const marked = follow ? await listMarked(follow.store, followVolumesPrefix()) : [];
+    const marked = follow ? await this.#listFollow(follow.store) : [];
     const items: ({ id: string; v: VolumeRecord } | { id: string; volumeKey: string })[] = [
       ...catalog.volumes.filter((v) => !copies.has(v.dataset)).map((v) => ({
         id: this.#volumeId(v),
@@ -407,7 +407,13 @@ export class ControllerService {
         entries.push({ volume: this.#volumeMessage(e.id, e.v), status: this.#status(e.v.dataset) });
         continue;
       }
-      const r = (await readOwner(follow!.store, e.volumeKey))?.record;
+      let r: OwnerRecord | undefined;
+      try {
+        r = (await readOwner(follow!.store, e.volumeKey))?.record;
+      } catch (err) {
+        entries.push(unreadableFollowEntry(e.id, err));
+        continue;
+      }
       // A marker left by a crash, or of a volume deleted meanwhile: not a volume.
       if (r && r.state !== "deleted") entries.push(this.#followEntry(r));
     }
@@ -1099,6 +1105,23 @@ export class ControllerService {
     };
   }
 
+  /**
+   * The follow volumes the store lists; none when the store cannot be reached (logged): this
+   * node's own volumes are listed all the same.
+   */
+  async #listFollow(store: Store): Promise<{ name: string; volumeKey: string }[]> {
+    try {
+      return await listMarked(store, followVolumesPrefix());
+    } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
+      this.#d.log.warn("ListVolumes could not list the volumes that follow their job", {
+        store: store.description,
+        error: err,
+      });
+      return [];
+    }
+  }
+
   /** This node's copies of follow volumes (datasets marked with a follow generation). */
   async #followCopies(): Promise<Set<string>> {
     const tree = await this.#d.zfs.getTree(this.#d.config.parentDataset, 1, [
@@ -1135,6 +1158,21 @@ export class ControllerService {
       },
     };
   }
+}
+
+/** A follow volume whose owner object cannot be read now: listed, its condition saying why. */
+function unreadableFollowEntry(id: string, err: unknown): Record<string, unknown> {
+  if (!(err instanceof StoreError || err instanceof CsiError)) throw err;
+  return {
+    volume: { volume_id: id, capacity_bytes: "0", volume_context: {} },
+    status: {
+      published_node_ids: [],
+      volume_condition: {
+        abnormal: true,
+        message: `Where this volume is cannot be read from the store now: ${err.message}`,
+      },
+    },
+  };
 }
 
 /**

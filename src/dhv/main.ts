@@ -7,7 +7,7 @@
 
 import type { ReadTextFile } from "../config.ts";
 import { Logger, type LogSink } from "../log.ts";
-import { grantMessage, readFileGrant } from "../permissions.ts";
+import { grantMessage, programRefusal, readFileGrant } from "../permissions.ts";
 import type { CommandRunner } from "../run.ts";
 import { PLUGIN_NAME, PLUGIN_VERSION } from "../version.ts";
 import {
@@ -16,7 +16,9 @@ import {
   deleteRequest,
   DHV_ENV,
   type DhvEnv,
+  DhvError,
   errorOutput,
+  EXIT_BAD_REQUEST,
   EXIT_OK,
   exitCodeOf,
   operationOf,
@@ -118,6 +120,13 @@ export async function runHostVolumeOperation(
       volumeId: req.id,
     }, io.logSink);
     log.debug("config", { source, parentDataset: config.parentDataset });
+    if (!io.runner) {
+      // One line now rather than a permission error from the first zfs call.
+      for (const command of [config.zfsPath, config.zpoolPath]) {
+        const refused = programRefusal(command);
+        if (refused !== undefined) throw new DhvError(EXIT_BAD_REQUEST, refused);
+      }
+    }
     const runner = io.runner?.(config.commandTimeoutMs) ??
       new DenoCommandRunner(config.commandTimeoutMs);
     const zfs = new Zfs(runner, {

@@ -3,9 +3,10 @@
  * is, receive the increments up to the store's head on top of it, or set it aside and receive
  * the head's chain in full. Pure: the judgement of the facts read from zfs and the store.
  *
- * A copy is "clean" when this node released it at a snapshot (the release marker names that
- * snapshot's guid), it is still that snapshot (its newest snapshot, `readonly=on` since, and
- * OpenZFS's `written` is 0 where it exists), so nothing was written after what the store got.
+ * A copy is "clean" when this node released it at a snapshot, or a standby receive here left it
+ * at one (standby.ts; either way the release marker names that snapshot's guid), and it is still
+ * that snapshot (its newest snapshot, `readonly=on` since, and OpenZFS's `written` is 0 where it
+ * exists), so nothing was written after what the store got.
  * Only a clean copy whose snapshot is on the head's chain receives incrementally; any other copy
  * (a lost holder's, one written after its release, one off the chain) has diverged and is set
  * aside, never destroyed and never published.
@@ -13,7 +14,10 @@
 
 /** The property that names the generation under which this node last made its copy writable. */
 export const FOLLOW_GENERATION_PROPERTY = "org.zfs-csi:follow-generation";
-/** The guid of the snapshot at which this node released its copy; "none" while writable. */
+/**
+ * The guid of the snapshot at which this node released its copy (or up to which a standby
+ * receive brought it); "none" while writable.
+ */
 export const FOLLOW_RELEASED_PROPERTY = "org.zfs-csi:follow-released";
 
 /** The local copy as read from zfs. */

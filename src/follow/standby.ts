@@ -27,7 +27,7 @@ import type { Logger } from "../log.ts";
 import type { KeyedLock } from "../lock.ts";
 import { checkOwned } from "../csi/datasets.ts";
 import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
-import { readManifests } from "../replicate/records.ts";
+import { type ManifestCache, readManifests } from "../replicate/records.ts";
 import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
 import { restoreVolume } from "../replicate/restore.ts";
 import { chainTo } from "../store/chain.ts";
@@ -112,6 +112,8 @@ export class StandbyFollower {
   readonly #d: StandbyDeps;
   readonly #now: () => number;
   readonly #states = new Map<string, StandbyState>();
+  /** Manifests read before, by etag: a volume behind the head costs a listing, not every read. */
+  readonly #manifests: ManifestCache = new Map();
   /** The volume the last receive was for: the next tick starts after it. */
   #last: string | undefined;
   #ticking: Promise<TickReport> | undefined;
@@ -220,8 +222,6 @@ export class StandbyFollower {
     log: Logger,
   ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
     const head = r.head!;
-    const { manifests } = await readManifests(this.#d.store, volume.volumeKey, log);
-    const chain = chainTo(manifests, head);
     const local = await this.#d.copies.readCopy(dataset);
     if (local && local.generation === undefined) {
       throw new CsiError(
@@ -230,13 +230,26 @@ export class StandbyFollower {
           `"${volume.name}", which follows its job; no standby copy is kept here`,
       );
     }
+    const done = (guid: string) =>
+      this.#states.set(volume.name, { checkedAt: this.#now(), current: true, guid });
+    // A clean copy at the head (most ticks) needs no manifest at all.
+    const owner = { generation: r.generation, heldBefore: false };
+    if (planCopy(local, { ...owner, chain: [head] }).kind === "current") {
+      done(head);
+      return undefined;
+    }
+    const { manifests } = await readManifests(
+      this.#d.store,
+      volume.volumeKey,
+      log,
+      this.#manifests,
+    );
+    const chain = chainTo(manifests, head);
     const plan = planCopy(local, {
       generation: r.generation,
       heldBefore: false,
       chain: chain.map((m) => m.guid),
     });
-    const done = (guid: string) =>
-      this.#states.set(volume.name, { checkedAt: this.#now(), current: true, guid });
     const started = performance.now();
     switch (plan.kind) {
       case "current":
@@ -248,6 +261,8 @@ export class StandbyFollower {
       case "increment": {
         const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
         let bytes = 0;
+        // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
+        await this.#d.zfs.unmount(dataset);
         for (const manifest of after) {
           signal.throwIfAborted();
           await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });

@@ -30,18 +30,18 @@ function bytesOf(guid: string): Uint8Array {
   return new TextEncoder().encode(`stream of ${guid}`.repeat(Number(guid)));
 }
 
-function manifest(guid: string, baseGuid: string | null): SnapshotManifest {
+function manifest(guid: string, baseGuid: string | null, volume = "pg"): SnapshotManifest {
   const bytes = bytesOf(guid);
   return {
     format: 1,
-    volume: "pg",
+    volume,
     volumeUid: UID,
     guid,
     baseGuid,
     snapshot: `.backup-${guid}`,
     kind: "scheduled",
     createdAt: `2026-01-01T00:00:${guid.padStart(2, "0")}Z`,
-    stream: streamKey("pg", guid, "c".repeat(16)),
+    stream: streamKey(volume, guid, "c".repeat(16)),
     size: bytes.length,
     sha256: createHash("sha256").update(bytes).digest("hex"),
     raw: false,
@@ -82,6 +82,8 @@ async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
   const streams = new FakeStreamRunner((argv) => {
     const target = argv.at(-1)!;
     const m = pending.shift();
+    // A full stream makes its filesystem.
+    if (m && !pool.has(target)) pool.add(target, {});
     if (m) pool.add(`${target}@${m.snapshot}`, { guid: m.guid, createtxg: String(++txg) });
     return {};
   });
@@ -181,10 +183,50 @@ Deno.test("tick receives the increments from a clean copy up to the head and kee
   assert.equal(s.pool.value(DS, "readonly"), "on");
   assert.equal(s.standby.state("pg")?.current, true);
   assert.equal(s.standby.state("pg")?.guid, "3");
-  // The copy is the head now: nothing more to receive.
+  // The copy is the head now: nothing more to receive, and no manifest is read to know it.
+  for (const m of s.manifests) await s.store.delete(manifestKey("pg", m.guid));
   const again = await s.standby.tick();
   assert.equal(again.received, undefined);
   assert.equal(s.streams.processes.length, 2);
+  assert.equal(s.standby.state("pg")?.current, true);
+  assert.equal(s.standby.state("pg")?.error, undefined);
+});
+
+Deno.test("tick receives the head's chain in full where this node has no copy, marked as a clean standby copy", async () => {
+  const s = await setup();
+  await head(s.store, s.holding, "2");
+  s.pending.push(s.manifests[0]!, s.manifests[1]!);
+  const report = await s.standby.tick();
+  assert.deepEqual(report.received, {
+    name: "pg",
+    kind: "full",
+    bytes: s.manifests[0]!.size + s.manifests[1]!.size,
+  });
+  const targets = s.streams.processes.map((p) => p.argv.at(-1));
+  assert.equal(targets.length, 2, "two streams: the full one and its increment");
+  assert.equal(new Set(targets).size, 1, "both into the same dataset");
+  assert.match(
+    s.streams.processes[0]!.argv.at(-1)!,
+    /^tank\/nomad\/\.restore-/,
+    "a hidden dataset",
+  );
+  assert.ok(s.pool.has(DS), "renamed to the volume once whole");
+  assert.ok(s.pool.has(`${DS}@.backup-2`));
+  const marks: [string, string][] = [
+    [FOLLOW_RELEASED_PROPERTY, "2"],
+    [FOLLOW_GENERATION_PROPERTY, "0"],
+    ["org.zfs-csi:backup-interval", "0"],
+    ["readonly", "on"],
+    ["canmount", "noauto"],
+    ["compression", "lz4"],
+    ["org.zfs-csi:managed", "yes"],
+  ];
+  for (const [prop, want] of marks) assert.equal(s.pool.value(DS, prop), want, prop);
+  // And the stage's rule finds it clean at the head.
+  const copy = await s.follow.readCopy(DS);
+  assert.equal(copy?.releasedAt, "2");
+  assert.equal(copy?.newestGuid, "2");
+  assert.equal(copy?.readonly, true);
 });
 
 Deno.test("tick never receives a stream off the head's chain (a fenced holder's late upload)", async () => {
@@ -263,4 +305,71 @@ Deno.test("tick skips a volume a stage on this node is working on, and a stage s
   assert.equal(report.received, undefined);
   assert.match(t.standby.state("pg")?.note ?? "", /stage on this node stopped/);
   assert.equal(t.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "1", "the copy stays clean at 1");
+});
+
+Deno.test("NodeStage's prepareStage stops a standby receive of the volume before it acquires", async () => {
+  const s = await setup({ hang: true });
+  cleanCopy(s.pool, "1");
+  await head(s.store, s.holding, "3");
+  const ticking = s.standby.tick();
+  while (s.streams.processes.length === 0) await new Promise((r) => setTimeout(r, 5));
+  // Node n1 holds the volume, so this stage is refused; it gets that far only once the
+  // standby receive stopped.
+  await assert.rejects(
+    s.follow.prepareStage({ name: "pg", dataset: DS }),
+    /held by node "n1"/,
+  );
+  // Stopped by the stage, not by its own end (a download that hangs never ends alone).
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const report = await Promise.race([
+    ticking,
+    new Promise<never>((_, reject) =>
+      timer = setTimeout(() => reject(new Error("the standby receive was not stopped")), 5000)
+    ),
+  ]).finally(() => clearTimeout(timer));
+  assert.equal(report.received, undefined);
+  assert.match(s.standby.state("pg")?.note ?? "", /stage on this node stopped/);
+  assert.ok(s.streams.processes[0]!.ended, "zfs receive ended");
+});
+
+Deno.test("tick receives into one volume at most; the next tick starts after it", async () => {
+  const s = await setup();
+  await head(s.store, s.holding, "2");
+  // A second volume "qa" that n2 stands by for, with one stored snapshot.
+  await createOwner(s.store, "qa", {
+    volume: "qa",
+    uid: UID,
+    ttlSeconds: 30,
+    settings: { capacityBytes: 0, properties: {} },
+    standbys: ["n2"],
+    nowMs: 0,
+  });
+  await writeMarkers(s.store, "qa", "qa", ["n2"]);
+  const qa = manifest("7", null, "qa");
+  await s.store.putBytes(manifestKey("qa", qa.guid), encodeJson(qa));
+  await s.store.putBytes(qa.stream, bytesOf("7"));
+  const held = await acquire(s.store, "qa", {
+    node: "n1",
+    nowMs: 0,
+    ttlSeconds: 30,
+    mayTakeOver: never,
+  });
+  await moveHead(s.store, "qa", held.holding, { guid: "7", createdAt: qa.createdAt }, 0);
+
+  s.pending.push(s.manifests[0]!, s.manifests[1]!);
+  const first = await s.standby.tick();
+  assert.deepEqual(first.checked, ["pg"], "the tick ended after its first receive");
+  assert.equal(first.received?.name, "pg");
+  assert.equal(s.standby.state("qa"), undefined, "qa not looked at yet");
+
+  s.pending.push(qa);
+  const second = await s.standby.tick();
+  assert.deepEqual(second.checked, ["qa"]);
+  assert.equal(second.received?.name, "qa");
+  assert.ok(s.pool.has(`${PARENT}/qa@.backup-7`));
+
+  // Both current now: a tick looks at both and receives nothing.
+  const third = await s.standby.tick();
+  assert.deepEqual(third.checked, ["pg", "qa"]);
+  assert.equal(third.received, undefined);
 });

@@ -13,6 +13,7 @@ import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
 import { ControllerService } from "../csi/controller.ts";
 import { Trash } from "../csi/trash.ts";
 import type { CreateVolumeRequest } from "../csi/types.ts";
+import { type Store, StoreError } from "../store/store.ts";
 import { NODE_TOPOLOGY_KEY } from "../version.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "./copy.ts";
 import { followVolumesPrefix, listMarked, standbyPrefix } from "./markers.ts";
@@ -76,7 +77,22 @@ Deno.test("followVolumeStatus: released, never held, standbys, and this node's s
   assert.match(ok.volume_condition.message, /standby copy was at the store's head 0s ago/);
 });
 
-function controller(standby?: StandbyState) {
+/** The store, failing what `fail` names with "unavailable" while `down.on` is set. */
+function flaky(store: MemoryStore, fail: "list" | "getBytes", down: { on: boolean }): Store {
+  const unavailable = () =>
+    Promise.reject(new StoreError("unavailable", "the store is unreachable (test)"));
+  return {
+    description: store.description,
+    putStream: (key, body, options) => store.putStream(key, body, options),
+    putBytes: (key, bytes, condition) => store.putBytes(key, bytes, condition),
+    getStream: (key, options) => store.getStream(key, options),
+    getBytes: (key) => down.on && fail === "getBytes" ? unavailable() : store.getBytes(key),
+    list: (prefix) => down.on && fail === "list" ? unavailable() : store.list(prefix),
+    delete: (key) => store.delete(key),
+  };
+}
+
+function controller(standby?: StandbyState, wrap: (s: MemoryStore) => Store = (s) => s) {
   const parts = fakeServices({
     parent: PARENT,
     flags: ["--store", "file:///srv/backups"],
@@ -95,7 +111,7 @@ function controller(standby?: StandbyState) {
     trash,
     log,
     follow: {
-      store,
+      store: wrap(store),
       ttlSeconds: 30,
       standby: { state: (name) => name === "pg" ? standby : undefined },
     },
@@ -194,4 +210,27 @@ Deno.test("ListVolumes lists each follow volume once, with its holder; this node
     service.ControllerGetVolume({ volume_id: "gone@*" } as never),
     Code.NOT_FOUND,
   );
+});
+
+Deno.test("ListVolumes with the store down lists this node's volumes, and says why a follow volume's place is unknown", async () => {
+  for (const fail of ["list", "getBytes"] as const) {
+    const down = { on: false };
+    const { service, pool } = controller(undefined, (s) => flaky(s, fail, down));
+    await service.CreateVolume(createReq("pg", {}));
+    pool.add(`${PARENT}/local`, { "org.zfs-csi:managed": "yes", refquota: "0", referenced: "0" });
+    down.on = true;
+    const res = await service.ListVolumes({ max_entries: 0, starting_token: "" }) as {
+      entries: { volume: { volume_id: string }; status: Record<string, unknown> }[];
+    };
+    if (fail === "list") {
+      assert.deepEqual(res.entries.map((e) => e.volume.volume_id), ["local@n1"]);
+    } else {
+      assert.deepEqual(res.entries.map((e) => e.volume.volume_id), ["local@n1", "pg@*"]);
+      assert.deepEqual(res.entries[1]!.status.volume_condition, {
+        abnormal: true,
+        message: "Where this volume is cannot be read from the store now: the store is " +
+          "unreachable (test)",
+      });
+    }
+  }
 });

@@ -49,7 +49,11 @@ export function loadCsiRoot(): protobuf.Root {
 function serializer(type: protobuf.Type): grpc.serialize<unknown> {
   return (value) => {
     if (Array.isArray(value)) throw new TypeError(`Cannot send an array as ${type.name}`);
-    return Buffer.from(type.encode(type.fromObject(value as Record<string, unknown>)).finish());
+    const bytes = type.encode(type.fromObject(value as Record<string, unknown>)).finish();
+    // protobufjs hands out a Buffer where it finds one; grpc-js needs one. A view, not a copy.
+    return Buffer.isBuffer(bytes)
+      ? bytes
+      : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
   };
 }
 

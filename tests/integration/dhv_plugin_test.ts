@@ -2,8 +2,9 @@
  * The executable as a Nomad dynamic host volume plugin, run as Nomad runs it: `deno run` with the
  * production permission flags (src/permissions.ts, scoped to the test's directory), the
  * operation as the only argument, and an environment replaced by the `DHV_*` variables, on a
- * real pool. Nomad passes no PATH; a build whose --allow-run holds bare program names cannot
- * start without one (pinned below), so every other run adds the PATH a wrapper script gives it.
+ * real pool. Nomad passes no PATH, and neither does this test: the build's --allow-run lists its
+ * programs by absolute path (src/permissions.ts), and the plugin finds them there itself, so the
+ * binary (or a symlink to it) is the plugin file, with no wrapper.
  */
 
 import assert from "node:assert/strict";
@@ -15,7 +16,6 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const MIB = 1024 * 1024;
 const ID = "7b0e9c34-52f1-4c1e-9d7e-0a1b2c3d4e5f";
 const PROD_ID = "11111111-2222-3333-4444-555555555555";
-const SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const decoder = new TextDecoder();
 
 interface Result {
@@ -67,14 +67,13 @@ async function dirsOf(pool: TestPool): Promise<Dirs> {
   return { plugins, volumes };
 }
 
-/** Nomad's environment for `op` on a volume, plus the PATH a wrapper adds. */
+/** Nomad's environment for `op` on a volume: the DHV_* variables and nothing else. */
 function nomadEnv(
   dirs: Dirs,
   op: "create" | "delete",
   over: Record<string, string> = {},
 ): Record<string, string> {
   const base: Record<string, string> = {
-    PATH: SYSTEM_PATH,
     DHV_OPERATION: op,
     DHV_VOLUMES_DIR: dirs.volumes,
     DHV_PLUGIN_DIR: dirs.plugins,
@@ -108,13 +107,37 @@ function assertJsonLines(stderr: string): void {
   }
 }
 
-Deno.test("dhv: with Nomad's exact environment (no PATH) the build cannot start", async () => {
+Deno.test("dhv: with Nomad's exact environment (no PATH) the build starts and runs zfs", async () => {
   await using pool = await TestPool.create(64);
+  const dirs = await dirsOf(pool);
+  // Before --allow-run listed absolute paths, Deno refused to start here: "no path to search".
   const r = await runPlugin(pool, "fingerprint", { DHV_OPERATION: "fingerprint" });
-  // Deno resolves --allow-run=zfs,... on PATH at start; with no PATH at all it refuses to run.
-  assert.notEqual(r.code, 0);
-  assert.match(r.stderr, /no path to search and provided name is not an absolute path/);
-  assert.equal(r.stdout, "");
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(stdoutJson(r), { version: "0.1.0" });
+  // create runs zfs: found in a listed directory, by its absolute path.
+  const created = await runPlugin(pool, "create", nomadEnv(dirs, "create"));
+  assert.equal(created.code, 0, created.stderr);
+  assert.equal(stdoutJson(created).path, `${dirs.volumes}/${ID}`);
+  assert.equal(await pool.get(`${pool.parent}/.host-default_data`, "mounted"), "yes");
+  const deleted = await runPlugin(pool, "delete", nomadEnv(dirs, "delete"));
+  assert.equal(deleted.code, 0, deleted.stderr);
+});
+
+Deno.test("dhv: a program outside the build's list is refused in one line, exit 2", async () => {
+  await using pool = await TestPool.create(64);
+  const dirs = await dirsOf(pool);
+  await Deno.writeTextFile(
+    `${dirs.plugins}/zfs-csi.conf`,
+    `--parent-dataset ${pool.parent}\n--zfs /opt/x/zfs\n`,
+  );
+  const r = await runPlugin(pool, "create", nomadEnv(dirs, "create"));
+  assert.equal(r.code, 2);
+  assert.match(
+    String(stdoutJson(r).error),
+    /^this build may not run "\/opt\/x\/zfs": it runs zfs, zpool, mount, umount only from \/usr\/local\/sbin, /,
+  );
+  assert.ok(!r.stderr.includes("NotCapable"), r.stderr);
+  assert.ok(!(await pool.datasets()).includes(`${pool.parent}/.host-default_data`));
 });
 
 Deno.test("dhv: fingerprint, create, grow, refuse a shrink, delete, as Nomad runs them", async (t) => {
@@ -125,10 +148,7 @@ Deno.test("dhv: fingerprint, create, grow, refuse a shrink, delete, as Nomad run
 
   await t.step("fingerprint answers the version within Nomad's 5 s", async () => {
     const started = performance.now();
-    const r = await runPlugin(pool, "fingerprint", {
-      PATH: SYSTEM_PATH,
-      DHV_OPERATION: "fingerprint",
-    });
+    const r = await runPlugin(pool, "fingerprint", { DHV_OPERATION: "fingerprint" });
     const ms = performance.now() - started;
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(stdoutJson(r), { version: "0.1.0" });

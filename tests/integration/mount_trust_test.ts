@@ -214,12 +214,17 @@ Deno.test("mount trust: a symlink swapped in between the check and the bind leav
   const realMount = (await sh("bash", "-c", "command -v mount")).trim();
   const shims = `${pool.dir}/shims`;
   await swappingMount(shims, { realMount, target, swap, outside });
-  // --allow-run resolves `mount` on PATH once, at start: the plugin then runs the shim.
+  // The plugin runs `mount` as found on its PATH, which it inherits: the shim, which this test's
+  // flags allow besides the listed programs (a shipped build would refuse it).
   const oldPath = Deno.env.get("PATH") ?? "";
   Deno.env.set("PATH", `${shims}:${oldPath}`);
   let plugin: PluginProcess;
   try {
-    plugin = await PluginProcess.start({ parentDataset: pool.parent, dir: pool.dir });
+    plugin = await PluginProcess.start({
+      parentDataset: pool.parent,
+      dir: pool.dir,
+      scope: { extraPrograms: [`${shims}/mount`] },
+    });
   } finally {
     Deno.env.set("PATH", oldPath);
   }

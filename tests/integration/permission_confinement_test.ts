@@ -6,12 +6,14 @@
  * A build for a store (ZFS_CSI_STORE_HOSTS) may connect to the store's host:port and nothing
  * else: no other port, no other name for the same address, no redirect elsewhere.
  *
- * What --allow-run with bare names means (Deno 2.8.3, as measured below): each name is looked
- * up on PATH once, when the process starts, and only that resolved file may run afterwards.
- * So whoever sets the plugin's PATH at start chooses which `zfs` it runs (keep PATH to
- * root-owned directories); the plugin itself cannot change PATH, pass another PATH to a child,
- * or run a `zfs` planted later in a directory on PATH. The four programs run with all the power
- * of root: what keeps mount and zfs on target is the plugin's own argument checks, not Deno.
+ * What --allow-run with absolute paths means (Deno 2.8.3, as measured below): the listed files
+ * (src/permissions.ts ALLOWED_PROGRAMS, each program in each usual directory) may run, with or
+ * without PATH; a bare name is looked up on PATH when it is run and allowed only where it lands
+ * on a listed file, so a `zfs` first on PATH from anywhere else is refused, whoever set PATH,
+ * and so is one the plugin plants or a PATH it passes to a child. Deno compares paths as
+ * written: /proc/self/root/usr/sbin/zfs is refused though it is the same file. The four
+ * programs run with all the power of root: what keeps mount and zfs on target is the plugin's
+ * own argument checks, not Deno.
  *
  * Known gaps, pinned here so the README stays true: path-scoped read and write follow
  * symlinks (a symlink inside an allowed directory reaches outside it; the plugin refuses
@@ -23,8 +25,14 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { PRODUCTION_DIRS, PRODUCTION_READ_FILES, runtimeFlags } from "../../src/permissions.ts";
+import {
+  ALLOWED_PROGRAMS,
+  PRODUCTION_DIRS,
+  PRODUCTION_READ_FILES,
+  runtimeFlags,
+} from "../../src/permissions.ts";
 import { compileArgs } from "../../tools/compile_args.ts";
+import { createVolumeRequest } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { S3Server } from "../support/s3_server.ts";
 import { TestPool } from "../support/zfs_pool.ts";
@@ -60,7 +68,7 @@ async function probe(
   allowed: string,
   outside: string,
   mode: "all" | "path" | "net" | "s3",
-  path: string,
+  path: string | undefined,
   args: readonly string[],
   store: { netHosts?: readonly string[]; env?: Record<string, string> } = {},
 ): Promise<{ outcomes: Map<string, Outcome>; pid: number }> {
@@ -76,7 +84,13 @@ async function probe(
       ...args,
     ],
     cwd: ROOT,
-    env: { PATH: path, CSI_ENDPOINT: `unix://${allowed}/csi.sock`, ...store.env },
+    // No PATH at all (undefined): the test's environment without it, as Nomad runs plugins.
+    ...(path === undefined ? { clearEnv: true } : {}),
+    env: {
+      ...(path === undefined ? withoutPath(Deno.env.toObject()) : { PATH: path }),
+      CSI_ENDPOINT: `unix://${allowed}/csi.sock`,
+      ...store.env,
+    },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -92,6 +106,12 @@ async function probe(
   return { outcomes, pid: child.pid };
 }
 
+/** `env` without PATH. */
+function withoutPath(env: Record<string, string>): Record<string, string> {
+  const { PATH: _, ...rest } = env;
+  return rest;
+}
+
 /** Everything the probe must be refused, with Deno's NotCapable. */
 const REFUSED = [
   "run sh",
@@ -104,8 +124,6 @@ const REFUSED = [
   "node:child_process sh",
   "Deno.kill",
   "env HOME",
-  "env PATH",
-  "set env PATH",
   "env toObject",
   "env AWS_PROFILE",
   "env AWS_SHARED_CREDENTIALS_FILE",
@@ -152,6 +170,10 @@ const ALLOWED = [
   "statfs of the allowed dir",
   "env CSI_ENDPOINT",
   "env AWS_SECRET_ACCESS_KEY",
+  // PATH only tells the plugin whether there is one (src/permissions.ts defaultProgram); setting
+  // it reaches no other program ("run the planted zfs" below is refused after it).
+  "env PATH",
+  "set env PATH",
   "plant zfs in a dir on PATH",
 ];
 
@@ -166,11 +188,19 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
     /^(-A|--allow|--deny|--no-prompt|--v8-flags|--unsafe)/.test(a)
   );
   assert.deepEqual(granting, flags);
-  // The flags themselves: four programs, scoped paths, nothing unscoped or broad.
-  assert.ok(flags.includes("--allow-run=zfs,zpool,mount,umount"));
+  // The flags themselves: four programs by absolute path, scoped paths, nothing broad.
+  assert.deepEqual(flags.filter((f) => f.startsWith("--allow-run")), [
+    `--allow-run=${ALLOWED_PROGRAMS.join(",")}`,
+  ]);
+  assert.ok(ALLOWED_PROGRAMS.every((p) => p.startsWith("/")), "no bare names: no PATH needed");
   assert.ok(flags.includes(`--allow-write=${PRODUCTION_DIRS.join(",")}`));
-  // Read: the dirs, and the host volume plugin's config file in Nomad's default plugin dirs.
-  assert.ok(flags.includes(`--allow-read=${[...PRODUCTION_DIRS, ...PRODUCTION_READ_FILES]}`));
+  // Read: the dirs, the host volume plugin's config file in Nomad's default plugin dirs, and
+  // the program files (to find them without PATH).
+  assert.ok(
+    flags.includes(
+      `--allow-read=${[...PRODUCTION_DIRS, ...PRODUCTION_READ_FILES, ...ALLOWED_PROGRAMS]}`,
+    ),
+  );
   assert.ok(flags.includes("--allow-sys=statfs"));
   for (const broad of ["-A", "--allow-all", "--allow-net", "--allow-ffi", "--allow-import"]) {
     assert.ok(!flags.some((f) => f === broad || f.startsWith(`${broad}=`)), broad);
@@ -180,6 +210,13 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
   const extra = compileArgs({ extraDirs: ["/srv/csi"], output: "x" });
   assert.ok(extra.includes(`--allow-write=${[...PRODUCTION_DIRS, "/srv/csi"].join(",")}`));
   assert.deepEqual(PluginProcess.flags("/tmp/x"), runtimeFlags({ dirs: ["/tmp/x"] }));
+  // A test's extra program (a shim) changes --allow-run only, and only in the test's flags.
+  const shim = PluginProcess.flags("/tmp/x", { extraPrograms: ["/tmp/x/shims/mount"] });
+  assert.deepEqual(
+    shim.filter((f) => !f.startsWith("--allow-run")),
+    PluginProcess.flags("/tmp/x").filter((f) => !f.startsWith("--allow-run")),
+  );
+  assert.ok(!args.some((a) => a.includes("/tmp/x")));
   // A store build: its host:port (ZFS_CSI_STORE_HOSTS) is the only network, in the same flags.
   const store = compileArgs({ extraDirs: [], storeHosts: ["s3.example.com"], output: "x" });
   const storeFlags = runtimeFlags({
@@ -269,7 +306,7 @@ Deno.test("permissions: the production flags allow the four programs and the plu
       );
     });
 
-    await t.step("a zfs first on PATH at start is the zfs the plugin runs", async () => {
+    await t.step("a zfs first on PATH from outside the list is refused by name", async () => {
       const fake = await Deno.makeTempDir({ prefix: "zfs-csi-perm-fake-" });
       try {
         await Deno.writeTextFile(`${fake}/zfs`, "#!/bin/sh\necho FAKE\n");
@@ -281,12 +318,10 @@ Deno.test("permissions: the production flags allow the four programs and the plu
           `${fake}:${Deno.env.get("PATH") ?? ""}`,
           [zfs],
         );
-        assert.deepEqual(r.outcomes.get("run zfs by name"), {
-          outcome: "ok",
-          detail: "code 0: FAKE",
-        });
-        // And the real one is then out of reach.
-        assert.equal(r.outcomes.get(`run ${zfs}`)?.outcome, "NotCapable");
+        assert.equal(r.outcomes.get("run zfs by name")?.outcome, "NotCapable");
+        assert.match(r.outcomes.get("run zfs by name")?.detail ?? "", /run access to "zfs"/);
+        // The listed one still runs by its path.
+        assert.match(r.outcomes.get(`run ${zfs}`)?.detail ?? "", /^code 0: /);
       } finally {
         await Deno.remove(fake, { recursive: true });
       }
@@ -296,6 +331,94 @@ Deno.test("permissions: the production flags allow the four programs and the plu
     if (probePid) await Deno.remove(`/etc/zfs-csi-probe-${probePid}`).catch(() => {});
     await Deno.remove(allowed, { recursive: true });
     await Deno.remove(outside, { recursive: true });
+  }
+});
+
+/** The first listed zfs that exists here, as the plugin finds it without PATH. */
+async function listedZfs(): Promise<string> {
+  for (const file of ALLOWED_PROGRAMS.filter((p) => p.endsWith("/zfs"))) {
+    if (await Deno.stat(file).then((i) => i.isFile, () => false)) return file;
+  }
+  throw new Error("no zfs in any listed directory");
+}
+
+Deno.test("permissions: with no PATH, a listed program runs by its path and nothing else runs", async (t) => {
+  const allowed = await Deno.makeTempDir({ prefix: "zfs-csi-perm-nopath-" });
+  const outside = await Deno.makeTempDir({ prefix: "zfs-csi-perm-nopath-out-" });
+  try {
+    const zfs = await listedZfs();
+    await Deno.writeTextFile(`${outside}/zfs`, "#!/bin/sh\necho FAKE\n");
+    await Deno.chmod(`${outside}/zfs`, 0o755);
+
+    await t.step("the process starts, and a listed zfs runs by its absolute path", async () => {
+      const { outcomes } = await probe(allowed, outside, "path", undefined, [zfs]);
+      assert.match(outcomes.get(`run ${zfs}`)?.detail ?? "", /^code 0: /);
+      // By name there is nothing to search: the plugin names the path itself (defaultProgram).
+      assert.match(outcomes.get("run zfs by name")?.detail ?? "", /no path to search/);
+    });
+
+    await t.step("an unlisted program is refused by its absolute path", async () => {
+      const { outcomes } = await probe(allowed, outside, "path", undefined, [`${outside}/zfs`]);
+      assert.equal(outcomes.get(`run ${outside}/zfs`)?.outcome, "NotCapable");
+    });
+  } finally {
+    await Deno.remove(allowed, { recursive: true });
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
+Deno.test("permissions: the plugin serves with no PATH, running zfs from a listed path", async () => {
+  await using pool = await TestPool.create();
+  await using plugin = await PluginProcess.start({
+    parentDataset: pool.parent,
+    dir: pool.dir,
+    withoutPath: true,
+  });
+  const res = await plugin.client.controller("CreateVolume", createVolumeRequest("nopath"));
+  assert.equal(res.volume.volume_id, "nopath@node-a");
+  assert.ok((await pool.datasets()).includes(`${pool.parent}/nopath`));
+  assert.ok(!plugin.logs().some((l) => /NotCapable|Requires .* access/.test(l)), "no refusals");
+});
+
+Deno.test("permissions: a program named outside the list is refused at start, in one line", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-perm-prog-" });
+  const fake = await Deno.makeTempDir({ prefix: "zfs-csi-perm-prog-fake-" });
+  try {
+    await Deno.writeTextFile(`${fake}/zfs`, "#!/bin/sh\necho FAKE\n");
+    await Deno.chmod(`${fake}/zfs`, 0o755);
+    const dirs = "/usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin";
+    const cases = [
+      {
+        name: "--zfs /opt/x/zfs",
+        opts: { extraArgs: ["--zfs", "/opt/x/zfs"] },
+        line: 'zfs-csi: cannot start: this build may not run "/opt/x/zfs": it runs zfs, zpool, ' +
+          `mount, umount only from ${dirs}; install them there, or name one of those paths`,
+      },
+      {
+        name: "a bare zfs that PATH resolves outside the list",
+        opts: { env: { PATH: `${fake}:${Deno.env.get("PATH") ?? ""}` } },
+        line: 'zfs-csi: cannot start: this build may not run "zfs" (by name it is looked up on ' +
+          "PATH, and there is no PATH or it leads elsewhere): it runs zfs, zpool, mount, umount " +
+          `only from ${dirs}; install them there, or name one of those paths`,
+      },
+    ];
+    for (const c of cases) {
+      await t.step(c.name, async () => {
+        await using plugin = await PluginProcess.start({
+          parentDataset: "nopool/nomad",
+          dir,
+          waitReady: false,
+          ...c.opts,
+        });
+        const status = await plugin.status;
+        await plugin.stop();
+        assert.equal(status.code, 1, plugin.logs().join("\n"));
+        assert.deepEqual(plugin.logs().filter((l) => l.startsWith("zfs-csi:")), [c.line]);
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(fake, { recursive: true });
   }
 });
 

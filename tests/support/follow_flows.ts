@@ -41,7 +41,8 @@ const TAKEOVER_AFTER_S = 4;
 /** Long calls (a receive inside NodeStage): Nomad gives them no deadline. */
 const STAGE_DEADLINE_MS = 180_000;
 
-async function writeRandom(path: string, bytes: number): Promise<void> {
+/** Writes `bytes` random bytes to `path`. */
+export async function writeRandom(path: string, bytes: number): Promise<void> {
   const data = new Uint8Array(bytes);
   for (let i = 0; i < bytes; i += 65_536) {
     crypto.getRandomValues(data.subarray(i, Math.min(bytes, i + 65_536)));

@@ -21,6 +21,8 @@ export interface GoTool {
    * an older Go fetch the toolchain the module's go line asks for, from the same proxy.
    */
   readonly toolchain?: string;
+  /** Go build tags (`go install -tags`), e.g. to leave out parts the tests do not use. */
+  readonly tags?: readonly string[];
 }
 
 /** The directory a tool's binaries are cached in. */
@@ -83,7 +85,11 @@ export async function goToolBinaries(tool: GoTool): Promise<Record<string, strin
   const build = await Deno.makeTempDir({ dir, prefix: "build." });
   try {
     const out = await new Deno.Command(go, {
-      args: ["install", ...tool.packages.map((p) => `${p}@${tool.version}`)],
+      args: [
+        "install",
+        ...(tool.tags?.length ? ["-tags", tool.tags.join(",")] : []),
+        ...tool.packages.map((p) => `${p}@${tool.version}`),
+      ],
       // Outside any module, so only the tool's own go.mod counts.
       cwd: build,
       env: { GOBIN: build, GOTOOLCHAIN: tool.toolchain ?? "local", GOFLAGS: "-buildvcs=false" },

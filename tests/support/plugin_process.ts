@@ -35,11 +35,20 @@ export interface PluginOptions {
   /**
    * What the build may reach besides `dir`, as a production build would with ZFS_CSI_STORE_HOSTS,
    * ZFS_CSI_EXTRA_DIRS and ZFS_CSI_EXTRA_READ_FILES: the store's host:port, its directory, a
-   * credentials file.
+   * credentials file. `extraPrograms` is for tests only (no build has it): a shim the test puts
+   * first on PATH, which a bare name then resolves to.
    */
   readonly scope?: Omit<PermissionScope, "dirs"> & { readonly extraDirs?: readonly string[] };
   /** Variables added to the test's environment for the plugin (e.g. AWS_ACCESS_KEY_ID). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Start the plugin with no PATH at all, as Nomad starts a host volume plugin. */
+  readonly withoutPath?: boolean;
+}
+
+/** `env` without PATH. */
+function withoutPath(env: Record<string, string>): Record<string, string> {
+  const { PATH: _, ...rest } = env;
+  return rest;
 }
 
 /** A running plugin process with a client connected to it. */
@@ -78,6 +87,7 @@ export class PluginProcess implements AsyncDisposable {
       dirs: [dir, ...scope.extraDirs ?? []],
       ...(scope.netHosts ? { netHosts: scope.netHosts } : {}),
       ...(scope.readFiles ? { readFiles: scope.readFiles } : {}),
+      ...(scope.extraPrograms ? { extraPrograms: scope.extraPrograms } : {}),
     });
   }
 
@@ -109,10 +119,15 @@ export class PluginProcess implements AsyncDisposable {
     const started = performance.now();
     // ZFS_CSI_PLUGIN_DENO runs the plugin under another Deno, e.g. to check a regression.
     const deno = Deno.env.get("ZFS_CSI_PLUGIN_DENO") ?? Deno.execPath();
+    const env = opts.withoutPath
+      ? { clearEnv: true, env: { ...withoutPath(Deno.env.toObject()), ...opts.env } }
+      : opts.env
+      ? { env: opts.env }
+      : {};
     const child = new Deno.Command(deno, {
       args,
       cwd: ROOT,
-      ...(opts.env ? { env: opts.env } : {}),
+      ...env,
       stdin: "null",
       stdout: "null",
       stderr: "piped",

@@ -21,7 +21,12 @@ import { destroyRetrying, sh, TestPool, tryRun } from "./zfs_pool.ts";
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-/** The scheduler ticks every 30 s; a backup of a few MiB takes a second or two. */
+/**
+ * The scheduled volume's interval: the scheduler backs it up that often (src/replicate/
+ * scheduler.ts), so it must outlast the checks made between two backups.
+ */
+const SCHED_INTERVAL_S = 20;
+/** One interval, and a backup of a few MiB takes a second or two. */
 const TICK_WAIT_MS = 45_000;
 /** CreateSnapshot and restores answer within 90 s; the client waits longer. */
 const SLOW_CALL_MS = 120_000;
@@ -329,15 +334,14 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
         const snaps = await backupSnapshots(schedDataset);
         return snaps.length === 1 ? snaps[0]! : undefined;
       }, () => logTail(pa));
-    /** Waits until the scheduled volume is due again (interval 5 s) after backup `m`. */
+    /** Waits until the scheduled volume is due again after backup `m`. */
     const dueAfter = async (m: SnapshotManifest) => {
-      const wait = Date.parse(m.createdAt) + 6_000 - Date.now();
+      const wait = Date.parse(m.createdAt) + (SCHED_INTERVAL_S + 1) * 1000 - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     };
-    /** Restarts plugin a: its scheduler ticks at start, so a due volume is backed up at once. */
-    const restartA = async () => {
+    /** Stops plugin a: no scheduled backups until {@linkcode startA} again. */
+    const stopA = async () => {
       assert.equal((await pa!.stop("SIGTERM")).code, 0, "plugin a stops cleanly");
-      pa = await startA();
     };
 
     await t.step(
@@ -346,7 +350,7 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
         const res = await ca().controller(
           "CreateVolume",
           createVolumeRequest("sched", {
-            parameters: { backup_interval: "5s", backup_keep: "last=2" },
+            parameters: { backup_interval: `${SCHED_INTERVAL_S}s`, backup_keep: "last=2" },
           }),
         );
         sched = await claimVolume(() => pa!, res.volume, "alloc-sched");
@@ -381,21 +385,23 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
         const local = await localPruned();
         assert.equal(local.guid, inc.guid, "the one local .backup-* snapshot is the newest stored");
         const record = await recordOf(store, "sched");
-        assert.equal(record?.schedule?.intervalSeconds, 5);
+        assert.equal(record?.schedule?.intervalSeconds, SCHED_INTERVAL_S);
         assert.equal(record?.schedule?.keep.last, 2);
       },
     );
 
     /**
-     * Writes a file to "sched", restarts plugin a once the volume is due (its scheduler ticks at
-     * start) and returns the backup that follows, recording the data it must restore to.
+     * Stops plugin a (no backup can come between), writes a file to "sched", starts plugin a
+     * once the volume is due (its scheduler looks at start) and returns the backup that
+     * follows, recording the data it must restore to.
      */
     const backupAfterRestart = async (file: string) => {
+      await stopA();
       const known = await manifestsOf(store, "sched");
       await dueAfter(known.at(-1)!);
       await writeRandom(`${sched!.target}/${file}`, 64 * KiB);
       const hash = await treeHash(sched!.target);
-      await restartA();
+      pa = await startA();
       const m = await nextBackup(known);
       expected.set(m.guid, hash);
       return { m, before: known };
@@ -459,8 +465,8 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
           assert.deepEqual(
             later,
             [],
-            "no scheduled backup after the fifth before plugin a stopped (a tick 30 s later " +
-              "would make one; the checks above took too long)",
+            `no scheduled backup after the fifth before plugin a stopped (the next is due ` +
+              `${SCHED_INTERVAL_S} s later; the checks above took too long)`,
           );
           assert.deepEqual(
             guidsOf(remaining),

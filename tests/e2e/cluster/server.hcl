@@ -15,6 +15,11 @@ server {
   # the lost-node step waits for that.
   min_heartbeat_ttl = "5s"
   heartbeat_grace   = "5s"
+  # The claim of an allocation lost with its node is freed only by the periodic claim GC (every
+  # 5 minutes by default, for volumes unchanged for 5 minutes); until then the replacement
+  # allocation fails to claim the volume ("volume max claims reached"). Here every 15 s.
+  csi_volume_claim_gc_interval  = "15s"
+  csi_volume_claim_gc_threshold = "10s"
 }
 
 disable_update_check = true
