@@ -2,8 +2,9 @@
 #
 #   nomad volume create host-volume-create.hcl
 #
-# It needs zfs-csi installed as the host volume plugin "zfs" on the client (host-volume-plugin.sh
-# and host-volume-zfs-csi.conf in its host_volume_plugin_dir; `nomad node status -self -verbose`
+# It needs zfs-csi installed as the host volume plugin "zfs" on the client (the binary, or a
+# symlink to it, named zfs in its host_volume_plugin_dir, and host-volume-zfs-csi.conf as
+# zfs-csi.conf next to it; `nomad node status -self -verbose`
 # then shows plugins.host_volume.zfs.version). Nomad picks a node that has the plugin and no
 # volume of this name yet (or the one named by node_id), and runs the plugin there: it creates
 # the dataset <parent dataset>/.host-<namespace>_<name> (e.g. tank/nomad/.host-default_app-data)

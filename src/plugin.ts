@@ -14,7 +14,6 @@ import { Trash } from "./csi/trash.ts";
 import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/server.ts";
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
-import { Mounter } from "./mount/mounter.ts";
 import { Activity } from "./metrics/activity.ts";
 import { meteredBackup, meteredSend } from "./metrics/backups.ts";
 import type { Metrics } from "./metrics/metrics.ts";
@@ -41,7 +40,8 @@ import { sendToStore } from "./replicate/send.ts";
 import { FileStore } from "./store/file_store.ts";
 import { S3Store } from "./store/s3_store.ts";
 import type { Store } from "./store/store.ts";
-import { Zfs } from "./zfs/zfs.ts";
+import { mounterFor, zfsFor } from "./system_tools.ts";
+import type { Zfs } from "./zfs/zfs.ts";
 
 /** A started plugin. */
 export interface Plugin {
@@ -224,20 +224,8 @@ export async function startPlugin(
   // Opt-in metrics: every process the one runner starts and every call answered report to it.
   const activity = config.metricsListen ? new Activity() : undefined;
   if (activity) runner = new ObservedRunner(runner, (e) => activity.observeCommand(e));
-  const zfs = new Zfs(runner, {
-    zfsPath: config.zfsPath,
-    zpoolPath: config.zpoolPath,
-    timeoutMs: config.commandTimeoutMs,
-    log,
-    // "Does not exist" below the parent counts only while the parent is visible.
-    anchor: config.parentDataset,
-  });
-  const mounter = new Mounter(runner, {
-    mountPath: config.mountPath,
-    umountPath: config.umountPath,
-    timeoutMs: config.commandTimeoutMs,
-    log,
-  });
+  const zfs = zfsFor(config, runner, log);
+  const mounter = mounterFor(config, runner, log);
   const health = new HealthChecker({ zfs, mounter, parentDataset: config.parentDataset, log });
   const serveNode = config.mode !== "controller";
   const serveController = config.mode !== "node";

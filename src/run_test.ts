@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   type CommandEvent,
   DenoCommandRunner,
+  DenoStreamRunner,
   ObservedRunner,
   ObservedStreamRunner,
   type StreamedExit,
@@ -13,6 +14,19 @@ import { FakeRunner, UnexpectedCommandError } from "../tests/support/fake_runner
 
 Deno.test("DenoCommandRunner.run refuses an empty argument list before starting anything", async () => {
   await assert.rejects(new DenoCommandRunner(1000).run([]), {
+    name: "TypeError",
+    message: "Cannot run an empty argument list",
+  });
+});
+
+Deno.test("DenoStreamRunner refuses a pipe beside a file descriptor before starting anything", () => {
+  // A command given a file (node:child_process) has no Web streams to hand out.
+  const runner = new DenoStreamRunner();
+  assert.throws(() => runner.spawn(["zfs", "receive"], { stdin: "piped", stdout: { fd: 1 } }), {
+    name: "TypeError",
+    message: "A command with a file as stdin or stdout pipes nothing else",
+  });
+  assert.throws(() => runner.spawn([], { stdout: { fd: 1 } }), {
     name: "TypeError",
     message: "Cannot run an empty argument list",
   });

@@ -12,7 +12,9 @@
 set -euo pipefail
 
 GO_MIN=${ZFS_CSI_GO_MIN:-1.25}
-GO_PIN=${ZFS_CSI_GO_VERSION:-1.25.5}
+# 1.26.8: the newest toolchain the proxy serves that every build here accepts (Prometheus asks
+# for 1.26.7, the others for 1.25).
+GO_PIN=${ZFS_CSI_GO_VERSION:-1.26.8}
 CACHE=${ZFS_CSI_CACHE:-/var/cache/zfs-csi}
 DEST="$CACHE/go-$GO_PIN"
 

@@ -41,6 +41,8 @@ if tools/zfs-env.sh ensure; then
     cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"
     mkdir -p "$cache"
     flock "$cache/nomad-run.lock" tests/e2e/host_volume_e2e.sh 2>&1 | tee -a "$log" || status=1
+    # One server and two clients: a volume that follows its job between them.
+    flock "$cache/nomad-run.lock" tests/e2e/nomad_cluster.sh 2>&1 | tee -a "$log" || status=1
   fi
 else
   echo "integration tests cannot run: no ZFS on this machine (see above)"
@@ -50,6 +52,7 @@ fi
 grep -E '^csi-sanity: ([0-9]|not run)' "$log" | tail -n 1
 grep -E '^nomad-e2e: ' "$log" | tail -n 1
 grep -E '^host-volume-e2e: ' "$log" | tail -n 1
+grep -E '^nomad-cluster: ' "$log" | tail -n 1
 # deno test ends each run with "ok | N passed (S steps) | M failed (...)"; add both runs up.
 awk '/^(ok|FAILED) \| [0-9]+ passed/ {
   for (i = 1; i <= NF; i++) { if ($i == "passed") p += $(i-1); if ($i == "failed") f += $(i-1) }

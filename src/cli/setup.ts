@@ -9,10 +9,11 @@ import { type Config, CONFIG_OPTIONS, ConfigError, parseConfig } from "../config
 import { STORE_ENV } from "../config_store.ts";
 import { KeyedLock } from "../lock.ts";
 import { Logger, type LogLevel, type LogSink } from "../log.ts";
-import { Mounter } from "../mount/mounter.ts";
+import type { Mounter } from "../mount/mounter.ts";
 import { grantMessage, type NeededGrant, programRefusal, readFileGrant } from "../permissions.ts";
 import { type CommandRunner, DenoCommandRunner } from "../run.ts";
-import { Zfs } from "../zfs/zfs.ts";
+import { mounterFor, zfsFor } from "../system_tools.ts";
+import type { Zfs } from "../zfs/zfs.ts";
 
 /** A flag of a subcommand's own, as node:util parseArgs takes it. */
 export type OwnOption = { readonly type: "string" | "boolean"; readonly multiple?: boolean };
@@ -120,19 +121,8 @@ export interface ToolOptions {
 export function buildTools(config: Config, opts: ToolOptions = {}): Tools {
   const runner = opts.runner ?? new DenoCommandRunner(config.commandTimeoutMs);
   const log = new Logger(opts.level ?? config.logLevel, { cli: true }, opts.sink);
-  const zfs = new Zfs(runner, {
-    zfsPath: config.zfsPath,
-    zpoolPath: config.zpoolPath,
-    timeoutMs: config.commandTimeoutMs,
-    log,
-    anchor: config.parentDataset,
-  });
-  const mounter = new Mounter(runner, {
-    mountPath: config.mountPath,
-    umountPath: config.umountPath,
-    timeoutMs: config.commandTimeoutMs,
-    log,
-  });
+  const zfs = zfsFor(config, runner, log);
+  const mounter = mounterFor(config, runner, log);
   return { config, zfs, mounter, locks: new KeyedLock(), log, runner };
 }
 

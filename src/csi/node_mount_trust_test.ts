@@ -16,9 +16,13 @@ import {
   hasPrefix,
   mountLine,
 } from "../../tests/support/fake_runner.ts";
-import { type FakeServices, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { Datasets } from "./datasets.ts";
-import { NodeService } from "./node.ts";
+import {
+  fakeNode,
+  type FakeServices,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
+import type { NodeService } from "./node.ts";
 import type { NodePublishVolumeRequest, NodeStageVolumeRequest } from "./types.ts";
 
 const OWN = ["rw", "relatime", "xattr", "noacl"];
@@ -113,16 +117,8 @@ async function setup(
     host: (runner) => new Host(runner),
     ...(before ? { before } : {}),
   });
-  const { config, runner, zfs, mounter, health, locks, log } = parts;
-  const node = new NodeService({
-    config,
-    zfs,
-    mounter,
-    datasets: new Datasets(zfs, mounter),
-    health,
-    locks,
-    log,
-  });
+  const { runner } = parts;
+  const node = fakeNode(parts);
   return {
     ...parts,
     node,

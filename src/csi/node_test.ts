@@ -9,10 +9,15 @@ import {
   hasPrefix,
   mountLine,
 } from "../../tests/support/fake_runner.ts";
-import { type FakeServices, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
+import {
+  fakeNode,
+  type FakeServices,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
 import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
-import { Datasets, VOLUME_PROPERTIES } from "./datasets.ts";
-import { type FsStats, NodeService } from "./node.ts";
+import { VOLUME_PROPERTIES } from "./datasets.ts";
+import type { FsStats, NodeService } from "./node.ts";
 import { SIZE_STATE } from "./sizing.ts";
 import type {
   NodeExpandVolumeRequest,
@@ -208,17 +213,8 @@ async function setup(
     host: (runner) => new FakeHost(runner),
     ...(opts.before ? { before: opts.before } : {}),
   });
-  const { config, runner, zfs, mounter, health, locks, log } = parts;
-  const node = new NodeService({
-    config,
-    zfs,
-    mounter,
-    datasets: new Datasets(zfs, mounter),
-    health,
-    locks,
-    log,
-    ...(opts.statfs ? { statfs: opts.statfs } : {}),
-  });
+  const { runner } = parts;
+  const node = fakeNode(parts, opts.statfs ? { statfs: opts.statfs } : {});
   return {
     ...parts,
     node,

@@ -11,16 +11,16 @@ import { type KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import { type BackupDeps, backupSnapshot } from "../replicate/backup.ts";
 import type { ReceiveDeps } from "../replicate/receive.ts";
-import { type ManifestCache, releaseStored } from "../replicate/records.ts";
+import {
+  type ManifestCache,
+  readManifest,
+  type RecordChange,
+  releaseStored,
+  updateRecord,
+} from "../replicate/records.ts";
 import { restoreVolume } from "../replicate/restore.ts";
 import type { BackupScheduler } from "../replicate/scheduler.ts";
-import {
-  ChainError,
-  chainTo,
-  encodeJson,
-  parseManifest,
-  parseVolumeRecord,
-} from "../store/chain.ts";
+import { ChainError, chainTo, parseVolumeRecord } from "../store/chain.ts";
 import {
   manifestKey,
   type SnapshotManifest,
@@ -28,7 +28,7 @@ import {
   volumesPrefix,
 } from "../store/layout.ts";
 import { storedSnapshotId, type StoredSnapshotRef } from "../store/snapshot_ids.ts";
-import { type Store, StoreError } from "../store/store.ts";
+import type { Store } from "../store/store.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import { qualifiedVolumeId } from "../zfs/ids.ts";
 import { decodeComponent, encodeComponent, STORED_PREFIX } from "../zfs/names.ts";
@@ -321,22 +321,18 @@ export class StoredSnapshots {
   /** Sets or clears `deletedAt` on the record of `uid`; false when there was nothing to do. */
   async #markRecord(volumeName: string, uid: string, deletedAt: string | undefined) {
     const key = volumeRecordKey(encodeComponent("Volume name", volumeName));
-    for (let attempt = 0; attempt < 5; attempt++) {
-      const got = await this.#d.store.getBytes(key);
-      if (!got) return false;
-      const { deletedAt: was, ...record } = parseVolumeRecord(got.bytes);
-      if (record.uid !== uid || (was === undefined) === (deletedAt === undefined)) return false;
-      try {
-        const next = deletedAt === undefined ? record : { ...record, deletedAt };
-        await this.#d.store.putBytes(key, encodeJson(next), { ifMatch: got.etag });
-        return true;
-      } catch (err) {
-        if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
-      }
-    }
-    throw new StoreError(
-      "unavailable",
-      `"${key}" in ${this.description} kept changing while the plugin wrote it; try again`,
+    return await updateRecord(
+      this.#d.store,
+      key,
+      "while the plugin wrote it; try again",
+      (bytes): RecordChange<boolean> => {
+        if (!bytes) return { result: false };
+        const { deletedAt: was, ...record } = parseVolumeRecord(bytes);
+        if (record.uid !== uid || (was === undefined) === (deletedAt === undefined)) {
+          return { result: false };
+        }
+        return { write: deletedAt === undefined ? record : { ...record, deletedAt }, result: true };
+      },
     );
   }
 
@@ -371,27 +367,12 @@ export class StoredSnapshots {
     const out: SnapshotManifest[] = [];
     for (const obj of listed) {
       if (!/\/snapshots\/[0-9a-f]{16}\.json$/.test(obj.key)) continue;
-      const hit = this.#cache.get(obj.key);
-      if (hit && hit.etag === obj.etag) {
-        out.push(hit.manifest);
-        continue;
-      }
-      const got = await this.#d.store.getBytes(obj.key);
-      if (!got) continue;
-      try {
-        const manifest = parseManifest(got.bytes, { key: obj.key });
-        // The key must be the manifest's own: a copy under another volume is not believed.
-        const volumeKey = encodeComponent("Volume name", manifest.volume);
-        if (manifestKey(volumeKey, manifest.guid) !== obj.key) continue;
-        this.#cache.set(obj.key, { etag: got.etag, manifest });
-        out.push(manifest);
-      } catch (err) {
-        this.#d.log.warn("store holds a manifest that cannot be read; it is left as it is", {
-          key: obj.key,
-          store: this.description,
-          error: err,
-        });
-      }
+      const manifest = await readManifest(this.#d.store, obj, this.#d.log, this.#cache);
+      if (manifest === "unreadable" || !manifest) continue;
+      // The key must be the manifest's own: a copy under another volume is not believed.
+      const volumeKey = encodeComponent("Volume name", manifest.volume);
+      if (manifestKey(volumeKey, manifest.guid) !== obj.key) continue;
+      out.push(manifest);
     }
     return out;
   }

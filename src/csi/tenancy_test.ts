@@ -5,10 +5,13 @@ import type { PropertyMap } from "../zfs/parse.ts";
 import { fittedVolumeName } from "../zfs/fit.ts";
 import { assertRejectsCsi, assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import { fails, type FakeResponse, type FakeRunner } from "../../tests/support/fake_runner.ts";
-import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { ControllerService } from "./controller.ts";
-import { Datasets } from "./datasets.ts";
-import { NodeService } from "./node.ts";
+import {
+  fakeController,
+  fakeNode,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
+import type { ControllerService } from "./controller.ts";
 import {
   checkRecordedName,
   checkRetry,
@@ -16,7 +19,6 @@ import {
   RETRY_WINDOW_SECONDS,
   stagedAt,
 } from "./tenancy.ts";
-import { Trash } from "./trash.ts";
 import type { CreateVolumeRequest, VolumeContentSource } from "./types.ts";
 
 const PARENT = "tank/nomad";
@@ -215,9 +217,7 @@ function controllerWith(flags: readonly string[] = []) {
       return host;
     },
   });
-  const { config, zfs, mounter, health, locks, log } = parts;
-  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 0, locks, log });
-  const controller = new ControllerService({ config, zfs, mounter, health, locks, trash, log });
+  const { controller } = fakeController(parts);
   return { ...parts, controller };
 }
 
@@ -552,16 +552,7 @@ Deno.test("NodeStageVolume marks the volume staged at its first stage only", asy
       flags: ["--stage-publish-base-dir", base],
       host: (runner) => new FakeNodeHost(runner),
     });
-    const { config, zfs, mounter, health, locks, log } = parts;
-    const node = new NodeService({
-      config,
-      zfs,
-      mounter,
-      datasets: new Datasets(zfs, mounter),
-      health,
-      locks,
-      log,
-    });
+    const node = fakeNode(parts);
     const stage = (path: string) =>
       node.NodeStageVolume({
         volume_id: "v1@n1",

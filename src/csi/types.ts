@@ -1,6 +1,6 @@
 /**
- * The shapes of the CSI messages the handlers use, as @grpc/proto-loader decodes them with
- * keepCase, enums as strings, int64 as strings, defaults and oneofs (see grpc/proto.ts).
+ * The shapes of the CSI messages the handlers use, as src/grpc/proto.ts decodes them with
+ * protobufjs: field names as in the proto, enums, int64 as strings, defaults and oneofs.
  * Kept in step with proto/csi.proto; a test decodes real requests through the proto to check.
  */
 

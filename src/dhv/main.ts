@@ -95,7 +95,7 @@ export async function runHostVolumeOperation(
       { KeyedLock },
       { DenoCommandRunner },
       { Trash },
-      { Zfs },
+      { zfsFor },
       { resolveHostConfig },
       { HostVolumes },
     ] = await Promise.all([
@@ -103,7 +103,7 @@ export async function runHostVolumeOperation(
       import("../lock.ts"),
       import("../run.ts"),
       import("../csi/trash.ts"),
-      import("../zfs/zfs.ts"),
+      import("../system_tools.ts"),
       import("./config.ts"),
       import("./volumes.ts"),
     ]);
@@ -129,13 +129,7 @@ export async function runHostVolumeOperation(
     }
     const runner = io.runner?.(config.commandTimeoutMs) ??
       new DenoCommandRunner(config.commandTimeoutMs);
-    const zfs = new Zfs(runner, {
-      zfsPath: config.zfsPath,
-      zpoolPath: config.zpoolPath,
-      timeoutMs: config.commandTimeoutMs,
-      log,
-      anchor: config.parentDataset,
-    });
+    const zfs = zfsFor(config, runner, log);
     const trash = new Trash({
       zfs,
       parentDataset: config.parentDataset,

@@ -8,11 +8,12 @@ import assert from "node:assert/strict";
 import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { ControllerService } from "../csi/controller.ts";
-import { Datasets } from "../csi/datasets.ts";
-import { NodeService } from "../csi/node.ts";
-import { Trash } from "../csi/trash.ts";
+import {
+  fakeController,
+  fakeNode,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
 import type { CreateVolumeRequest } from "../csi/types.ts";
 import { parseVolumeRecord } from "../store/chain.ts";
 import { ownerKey, volumeRecordKey } from "../store/layout.ts";
@@ -28,20 +29,12 @@ function controller(withStore: boolean) {
     // No zfs command is expected: the follow side of the controller uses the store only.
     host: (runner) => runner,
   });
-  const { config, zfs, mounter, health, locks, log, runner } = parts;
   const store = new MemoryStore();
-  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 0, locks, log });
-  const service = new ControllerService({
-    config,
-    zfs,
-    mounter,
-    health,
-    locks,
-    trash,
-    log,
-    ...(withStore ? { follow: { store, ttlSeconds: 30 } } : {}),
-  });
-  return { service, store, runner };
+  const { controller: service } = fakeController(
+    parts,
+    withStore ? { follow: { store, ttlSeconds: 30 } } : {},
+  );
+  return { service, store, runner: parts.runner };
 }
 
 function createReq(over: Partial<CreateVolumeRequest> = {}): CreateVolumeRequest {
@@ -160,16 +153,7 @@ Deno.test("DeleteVolume of a held follow volume is refused naming the holder, an
 
 Deno.test("NodeStageVolume of a follow volume without a store fails saying so", async () => {
   const parts = fakeServices({ parent: PARENT, host: (runner) => runner });
-  const { config, zfs, mounter, health, locks, log } = parts;
-  const node = new NodeService({
-    config,
-    zfs,
-    mounter,
-    datasets: new Datasets(zfs, mounter),
-    health,
-    locks,
-    log,
-  });
+  const node = fakeNode(parts);
   for (
     const [id, ctx] of [["pg-data@*", {}], ["pg-data", { follow: "true" }]] as const
   ) {

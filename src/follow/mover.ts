@@ -68,6 +68,26 @@ export interface SetAside {
   removeVolume(dataset: string, found: Inspection): Promise<void>;
 }
 
+/**
+ * Sets a diverged copy aside with the trash (the same undo recipe as a deleted volume), under
+ * the dataset's lock; nothing when it is gone. Refuses a dataset that is not the plugin's.
+ */
+export async function setAsideCopy(
+  d: { readonly locks: KeyedLock; readonly trash: SetAside },
+  dataset: string,
+  label: string,
+): Promise<void> {
+  const held = await d.locks.acquire([dataset], { label });
+  try {
+    const found = await d.trash.inspect(dataset);
+    if (!found) return;
+    checkOwned(dataset, found.props);
+    await d.trash.removeVolume(dataset, found);
+  } finally {
+    held.release();
+  }
+}
+
 /** What the follow side of a node works with. */
 export interface FollowDeps {
   readonly zfs: Zfs;
@@ -112,7 +132,7 @@ export interface StageSpec extends FollowVolume {
 }
 
 /** Create-only properties: a received stream brings them, zfs refuses to set them after. */
-const CREATE_ONLY = new Set([
+export const CREATE_ONLY = new Set([
   "casesensitivity",
   "normalization",
   "utf8only",
@@ -501,15 +521,7 @@ export class FollowVolumes {
 
   /** Sets a diverged copy aside with the trash (the same undo recipe as a deleted volume). */
   async #setAside(dataset: string, why: string, log: Logger): Promise<void> {
-    const held = await this.#d.locks.acquire([dataset], { label: "a follow volume's move" });
-    try {
-      const found = await this.#d.trash.inspect(dataset);
-      if (!found) return;
-      checkOwned(dataset, found.props);
-      await this.#d.trash.removeVolume(dataset, found);
-    } finally {
-      held.release();
-    }
+    await setAsideCopy(this.#d, dataset, "a follow volume's move");
     log.warn("this node's copy diverged from the store's head: set aside, never published", {
       why,
     });

@@ -106,6 +106,16 @@ async function holdHere(s: Awaited<ReturnType<typeof setup>>): Promise<Holding> 
   return holding;
 }
 
+/** node-b takes "pg" over, as its rule allows. */
+async function nodeBTakesOver(store: MemoryStore, nowMs: number): Promise<void> {
+  await acquire(store, "pg", {
+    node: "node-b",
+    nowMs,
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: true }),
+  });
+}
+
 const stored = (m: SnapshotManifest): BackupOutcome => ({
   status: "stored",
   manifest: m,
@@ -128,12 +138,7 @@ Deno.test("renewAll fences a copy whose volume another node took over", async ()
   const s = await setup();
   await holdHere(s);
   // node-b takes it over (its rule allowed it).
-  await acquire(s.store, "pg", {
-    node: "node-b",
-    nowMs: 1,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  await nodeBTakesOver(s.store, 1);
   const before = await readOwner(s.store, "pg");
   await s.follow.renewAll();
   assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "fenced");
@@ -169,12 +174,7 @@ Deno.test("afterBackup of a fenced holder never moves the head", async () => {
   const s = await setup();
   let held = await holdHere(s);
   held = await moveHead(s.store, "pg", held, { guid: "1", createdAt: "x" }, 0);
-  await acquire(s.store, "pg", {
-    node: "node-b",
-    nowMs: 1,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  await nodeBTakesOver(s.store, 1);
   await s.follow.afterBackup(DS, stored(manifest("2", "1")));
   const r = (await readOwner(s.store, "pg"))!.record;
   assert.equal(r.head, "1", "the late upload is not the head");
@@ -199,12 +199,7 @@ Deno.test("release stores a final snapshot, marks the copy and releases with the
 Deno.test("release of a copy this node no longer holds stores nothing and locks it down", async () => {
   const s = await setup();
   await holdHere(s);
-  await acquire(s.store, "pg", {
-    node: "node-b",
-    nowMs: 1,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  await nodeBTakesOver(s.store, 1);
   await s.follow.release({ name: "pg", dataset: DS });
   assert.deepEqual(s.backups, [], "no upload from a copy that is not the volume");
   assert.equal(s.pool.value(DS, "readonly"), "on");
@@ -279,12 +274,7 @@ Deno.test("prepareStage renews the lease while it works, and fails if taken over
     async () => (await readOwner(s.store, "pg"))!.record.renewedAt !== acquiredAt,
   );
   // Another node takes it over meanwhile (its rule allowed it): the stage must not go on.
-  await acquire(s.store, "pg", {
-    node: "node-b",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  await nodeBTakesOver(s.store, 0);
   await new Promise((r) => setTimeout(r, 1_200));
   release();
   await assert.rejects(stage, /taken over while this node received it/);

@@ -25,7 +25,6 @@
 import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { KeyedLock } from "../lock.ts";
-import { checkOwned } from "../csi/datasets.ts";
 import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import { type ManifestCache, readManifests } from "../replicate/records.ts";
 import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
@@ -42,7 +41,7 @@ import {
 } from "./copy.ts";
 import type { CopyGate } from "./gate.ts";
 import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
-import type { SetAside } from "./mover.ts";
+import { CREATE_ONLY, type SetAside, setAsideCopy } from "./mover.ts";
 import { type OwnerRecord, readOwner } from "./owner.ts";
 
 /** Default time between two ticks. */
@@ -53,16 +52,6 @@ export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
  * it 1 or more), since this node never made the copy writable.
  */
 const STANDBY_GENERATION = "0";
-
-/** Create-only properties: a received stream brings them, zfs refuses to set them after. */
-const CREATE_ONLY = new Set([
-  "casesensitivity",
-  "normalization",
-  "utf8only",
-  "encryption",
-  "keyformat",
-  "pbkdf2iters",
-]);
 
 /** What the standby side works with. */
 export interface StandbyDeps {
@@ -251,6 +240,17 @@ export class StandbyFollower {
       chain: chain.map((m) => m.guid),
     });
     const started = performance.now();
+    const received = (kind: "increment" | "full", streams: number, bytes: number) => {
+      done(head);
+      log.info("standby copy received", {
+        kind,
+        streams,
+        bytes,
+        head,
+        ms: Math.round(performance.now() - started),
+      });
+      return { kind, bytes };
+    };
     switch (plan.kind) {
       case "current":
         done(head);
@@ -270,15 +270,7 @@ export class StandbyFollower {
           await this.#d.zfs.set(dataset, FOLLOW_RELEASED_PROPERTY, manifest.guid);
           bytes += manifest.size;
         }
-        done(head);
-        log.info("standby copy received", {
-          kind: "increment",
-          streams: after.length,
-          bytes,
-          head,
-          ms: Math.round(performance.now() - started),
-        });
-        return { kind: "increment", bytes };
+        return received("increment", after.length, bytes);
       }
       case "full": {
         if (plan.setAside) await this.#setAside(dataset, plan.why, log);
@@ -300,16 +292,7 @@ export class StandbyFollower {
           ],
           signal,
         });
-        const bytes = chain.reduce((n, m) => n + m.size, 0);
-        done(head);
-        log.info("standby copy received", {
-          kind: "full",
-          streams: chain.length,
-          bytes,
-          head,
-          ms: Math.round(performance.now() - started),
-        });
-        return { kind: "full", bytes };
+        return received("full", chain.length, chain.reduce((n, m) => n + m.size, 0));
       }
     }
   }
@@ -324,15 +307,7 @@ export class StandbyFollower {
           `left alone until nothing uses it`,
       );
     }
-    const held = await this.#d.locks.acquire([dataset], { label: "a standby copy's set-aside" });
-    try {
-      const found = await this.#d.trash.inspect(dataset);
-      if (!found) return;
-      checkOwned(dataset, found.props);
-      await this.#d.trash.removeVolume(dataset, found);
-    } finally {
-      held.release();
-    }
+    await setAsideCopy(this.#d, dataset, "a standby copy's set-aside");
     log.warn("this node's standby copy diverged from the store's head: set aside, never used", {
       why,
     });

@@ -99,26 +99,16 @@ async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
     inspect: () => Promise.reject(new Error("nothing is set aside here")),
     removeVolume: () => Promise.reject(new Error("nothing is set aside here")),
   };
+  // Each its own locks, as in these tests they always were.
+  const deps = { zfs, store, trash: noTrash, log, parentDataset: PARENT, node: "n2", receive };
   const follow = new FollowVolumes({
-    zfs,
-    store,
+    ...deps,
     locks: new KeyedLock(),
-    trash: noTrash,
-    log,
-    parentDataset: PARENT,
-    node: "n2",
-    receive,
     backup: () => Promise.reject(new Error("no backups expected")),
   });
   const standby = new StandbyFollower({
-    zfs,
-    store,
+    ...deps,
     locks: new KeyedLock(),
-    trash: noTrash,
-    log,
-    parentDataset: PARENT,
-    node: "n2",
-    receive,
     copies: follow,
     intervalSeconds: 60,
   });

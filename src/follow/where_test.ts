@@ -9,9 +9,7 @@ import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { ControllerService } from "../csi/controller.ts";
-import { Trash } from "../csi/trash.ts";
+import { fakeController, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
 import type { CreateVolumeRequest } from "../csi/types.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { NODE_TOPOLOGY_KEY } from "../version.ts";
@@ -98,18 +96,10 @@ function controller(standby?: StandbyState, wrap: (s: MemoryStore) => Store = (s
     flags: ["--store", "file:///srv/backups"],
     host: (runner) => new FakePool(runner),
   });
-  const { config, zfs, mounter, health, locks, log, host: pool } = parts;
+  const pool = parts.host;
   pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
   const store = new MemoryStore();
-  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 0, locks, log });
-  const service = new ControllerService({
-    config,
-    zfs,
-    mounter,
-    health,
-    locks,
-    trash,
-    log,
+  const { controller: service } = fakeController(parts, {
     follow: {
       store: wrap(store),
       ttlSeconds: 30,

@@ -47,32 +47,45 @@ export async function readManifests(
   const keys = new Set(listed.map((o) => o.key));
   for (const obj of listed) {
     if (!obj.key.endsWith(".json")) continue;
-    const hit = cache?.get(obj.key);
-    if (hit && hit.etag === obj.etag) {
-      manifests.push(hit.manifest);
-      continue;
-    }
-    const got = await store.getBytes(obj.key);
-    // Deleted since the listing (a prune elsewhere).
-    if (!got) continue;
-    try {
-      const manifest = parseManifest(got.bytes, { key: obj.key });
-      cache?.set(obj.key, { etag: got.etag, manifest });
-      manifests.push(manifest);
-    } catch (err) {
-      log.warn("store holds a manifest that cannot be read; it is left as it is", {
-        key: obj.key,
-        store: store.description,
-        error: err,
-      });
-      unreadable.push(obj.key);
-    }
+    const read = await readManifest(store, obj, log, cache);
+    if (read === "unreadable") unreadable.push(obj.key);
+    else if (read) manifests.push(read);
   }
   // Forget this volume's manifests that are gone (the cache may hold other volumes' too).
   for (const key of cache?.keys() ?? []) {
     if (key.startsWith(prefix) && !keys.has(key)) cache!.delete(key);
   }
   return { manifests, unreadable };
+}
+
+/**
+ * One listed manifest, through `cache` when its etag is the listed one. A manifest that does not
+ * parse is logged and answered "unreadable", never thrown; undefined when it is gone since the
+ * listing (a prune elsewhere).
+ * @throws {StoreError} when the store fails
+ */
+export async function readManifest(
+  store: Store,
+  obj: { readonly key: string; readonly etag: string },
+  log: Logger,
+  cache?: ManifestCache,
+): Promise<SnapshotManifest | "unreadable" | undefined> {
+  const hit = cache?.get(obj.key);
+  if (hit && hit.etag === obj.etag) return hit.manifest;
+  const got = await store.getBytes(obj.key);
+  if (!got) return undefined;
+  try {
+    const manifest = parseManifest(got.bytes, { key: obj.key });
+    cache?.set(obj.key, { etag: got.etag, manifest });
+    return manifest;
+  } catch (err) {
+    log.warn("store holds a manifest that cannot be read; it is left as it is", {
+      key: obj.key,
+      store: store.description,
+      error: err,
+    });
+    return "unreadable";
+  }
 }
 
 /** What a backup wants the volume's record to say. */
@@ -103,24 +116,25 @@ export async function ensureRecord(
   want: RecordWanted,
 ): Promise<VolumeRecord> {
   const key = volumeRecordKey(volumeKey);
-  for (let attempt = 1;; attempt++) {
-    const got = await store.getBytes(key);
-    let next: VolumeRecord;
-    let condition;
-    if (!got) {
-      next = {
-        format: 1,
-        name: want.name,
-        uid: want.uid,
-        createdAt: new Date(want.nowMs).toISOString(),
-        capacityBytes: want.capacityBytes,
-        parameters: want.parameters,
-        ...(want.schedule ? { schedule: want.schedule } : {}),
-        node: want.node,
-      };
-      condition = { ifNoneMatch: "*" } as const;
-    } else {
-      const current = readRecord(got.bytes, key, store);
+  return await updateRecord(
+    store,
+    key,
+    "while a backup wrote it; retrying later",
+    (got): RecordChange<VolumeRecord> => {
+      if (!got) {
+        const next: VolumeRecord = {
+          format: 1,
+          name: want.name,
+          uid: want.uid,
+          createdAt: new Date(want.nowMs).toISOString(),
+          capacityBytes: want.capacityBytes,
+          parameters: want.parameters,
+          ...(want.schedule ? { schedule: want.schedule } : {}),
+          node: want.node,
+        };
+        return { write: next, result: next };
+      }
+      const current = readRecord(got, key, store);
       if (current.uid !== want.uid) {
         throw new CsiError(
           Code.FAILED_PRECONDITION,
@@ -132,25 +146,51 @@ export async function ensureRecord(
         );
       }
       const { deletedAt: _, schedule: __, ...kept } = current;
-      next = {
+      const next: VolumeRecord = {
         ...kept,
         capacityBytes: want.capacityBytes,
         parameters: want.parameters,
         ...(want.schedule ? { schedule: want.schedule } : {}),
         node: want.node,
       };
-      if (JSON.stringify(next) === JSON.stringify(current)) return current;
-      condition = { ifMatch: got.etag };
-    }
+      if (JSON.stringify(next) === JSON.stringify(current)) return { result: current };
+      return { write: next, result: next };
+    },
+  );
+}
+
+/** What {@linkcode updateRecord}'s change decided: a record to write, or nothing to write. */
+export type RecordChange<T> =
+  | { readonly write: VolumeRecord; readonly result: T }
+  | { readonly write?: undefined; readonly result: T };
+
+/**
+ * The read-modify-write of a volume record: `change` sees its bytes (undefined when absent) and
+ * says what to write; the write is conditional (If-None-Match when it was absent, else If-Match
+ * on the etag read), and a lost race reads it again, up to 5 times.
+ * @param busy how the error for a record that keeps changing ends, after "kept changing "
+ * @throws {StoreError} when the store fails, or the record keeps changing under it
+ */
+export async function updateRecord<T>(
+  store: Store,
+  key: string,
+  busy: string,
+  change: (bytes: Uint8Array | undefined) => RecordChange<T>,
+): Promise<T> {
+  for (let attempt = 1;; attempt++) {
+    const got = await store.getBytes(key);
+    const decided = change(got?.bytes);
+    if (decided.write === undefined) return decided.result;
+    const condition = got ? { ifMatch: got.etag } : { ifNoneMatch: "*" } as const;
     try {
-      await store.putBytes(key, encodeJson(next), condition);
-      return next;
+      await store.putBytes(key, encodeJson(decided.write), condition);
+      return decided.result;
     } catch (err) {
       if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
       if (attempt >= RECORD_ATTEMPTS) {
         throw new StoreError(
           "unavailable",
-          `"${key}" in ${store.description} kept changing while a backup wrote it; retrying later`,
+          `"${key}" in ${store.description} kept changing ${busy}`,
           { cause: err },
         );
       }

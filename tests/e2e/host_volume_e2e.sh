@@ -16,10 +16,12 @@
 #     127.0.0.1, free non-default ports, data dirs in a temporary directory: Nomad allows one
 #     volume of a name per node, whatever the namespace, so the second namespace's volume of the
 #     same name goes to the second node; both nodes use the same parent dataset;
-#   - the plugin: nomad/host-volume-plugin.sh (the install wrapper: a system PATH, then exec) in
-#     each client's host_volume_plugin_dir as "zfs", exec'ing main.ts under the pinned Deno with
-#     the production permission flags (src/permissions.ts, as tests/e2e/lib.sh plugin_wrapper
-#     writes them), since "deno compile" cannot run here; its flags from zfs-csi.conf next to it;
+#   - the plugin: installed as the README says, in one step: a symlink named "zfs" in each
+#     client's host_volume_plugin_dir to the binary, with no wrapper and no PATH (Nomad runs
+#     plugins with only DHV_* set). "deno compile" cannot run here, so the binary is stood in
+#     for by the script tests/e2e/lib.sh plugin_wrapper writes: it execs main.ts under the
+#     pinned Deno with the production permission flags (src/permissions.ts) and sets no PATH;
+#     the plugin's flags come from zfs-csi.conf next to it;
 #   - the application jobs with the exec driver, as the user nobody (the test hands the volume's
 #     root directory to nobody, as an operator would).
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3; also 1.10.5), ZFS_CSI_CACHE (Nomad build
@@ -110,24 +112,45 @@ say "pool: $pool on $tmp/pool.img, parent dataset $parent"
 zget() { zfs get -Hp -o value "$1" "$2" 2>/dev/null; }
 zexists() { zfs list -H -o name "$1" >/dev/null 2>&1; }
 
-# -- the plugin: main.ts with the production flags, behind the shipped install wrapper
+# -- the plugin: the binary (main.ts with the production flags) symlinked into each plugin dir
 plugin_wrapper "$tmp/bin/zfs-csi" "$root" "$tmp/a/plugins:$tmp/b/plugins" "" "" ||
   abort "permission flags read from src/permissions.ts"
 for node in a b; do
   mkdir -p "$tmp/$node/plugins" "$tmp/$node/volumes"
-  sed "s|^exec /usr/local/bin/zfs-csi |exec $tmp/bin/zfs-csi |" "$root/nomad/host-volume-plugin.sh" \
-    >"$tmp/$node/plugins/zfs"
-  chmod 0755 "$tmp/$node/plugins/zfs"
+  ln -s "$tmp/bin/zfs-csi" "$tmp/$node/plugins/zfs"
   sed "s|^--parent-dataset tank/nomad$|--parent-dataset $parent|; s|^--log-level info$|--log-level debug|" \
     "$root/nomad/host-volume-zfs-csi.conf" >"$tmp/$node/plugins/zfs-csi.conf"
 done
-check "the wrapper execs the plugin (nomad/host-volume-plugin.sh, binary path edited)" \
-  grep -qF "exec $tmp/bin/zfs-csi \"\$@\"" "$tmp/a/plugins/zfs"
+check "the plugin file is a symlink to the binary's stand-in, which sets no PATH" \
+  test "$(readlink "$tmp/a/plugins/zfs")" = "$tmp/bin/zfs-csi" -a \
+  -z "$(grep -E '(^|[^_])PATH=|export PATH' "$tmp/bin/zfs-csi")"
+check "the stand-in runs main.ts with --allow-run of absolute paths only" \
+  grep -qE -- "--allow-run=/[^ ,]+(,/[^ ,]+)* " "$tmp/bin/zfs-csi"
 check "zfs-csi.conf from nomad/host-volume-zfs-csi.conf names the parent dataset" \
   grep -qx -- "--parent-dataset $parent" "$tmp/a/plugins/zfs-csi.conf"
 fp=$(env -i DHV_OPERATION=fingerprint "$tmp/a/plugins/zfs" fingerprint)
-check "fingerprint by hand, with Nomad's empty environment: {\"version\":\"0.1.0\"}" \
+check "fingerprint by hand, with Nomad's empty environment (env -i): {\"version\":\"0.1.0\"}" \
   same "$fp" '{"version":"0.1.0"}'
+# create and delete by hand with only Nomad's variables: zfs runs with no PATH to find it by.
+by_hand_id=00000000-0000-4000-8000-00000000e2e0
+by_hand() { # operation
+  env -i DHV_OPERATION="$1" DHV_VOLUMES_DIR="$tmp/a/volumes" DHV_PLUGIN_DIR="$tmp/a/plugins" \
+    DHV_NODE_POOL=default DHV_NAMESPACE=default DHV_VOLUME_NAME=by-hand DHV_VOLUME_ID="$by_hand_id" \
+    DHV_NODE_ID=by-hand DHV_CAPACITY_MIN_BYTES=16777216 DHV_CAPACITY_MAX_BYTES=0 DHV_PARAMETERS='{}' \
+    DHV_CREATED_PATH="$tmp/a/volumes/$by_hand_id" "$tmp/a/plugins/zfs" "$1" 2>"$tmp/by-hand-$1.log"
+}
+by_hand_created() {
+  same "$(by_hand create)" "{\"path\":\"$tmp/a/volumes/$by_hand_id\",\"bytes\":16777216}" &&
+    [ "$(zget mounted "$parent/.host-default_by-hand")" = yes ]
+}
+check "create by hand, env -i: the dataset is made and mounted (zfs found without PATH)" \
+  by_hand_created
+by_hand_deleted() {
+  local out
+  out=$(by_hand delete) && [ -z "$out" ] && ! zexists "$parent/.host-default_by-hand" &&
+    zfs list -H -o name -r -d 1 "$parent" | grep -qF -- "-.host-default_by-hand"
+}
+check "delete by hand, env -i: the dataset is set aside" by_hand_deleted
 
 # -- the agents
 base=$(free_ports 6) || abort "six free ports"

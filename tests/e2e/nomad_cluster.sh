@@ -21,7 +21,8 @@
 #
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3), ZFS_CSI_CACHE (build cache, default
 # /var/cache/zfs-csi), CLUSTER_TAKEOVER_AFTER (the plugins' --takeover-after, default 20s),
-# CLUSTER_DRAIN_FLAGS (added to every drain, e.g. -ignore-system), E2E_KEEP=1 keeps the temporary
+# CLUSTER_DRAIN_FLAGS (added to every drain; default -ignore-system, the drain a follow volume needs,
+# see the README; CLUSTER_DRAIN_FLAGS= shows what a plain drain does), E2E_KEEP=1 keeps the temporary
 # directory (agent, plugin and job logs, the store).
 set -uo pipefail
 
@@ -45,9 +46,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 takeover_after=${CLUSTER_TAKEOVER_AFTER:-20s}
-# Further flags for every "nomad node drain -enable", e.g. -ignore-system (the plugin then stays on
-# a drained client until the drain is lifted).
-read -r -a drain_flags <<<"${CLUSTER_DRAIN_FLAGS:-}"
+# Further flags for every "nomad node drain -enable". -ignore-system keeps the plugin on a drained
+# client until the drain is lifted, so it is there for the NodeUnstage that syncs and releases: a
+# plain drain stops it first (README, "Two clients").
+read -r -a drain_flags <<<"${CLUSTER_DRAIN_FLAGS--ignore-system}"
 case "$takeover_after" in
   *s) takeover_secs=${takeover_after%s} ;;
   *m) takeover_secs=$((${takeover_after%m} * 60)) ;;

@@ -6,28 +6,13 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { claimVolume, createVolumeRequest } from "../support/nomad.ts";
-import { PluginProcess } from "../support/plugin_process.ts";
+import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 /** What the test writes into a volume: random, so nothing compresses it. */
 const DATA = new Uint8Array(3 * 1024 * 1024);
 for (let i = 0; i < DATA.length; i += 65536) crypto.getRandomValues(DATA.subarray(i, i + 65536));
-
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
-
-/** Runs `zfs-csi <args>` as the binary would, with the plugin's permission flags for `dir`. */
-async function zfsCsi(dir: string, args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", "--frozen", ...PluginProcess.flags(dir), MAIN, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
 
 Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin", async (t) => {
   await using pool = await TestPool.create();
@@ -51,7 +36,7 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
       try {
         await Deno.writeFile(`${claim.target}/data.bin`, DATA);
         await sh("sync");
-        const json = await zfsCsi(pool.dir, ["list", ...flags, "--json"]);
+        const json = await runZfsCsi(pool.dir, ["list", ...flags, "--json"]);
         assert.equal(json.code, 0, json.stderr);
         const rows = JSON.parse(json.stdout) as Array<Record<string, unknown>>;
         assert.deepEqual(rows.map((r) => r.name), ["idle", "pg"]);
@@ -64,7 +49,7 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
         assert.deepEqual(row.published, [claim.target]);
         assert.equal((row.staged as string[]).length, 1);
         assert.deepEqual(rows[0]!.staged, []);
-        const table = await zfsCsi(pool.dir, ["list", ...flags]);
+        const table = await runZfsCsi(pool.dir, ["list", ...flags]);
         assert.equal(table.code, 0, table.stderr);
         assert.match(table.stdout, /^NAME +NODE +SIZE +USED +STATE +LAST BACKUP\n/);
         assert.match(table.stdout, /\npg +node-a +64 MiB +\S+ MiB +published x1, staged x1 +-\n/);
@@ -76,12 +61,12 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
 
   await t.step("undelete after DeleteVolume brings the volume and its data back", async () => {
     await c.controller("DeleteVolume", { volume_id: "pg@node-a" });
-    const gone = await zfsCsi(pool.dir, ["list", ...flags, "--json"]);
+    const gone = await runZfsCsi(pool.dir, ["list", ...flags, "--json"]);
     assert.deepEqual(JSON.parse(gone.stdout).map((r: { name: string }) => r.name), ["idle"]);
-    const deleted = await zfsCsi(pool.dir, ["list", ...flags, "--deleted", "--json"]);
+    const deleted = await runZfsCsi(pool.dir, ["list", ...flags, "--deleted", "--json"]);
     const [aside] = JSON.parse(deleted.stdout);
     assert.equal(aside.deletedName, `${pool.parent}/pg`);
-    const r = await zfsCsi(pool.dir, ["undelete", ...flags, "pg"]);
+    const r = await runZfsCsi(pool.dir, ["undelete", ...flags, "pg"]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /Undeleted volume ".*\/pg"/);
     assert.equal(await pool.get(`${pool.parent}/pg`, "org.zfs-csi:deleted-at"), "-");
@@ -109,7 +94,7 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
     await c.controller("DeleteVolume", { volume_id: "idle@node-a" });
     await c.controller("CreateVolume", createVolumeRequest("idle"));
     const before = await pool.datasets();
-    const r = await zfsCsi(pool.dir, ["undelete", ...flags, "idle"]);
+    const r = await runZfsCsi(pool.dir, ["undelete", ...flags, "idle"]);
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
     assert.match(r.stderr, /^zfs-csi undelete: ".*\/idle" exists .*--as NAME/);
@@ -120,13 +105,13 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
     await sh("zfs", "create", `${pool.parent}/legacy`);
     const volume = { volume_id: "legacy@node-a", volume_context: {} };
     await assert.rejects(claimVolume(plugin, volume, "alloc-0"), /not managed by zfs-csi/);
-    const r = await zfsCsi(pool.dir, ["adopt", ...flags, "legacy"]);
+    const r = await runZfsCsi(pool.dir, ["adopt", ...flags, "legacy"]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /volume "legacy@node-a"/);
     assert.equal(await pool.get(`${pool.parent}/legacy`, "org.zfs-csi:managed"), "yes");
     const claim = await claimVolume(plugin, volume, "alloc-3");
     await claim.release();
-    const outside = await zfsCsi(pool.dir, ["adopt", ...flags, `${pool.pool}/elsewhere`]);
+    const outside = await runZfsCsi(pool.dir, ["adopt", ...flags, `${pool.pool}/elsewhere`]);
     assert.equal(outside.code, 1);
     assert.match(outside.stderr, /cannot be a volume/);
   });
@@ -137,17 +122,17 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
       await c.controller("DeleteVolume", { volume_id: "idle@node-a" });
       await c.controller("DeleteVolume", { volume_id: "pg@node-a" });
       const deleted = JSON.parse(
-        (await zfsCsi(pool.dir, ["list", ...flags, "--deleted", "--json"])).stdout,
+        (await runZfsCsi(pool.dir, ["list", ...flags, "--deleted", "--json"])).stdout,
       );
       assert.equal(deleted.length, 3);
       const pgAside =
         deleted.find((d: { deletedName: string }) => d.deletedName === `${pool.parent}/pg`).hidden;
       await sh("zfs", "snapshot", `${pgAside}@operator-keep`);
-      const dry = await zfsCsi(pool.dir, ["purge", ...flags]);
+      const dry = await runZfsCsi(pool.dir, ["purge", ...flags]);
       assert.equal(dry.code, 0, dry.stderr);
       assert.match(dry.stdout, /--yes to destroy these 3 now/);
       assert.equal((await pool.datasets()).filter((d) => d.includes(".deleted-")).length, 3);
-      const r = await zfsCsi(pool.dir, ["purge", ...flags, "--yes", "--json"]);
+      const r = await runZfsCsi(pool.dir, ["purge", ...flags, "--yes", "--json"]);
       assert.equal(r.code, 0, r.stderr);
       const outcomes = JSON.parse(r.stdout) as Array<
         { hidden: string; purged: boolean; reason?: string }
@@ -172,7 +157,7 @@ Deno.test("cli: demo drives a running plugin through a volume's life over its so
     "--stage-publish-base-dir",
     plugin.baseDir,
   ];
-  const r = await zfsCsi(pool.dir, args);
+  const r = await runZfsCsi(pool.dir, args);
   assert.equal(r.code, 0, r.stderr);
   const steps = [
     "Probe",
@@ -205,7 +190,7 @@ Deno.test("cli: demo drives a running plugin through a volume's life over its so
   assert.ok((await pool.datasets()).some((d) => /\.deleted-\d+-zfs-csi-demo$/.test(d)));
 
   // A socket outside the build's directories is refused in one line before anything is dialled.
-  const outside = await zfsCsi(pool.dir, [
+  const outside = await runZfsCsi(pool.dir, [
     "demo",
     "--endpoint",
     "unix:///run/elsewhere/csi.sock",

@@ -4,21 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
-import { PluginProcess } from "../support/plugin_process.ts";
-
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
-
-async function runCli(dir: string, args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", "--frozen", ...PluginProcess.flags(dir), MAIN, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
 
 Deno.test("cli: help, version and one-line errors", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "zfs-csi-cli-" });
@@ -31,13 +17,13 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
   ];
   try {
     await t.step("--help prints usage and exits 0", async () => {
-      const r = await runCli(dir, ["--help"]);
+      const r = await runZfsCsi(dir, ["--help"]);
       assert.equal(r.code, 0);
       assert.match(r.stdout, /--parent-dataset/);
       assert.match(r.stdout, /--topology KEY=VALUE/);
     });
     await t.step("--version prints name and version", async () => {
-      const r = await runCli(dir, ["--version"]);
+      const r = await runZfsCsi(dir, ["--version"]);
       assert.equal(r.code, 0);
       assert.match(r.stdout, /^org\.zfs-csi \d+\.\d+\.\d+\n$/);
     });
@@ -53,7 +39,7 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
     ];
     for (const [name, args, re] of bad) {
       await t.step(`${name}: exit 2 with one line`, async () => {
-        const r = await runCli(dir, args);
+        const r = await runZfsCsi(dir, args);
         assert.equal(r.code, 2);
         const lines = r.stderr.trimEnd().split("\n");
         assert.equal(lines.length, 1, r.stderr);
@@ -62,7 +48,7 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
       });
     }
     await t.step("an unknown subcommand: exit 2 with one line naming the subcommands", async () => {
-      const r = await runCli(dir, ["lsit", ...ok]);
+      const r = await runZfsCsi(dir, ["lsit", ...ok]);
       assert.equal(r.code, 2);
       const lines = r.stderr.trimEnd().split("\n");
       assert.equal(lines.length, 1, r.stderr);
@@ -70,21 +56,21 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
       assert.equal(r.stdout, "");
     });
     await t.step("help lists the operator subcommands", async () => {
-      const r = await runCli(dir, ["help"]);
+      const r = await runZfsCsi(dir, ["help"]);
       assert.equal(r.code, 0, r.stderr);
       for (const name of ["list", "undelete", "purge", "verify", "demo"]) {
         assert.match(r.stdout, new RegExp(`\\n  ${name} `));
       }
     });
     await t.step("a socket outside the build's directories: exit 1 naming the fix", async () => {
-      const r = await runCli(dir, [...ok, "--endpoint", "unix:///run/elsewhere/csi.sock"]);
+      const r = await runZfsCsi(dir, [...ok, "--endpoint", "unix:///run/elsewhere/csi.sock"]);
       assert.equal(r.code, 1);
       assert.match(r.stderr, /ZFS_CSI_EXTRA_DIRS/);
     });
     await t.step("a non-socket file at the socket path is not deleted", async () => {
       await Deno.mkdir(`${dir}/s`, { recursive: true });
       await Deno.writeTextFile(`${dir}/s/csi.sock`, "not a socket");
-      const r = await runCli(dir, [...ok, ...sock]);
+      const r = await runZfsCsi(dir, [...ok, ...sock]);
       assert.equal(r.code, 1);
       assert.match(r.stderr, /not a socket/);
       assert.equal(await Deno.readTextFile(`${dir}/s/csi.sock`), "not a socket");
@@ -104,7 +90,7 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
           await new Promise((r) => setTimeout(r, 25));
         }
       }
-      const r = await runCli(dir, [
+      const r = await runZfsCsi(dir, [
         ...ok,
         "--endpoint",
         `unix://${first.socketPath}`,

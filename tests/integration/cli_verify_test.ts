@@ -6,24 +6,15 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { claimVolume, createVolumeRequest } from "../support/nomad.ts";
-import { PluginProcess } from "../support/plugin_process.ts";
+import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
 import { TestPool } from "../support/zfs_pool.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const MiB = 1024 * 1024;
 
+/** `zfs-csi <args>` with the file store's grant when `storeDir` is given. */
 async function zfsCsi(dir: string, storeDir: string | undefined, args: string[]) {
-  const scope = storeDir ? { extraDirs: [storeDir] } : {};
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", "--frozen", ...PluginProcess.flags(dir, scope), MAIN, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+  return await runZfsCsi(dir, args, storeDir ? { scope: { extraDirs: [storeDir] } } : {});
 }
 
 Deno.test("cli: verify restores a stored backup into a scratch dataset, checks it, removes it", async (t) => {

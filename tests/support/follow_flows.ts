@@ -20,18 +20,16 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { Code } from "../../src/errors.ts";
 import type { SnapshotManifest } from "../../src/store/layout.ts";
 import { type CsiClient, rejects } from "./csi_client.ts";
 import { claimPaths, createVolumeRequest, hostMounts, mountCapability } from "./nomad.ts";
-import { PluginProcess } from "./plugin_process.ts";
+import { PluginProcess, runZfsCsi } from "./plugin_process.ts";
 import type { StoreUnderTest } from "./store_flows.ts";
 import { print } from "./store_trials.ts";
 import { treeHash } from "./tree_hash.ts";
 import { sh, TestPool } from "./zfs_pool.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const VOLUME = "moving";
@@ -401,13 +399,9 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
           /held by node "node-a"/,
         );
         // The operator's command, as it ships, on node-b's flags: it needs the store only.
-        const cli = await new Deno.Command(Deno.execPath(), {
-          args: [
-            "run",
-            "--quiet",
-            "--frozen",
-            ...PluginProcess.flags(b.pool.dir, store.plugin.scope),
-            MAIN,
+        const cli = await runZfsCsi(
+          b.pool.dir,
+          [
             "takeover",
             "--parent-dataset",
             b.pool.parent,
@@ -416,14 +410,13 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
             ...store.plugin.extraArgs ?? [],
             VOLUME,
           ],
-          ...(store.plugin.env ? { env: store.plugin.env } : {}),
-          stdin: "null",
-          stdout: "piped",
-          stderr: "piped",
-        }).output();
-        const out = new TextDecoder().decode(cli.stdout);
-        assert.equal(cli.code, 0, new TextDecoder().decode(cli.stderr));
-        assert.match(out, /was taken from node "node-a"/);
+          {
+            ...(store.plugin.scope ? { scope: store.plugin.scope } : {}),
+            ...(store.plugin.env ? { env: store.plugin.env } : {}),
+          },
+        );
+        assert.equal(cli.code, 0, cli.stderr);
+        assert.match(cli.stdout, /was taken from node "node-a"/);
         const owner = await ownerOf(store);
         assert.equal(owner.state, "released");
         assert.equal(owner.generation, Number(ownerBefore.generation) + 1, "the takeover fences A");

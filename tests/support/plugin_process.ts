@@ -208,3 +208,37 @@ export class PluginProcess implements AsyncDisposable {
     await this.stop("SIGKILL");
   }
 }
+
+/** What a finished `zfs-csi` command printed, and its exit code. */
+export interface CliResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs `zfs-csi <args>` as the binary would: main.ts under `deno run` with the plugin's
+ * production permission flags for `dir` (and `scope`), stdin closed, output collected.
+ */
+export async function runZfsCsi(
+  dir: string,
+  args: readonly string[],
+  opts: { readonly scope?: PluginOptions["scope"]; readonly env?: Record<string, string> } = {},
+): Promise<CliResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--quiet",
+      "--frozen",
+      ...PluginProcess.flags(dir, opts.scope),
+      `${ROOT}main.ts`,
+      ...args,
+    ],
+    ...(opts.env ? { env: opts.env } : {}),
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}

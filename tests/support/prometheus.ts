@@ -7,7 +7,8 @@
  * built ones): the UI's pages answer 500, the query API does not need them.
  */
 
-import { freePort, goToolBinaries, tail } from "./go_tool.ts";
+import { ChildServer } from "./child_server.ts";
+import { goToolBinaries } from "./go_tool.ts";
 
 /**
  * The one place Prometheus's version is pinned: the Go module version (Prometheus 3.x is
@@ -99,22 +100,12 @@ export class PrometheusServer implements AsyncDisposable {
   /** e.g. http://127.0.0.1:40123 */
   readonly url: URL;
   readonly dir: string;
-  readonly #child: Deno.ChildProcess;
-  readonly #output: { text: string };
-  readonly #drained: Promise<unknown>;
+  readonly #server: ChildServer;
 
-  private constructor(
-    url: URL,
-    dir: string,
-    child: Deno.ChildProcess,
-    output: { text: string },
-    drained: Promise<unknown>,
-  ) {
-    this.url = url;
-    this.dir = dir;
-    this.#child = child;
-    this.#output = output;
-    this.#drained = drained;
+  private constructor(server: ChildServer) {
+    this.url = server.url;
+    this.dir = server.dir;
+    this.#server = server;
   }
 
   /** Starts Prometheus (building it first if needed) and waits until it is ready. */
@@ -132,61 +123,27 @@ export class PrometheusServer implements AsyncDisposable {
       }],
     };
     await Deno.writeTextFile(`${dir}/prometheus.yml`, JSON.stringify(config, null, 2));
-    for (let attempt = 1;; attempt++) {
-      const port = freePort();
-      const child = new Deno.Command(prometheus, {
-        args: [
-          `--config.file=${dir}/prometheus.yml`,
-          `--storage.tsdb.path=${dir}/data`,
-          `--web.listen-address=127.0.0.1:${port}`,
-          "--log.level=warn",
-        ],
-        cwd: dir,
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-      const output = { text: "" };
-      const drained = Promise.all([tail(child.stdout, output), tail(child.stderr, output)]);
-      const server = new PrometheusServer(
-        new URL(`http://127.0.0.1:${port}`),
-        dir,
-        child,
-        output,
-        drained,
-      );
-      try {
-        await server.#waitUntilReady();
-        return server;
-      } catch (e) {
-        await server.#kill();
-        // Another process may have taken the port between our check and Prometheus's bind.
-        if (attempt >= 3) {
-          await Deno.remove(dir, { recursive: true }).catch(() => {});
-          throw e;
-        }
-      }
-    }
-  }
-
-  async #waitUntilReady(): Promise<void> {
-    let exited = false;
-    this.#child.status.then(() => exited = true);
-    const deadline = Date.now() + START_MS;
-    while (Date.now() < deadline && !exited) {
-      try {
-        const r = await fetch(new URL("/-/ready", this.url), { signal: AbortSignal.timeout(1000) });
+    const server = await ChildServer.start({
+      name: "Prometheus",
+      bin: prometheus,
+      dir,
+      args: (port) => [
+        `--config.file=${dir}/prometheus.yml`,
+        `--storage.tsdb.path=${dir}/data`,
+        `--web.listen-address=127.0.0.1:${port}`,
+        "--log.level=warn",
+      ],
+      cwd: dir,
+      probe: async (url) => {
+        const r = await fetch(new URL("/-/ready", url), { signal: AbortSignal.timeout(1000) });
         await r.body?.cancel();
-        if (r.ok) return;
-      } catch {
-        // Not listening yet.
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    throw new Error(
-      `Prometheus was not ready on ${this.url} (${exited ? "it exited" : "timed out"}):\n` +
-        this.#output.text,
-    );
+        return r.ok;
+      },
+      notReady: "was not ready on",
+      startMs: START_MS,
+      pollMs: 200,
+    });
+    return new PrometheusServer(server);
   }
 
   /**
@@ -244,23 +201,12 @@ export class PrometheusServer implements AsyncDisposable {
 
   /** What Prometheus printed last (warnings and errors). */
   get output(): string {
-    return this.#output.text;
-  }
-
-  async #kill(): Promise<void> {
-    try {
-      this.#child.kill("SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    await this.#child.status;
-    await this.#drained;
+    return this.#server.output;
   }
 
   /** Stops Prometheus and removes its directory. */
   async stop(): Promise<void> {
-    await this.#kill();
-    await Deno.remove(this.dir, { recursive: true }).catch(() => {});
+    await this.#server.stop();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -6,7 +6,8 @@
  */
 
 import { EMPTY_SHA256, signS3Request } from "../../src/store/sigv4.ts";
-import { freePort, goToolBinaries, tail } from "./go_tool.ts";
+import { ChildServer } from "./child_server.ts";
+import { goToolBinaries } from "./go_tool.ts";
 
 /** The one place versitygw's version is pinned. */
 export const VERSITYGW_VERSION = "v1.8.0";
@@ -54,25 +55,18 @@ export class S3Server implements AsyncDisposable {
   readonly region = S3_REGION;
   /** The directory versitygw serves (buckets are its subdirectories). */
   readonly dir: string;
-  readonly #child: Deno.ChildProcess;
-  readonly #output: { text: string };
-  readonly #drained: Promise<unknown>;
+  readonly #server: ChildServer;
 
   private constructor(
-    fields: { endpoint: URL; bucket: string; accessKeyId: string; secretAccessKey: string },
-    dir: string,
-    child: Deno.ChildProcess,
-    output: { text: string },
-    drained: Promise<unknown>,
+    fields: { bucket: string; accessKeyId: string; secretAccessKey: string },
+    server: ChildServer,
   ) {
-    this.endpoint = fields.endpoint;
+    this.endpoint = server.url;
     this.bucket = fields.bucket;
     this.accessKeyId = fields.accessKeyId;
     this.secretAccessKey = fields.secretAccessKey;
-    this.dir = dir;
-    this.#child = child;
-    this.#output = output;
-    this.#drained = drained;
+    this.dir = server.dir;
+    this.#server = server;
   }
 
   /** Starts versitygw (building it first if needed) and creates the bucket. */
@@ -82,96 +76,56 @@ export class S3Server implements AsyncDisposable {
     const accessKeyId = `test${crypto.randomUUID().slice(0, 8)}`;
     const secretAccessKey = crypto.randomUUID();
     const bucket = options.bucket ?? "zfs-csi-test";
-    for (let attempt = 1;; attempt++) {
-      const port = freePort();
-      const child = new Deno.Command(bin, {
-        args: [
-          "--access",
-          accessKeyId,
-          "--secret",
-          secretAccessKey,
-          "--port",
-          `127.0.0.1:${port}`,
-          "posix",
-          dir,
-        ],
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-      const output = { text: "" };
-      const drained = Promise.all([tail(child.stdout, output), tail(child.stderr, output)]);
-      const endpoint = new URL(`http://127.0.0.1:${port}`);
-      const server = new S3Server(
-        { endpoint, bucket, accessKeyId, secretAccessKey },
+    const server = await ChildServer.start({
+      name: "versitygw",
+      bin,
+      dir,
+      args: (port) => [
+        "--access",
+        accessKeyId,
+        "--secret",
+        secretAccessKey,
+        "--port",
+        `127.0.0.1:${port}`,
+        "posix",
         dir,
-        child,
-        output,
-        drained,
-      );
-      try {
-        await server.#waitUntilAnswering();
-        await server.#createBucket();
-        return server;
-      } catch (e) {
-        await server.#kill();
-        // Another process may have taken the port between our check and versitygw's bind.
-        if (attempt >= 3) {
-          await Deno.remove(dir, { recursive: true }).catch(() => {});
-          throw e;
-        }
-      }
-    }
-  }
-
-  async #waitUntilAnswering(): Promise<void> {
-    let exited = false;
-    this.#child.status.then(() => exited = true);
-    const deadline = Date.now() + START_MS;
-    while (Date.now() < deadline && !exited) {
-      try {
+      ],
+      probe: async (endpoint) => {
         // Any answer (403 without a signature) means it listens.
-        const r = await fetch(this.endpoint, { signal: AbortSignal.timeout(1000) });
+        const r = await fetch(endpoint, { signal: AbortSignal.timeout(1000) });
         await r.body?.cancel();
-        return;
-      } catch {
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-    throw new Error(
-      `versitygw did not answer on ${this.endpoint} (${exited ? "it exited" : "timed out"}):\n` +
-        this.#output.text,
-    );
-  }
-
-  async #createBucket(): Promise<void> {
-    const r = await signedFetch(this, "PUT", new URL(`/${this.bucket}`, this.endpoint));
-    const body = await r.text();
-    if (!r.ok) throw new Error(`Creating bucket ${this.bucket} answered ${r.status}: ${body}`);
+        return true;
+      },
+      notReady: "did not answer on",
+      startMs: START_MS,
+      pollMs: 100,
+      afterReady: (endpoint) =>
+        createBucket({ accessKeyId, secretAccessKey }, new URL(`/${bucket}`, endpoint), bucket),
+    });
+    return new S3Server({ bucket, accessKeyId, secretAccessKey }, server);
   }
 
   /** What versitygw printed last (its request log and errors). */
   get output(): string {
-    return this.#output.text;
-  }
-
-  async #kill(): Promise<void> {
-    try {
-      this.#child.kill("SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    await this.#child.status;
-    await this.#drained;
+    return this.#server.output;
   }
 
   /** Stops versitygw and removes its directory. */
   async stop(): Promise<void> {
-    await this.#kill();
-    await Deno.remove(this.dir, { recursive: true }).catch(() => {});
+    await this.#server.stop();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+async function createBucket(
+  keys: { readonly accessKeyId: string; readonly secretAccessKey: string },
+  url: URL,
+  bucket: string,
+): Promise<void> {
+  const r = await signedFetch(keys, "PUT", url);
+  const body = await r.text();
+  if (!r.ok) throw new Error(`Creating bucket ${bucket} answered ${r.status}: ${body}`);
 }

@@ -5,7 +5,11 @@
  */
 
 import { type Config, parseConfig } from "../../src/config.ts";
+import { type ControllerDeps, ControllerService } from "../../src/csi/controller.ts";
+import { Datasets } from "../../src/csi/datasets.ts";
 import { HealthChecker } from "../../src/csi/health.ts";
+import { type NodeDeps, NodeService } from "../../src/csi/node.ts";
+import { Trash } from "../../src/csi/trash.ts";
 import type { VolumeCapability } from "../../src/csi/types.ts";
 import { KeyedLock } from "../../src/lock.ts";
 import { Logger } from "../../src/log.ts";
@@ -70,6 +74,53 @@ export function fakeServices<H>(opts: {
     locks: new KeyedLock(),
     health,
   };
+}
+
+/** A NodeService on `parts` (Datasets on its zfs and mount), with the optional deps in `extra`. */
+export function fakeNode<H>(
+  parts: FakeServices<H>,
+  extra: Pick<NodeDeps, "statfs" | "follow"> = {},
+): NodeService {
+  const { config, zfs, mounter, health, locks, log } = parts;
+  return new NodeService({
+    config,
+    zfs,
+    mounter,
+    datasets: new Datasets(zfs, mounter),
+    health,
+    locks,
+    log,
+    ...extra,
+  });
+}
+
+/**
+ * A ControllerService on `parts`, with a trash below the config's parent that keeps nothing
+ * (retention 0), and the optional deps in `extra`.
+ */
+export function fakeController<H>(
+  parts: FakeServices<H>,
+  extra: Pick<ControllerDeps, "stored" | "scheduler" | "follow"> = {},
+): { readonly controller: ControllerService; readonly trash: Trash } {
+  const { config, zfs, mounter, health, locks, log } = parts;
+  const trash = new Trash({
+    zfs,
+    parentDataset: config.parentDataset,
+    retentionSeconds: 0,
+    locks,
+    log,
+  });
+  const controller = new ControllerService({
+    config,
+    zfs,
+    mounter,
+    health,
+    locks,
+    trash,
+    log,
+    ...extra,
+  });
+  return { controller, trash };
 }
 
 /** A filesystem capability as a CSI request carries it. */
