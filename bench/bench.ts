@@ -259,6 +259,8 @@ async function start(
       dir,
       logLevel: "info",
       extraArgs: opts.retention === undefined ? [] : ["--deleted-retention", opts.retention],
+      // The counting shims run from outside the build's program directories: a bench-only grant.
+      ...(opts.shims ? { scope: { extraPrograms: opts.shims.programs() } } : {}),
     });
   } finally {
     Deno.env.set("PATH", oldPath);

@@ -1,10 +1,12 @@
 /**
  * What the benchmarks that move data share (store_bench.ts, follow_bench.ts): timing a function
  * or a bash floor by its own clock, flushing the disks between trials, checking curl, sizes and
- * rates as text, and destroying what a trial made despite zfs-fuse's "busy".
+ * rates as text, destroying what a trial made despite zfs-fuse's "busy", and running one
+ * section on its own.
  */
 
 import { sh, tryRun } from "../tests/support/zfs_pool.ts";
+import { formatTable, type Row } from "./stats.ts";
 
 /** One mebibyte. */
 export const MiB = 1024 * 1024;
@@ -123,4 +125,19 @@ export async function overwriteRandom(
     "conv=notrunc,fsync",
     "status=none",
   );
+}
+
+/**
+ * Runs one section on its own (`deno run … bench/<section>.ts`): quick when
+ * ZFS_CSI_BENCH_QUICK=1, progress lines on stderr, its table on stdout.
+ */
+export async function runSectionAlone(
+  section: (o: { quick: boolean; progress: (text: string) => void }) => Promise<Row[]>,
+): Promise<void> {
+  const encoder = new TextEncoder();
+  const rows = await section({
+    quick: Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1",
+    progress: (text) => Deno.stderr.writeSync(encoder.encode(`bench: ${text}\n`)),
+  });
+  Deno.stdout.writeSync(encoder.encode(formatTable(rows) + "\n"));
 }

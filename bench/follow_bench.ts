@@ -46,6 +46,7 @@ import {
   MiB,
   mib,
   overwriteRandom,
+  runSectionAlone,
   sizeLabel,
   sleep,
   syncDisks,
@@ -53,7 +54,7 @@ import {
   timedBash,
 } from "./bench_io.ts";
 import { shellQuote } from "./commands.ts";
-import { formatMs, formatTable, median, percentile, ratio, type Row } from "./stats.ts";
+import { formatMs, median, percentile, ratio, type Row } from "./stats.ts";
 
 const SECTION = "9";
 /** Long calls (a receive inside NodeStage): Nomad gives them no deadline. */
@@ -504,11 +505,4 @@ export async function followBench(options: FollowBenchOptions): Promise<Row[]> {
   return rows;
 }
 
-if (import.meta.main) {
-  const encoder = new TextEncoder();
-  const rows = await followBench({
-    quick: Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1",
-    progress: (text) => Deno.stderr.writeSync(encoder.encode(`bench: ${text}\n`)),
-  });
-  Deno.stdout.writeSync(encoder.encode(formatTable(rows) + "\n"));
-}
+if (import.meta.main) await runSectionAlone(followBench);

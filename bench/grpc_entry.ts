@@ -58,6 +58,8 @@ const parsed = parseConfig([
   "node-a",
   "--endpoint",
   `unix://${socket}`,
+  // Named, so no default is looked up: that asks Deno's permissions, which Node has not.
+  ...["--zfs", "zfs", "--zpool", "zpool", "--mount", "mount", "--umount", "umount"],
 ], {});
 if (parsed.kind !== "run") throw new Error("unexpected config");
 const config = parsed.config;

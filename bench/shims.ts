@@ -59,6 +59,11 @@ export class Shims {
     return s;
   }
 
+  /** The shims' paths, one per program. */
+  programs(): string[] {
+    return PROGRAMS.map((p) => `${this.binDir}/${p}`);
+  }
+
   /** Every command logged so far. */
   async all(): Promise<LoggedCommand[]> {
     return parseCommandLog(await Deno.readTextFile(this.logPath));

@@ -43,6 +43,7 @@ import {
   mib,
   overwriteRandom,
   rate,
+  runSectionAlone,
   sizeLabel,
   sleep,
   syncDisks,
@@ -50,7 +51,7 @@ import {
   timedBash,
 } from "./bench_io.ts";
 import { shellQuote } from "./commands.ts";
-import { formatMs, formatTable, median, percentile, ratio, type Row } from "./stats.ts";
+import { formatMs, median, percentile, ratio, type Row } from "./stats.ts";
 
 const SECTION = "8";
 /** The issue's bound on the plugin's RSS above idle during a transfer. */
@@ -796,11 +797,4 @@ async function changeData(dataFile: string, cfg: Config, t: number): Promise<voi
   await overwriteRandom(dataFile, cfg.changedMiB, (t % regions) * cfg.changedMiB);
 }
 
-if (import.meta.main) {
-  const encoder = new TextEncoder();
-  const rows = await storeBench({
-    quick: Deno.env.get("ZFS_CSI_BENCH_QUICK") === "1",
-    progress: (text) => Deno.stderr.writeSync(encoder.encode(`bench: ${text}\n`)),
-  });
-  Deno.stdout.writeSync(encoder.encode(formatTable(rows) + "\n"));
-}
+if (import.meta.main) await runSectionAlone(storeBench);

@@ -2,13 +2,7 @@ import assert from "node:assert/strict";
 import { FakeRunner } from "../../tests/support/fake_runner.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { run } from "./purge.ts";
-import { memoryIo, TEST_FLAGS } from "./test_io.ts";
-
-const MARKS = (name: string, at: string) => ({
-  "org.zfs-csi:managed": "yes",
-  "org.zfs-csi:deleted-at": at,
-  "org.zfs-csi:deleted-name": name,
-});
+import { memoryIo, TEST_FLAGS, trashMarks } from "./test_io.ts";
 
 function setup() {
   const runner = new FakeRunner();
@@ -17,9 +11,9 @@ function setup() {
   // Deleted a moment ago: the background purge would wait for the retention and an hour of
   // watching; the operator's purge does not.
   const now = String(Math.floor(Date.now() / 1000));
-  pool.add("tank/nomad/.deleted-1-gone", MARKS("tank/nomad/gone", now));
-  pool.add("tank/nomad/.deleted-1-gone@.deleted-1-old", MARKS("tank/nomad/gone@old", now));
-  pool.add("tank/nomad/.deleted-2-held", MARKS("tank/nomad/held", now));
+  pool.add("tank/nomad/.deleted-1-gone", trashMarks("tank/nomad/gone", now));
+  pool.add("tank/nomad/.deleted-1-gone@.deleted-1-old", trashMarks("tank/nomad/gone@old", now));
+  pool.add("tank/nomad/.deleted-2-held", trashMarks("tank/nomad/held", now));
   pool.add("tank/nomad/.deleted-2-held@autosnap_daily", {});
   pool.add("tank/nomad/.deleted-3-byhand", { "org.zfs-csi:managed": "yes" });
   return { runner, pool };

@@ -41,3 +41,10 @@ export const TEST_FLAGS = [
   "--stage-publish-base-dir",
   "/local/csi",
 ] as const;
+
+/** The properties of a dataset the trash set aside: managed, deleted at `at` (epoch seconds), named `name` before. */
+export const trashMarks = (name: string, at: string): Record<string, string> => ({
+  "org.zfs-csi:managed": "yes",
+  "org.zfs-csi:deleted-at": at,
+  "org.zfs-csi:deleted-name": name,
+});

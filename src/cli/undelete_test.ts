@@ -2,13 +2,7 @@ import assert from "node:assert/strict";
 import { FakeRunner } from "../../tests/support/fake_runner.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { run } from "./undelete.ts";
-import { memoryIo, TEST_FLAGS } from "./test_io.ts";
-
-const MARKS = (name: string, at: string) => ({
-  "org.zfs-csi:managed": "yes",
-  "org.zfs-csi:deleted-at": at,
-  "org.zfs-csi:deleted-name": name,
-});
+import { memoryIo, TEST_FLAGS, trashMarks } from "./test_io.ts";
 
 /** A pool that also answers `zfs inherit` and `zfs mount` as zfs does. */
 function setup() {
@@ -34,7 +28,7 @@ Deno.test("undelete gives a volume its recorded name back, removes the marks and
   const { runner, pool } = setup();
   // The hidden name was cut; the recorded name is whole.
   pool.add("tank/nomad/.deleted-1795392530-pg-da", {
-    ...MARKS("tank/nomad/pg-data", "1795392530"),
+    ...trashMarks("tank/nomad/pg-data", "1795392530"),
     canmount: "noauto",
   });
   const io = memoryIo();
@@ -60,7 +54,7 @@ Deno.test("undelete gives a volume its recorded name back, removes the marks and
 
 Deno.test("undelete refuses a taken name and changes nothing; --as gives another name", async () => {
   const { runner, pool } = setup();
-  pool.add("tank/nomad/.deleted-100-pg", MARKS("tank/nomad/pg", "100"));
+  pool.add("tank/nomad/.deleted-100-pg", trashMarks("tank/nomad/pg", "100"));
   pool.add("tank/nomad/pg", { "org.zfs-csi:managed": "yes" });
   await assert.rejects(
     () => run([...TEST_FLAGS, "pg"], memoryIo(), { runner }),
@@ -77,8 +71,8 @@ Deno.test("undelete refuses a taken name and changes nothing; --as gives another
 
 Deno.test("undelete of a name deleted twice asks which; the hidden name chooses", async () => {
   const { runner, pool } = setup();
-  pool.add("tank/nomad/.deleted-100-pg", MARKS("tank/nomad/pg", "100"));
-  pool.add("tank/nomad/.deleted-200-pg", MARKS("tank/nomad/pg", "200"));
+  pool.add("tank/nomad/.deleted-100-pg", trashMarks("tank/nomad/pg", "100"));
+  pool.add("tank/nomad/.deleted-200-pg", trashMarks("tank/nomad/pg", "200"));
   await assert.rejects(
     () => run([...TEST_FLAGS, "pg"], memoryIo(), { runner }),
     /deleted 2 times: name one of "tank\/nomad\/.deleted-100-pg".*"tank\/nomad\/.deleted-200-pg"/,
@@ -109,7 +103,7 @@ Deno.test("undelete never touches what lacks the marks, and brings back snapshot
     /Nothing set aside/,
   );
   pool.add("tank/nomad/v", { "org.zfs-csi:managed": "yes" });
-  pool.add("tank/nomad/v@.deleted-300-nightly", MARKS("tank/nomad/v@nightly", "300"));
+  pool.add("tank/nomad/v@.deleted-300-nightly", trashMarks("tank/nomad/v@nightly", "300"));
   assert.equal(await run([...TEST_FLAGS, "v@nightly"], memoryIo(), { runner }), 0);
   assert.ok(pool.has("tank/nomad/v@nightly"));
   assert.ok(pool.has("tank/nomad/.deleted-100-pg"), "the unmarked one stays");
@@ -118,7 +112,7 @@ Deno.test("undelete never touches what lacks the marks, and brings back snapshot
 
 Deno.test("undelete refuses a recorded name outside the parent", async () => {
   const { runner, pool } = setup();
-  pool.add("tank/nomad/.deleted-100-x", MARKS("tank/other/x", "100"));
+  pool.add("tank/nomad/.deleted-100-x", trashMarks("tank/other/x", "100"));
   await assert.rejects(
     () => run([...TEST_FLAGS, "tank/nomad/.deleted-100-x"], memoryIo(), { runner }),
     /not a volume below "tank\/nomad"/,

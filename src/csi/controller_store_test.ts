@@ -8,14 +8,17 @@ import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { encodeJson } from "../store/chain.ts";
-import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import {
+  fakeController,
+  fakeServices,
+  fakeTrash,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
+import { encodeJson, parseVolumeRecord } from "../store/chain.ts";
+import { manifestKey, type SnapshotManifest, streamKey, volumeRecordKey } from "../store/layout.ts";
 import { storedSnapshotId } from "../store/snapshot_ids.ts";
 import { BackupScheduler } from "../replicate/scheduler.ts";
-import { ControllerService } from "./controller.ts";
 import { StoredSnapshots } from "./stored_snapshots.ts";
-import { Trash } from "./trash.ts";
 import type { CreateVolumeRequest } from "./types.ts";
 
 const PARENT = "tank/nomad";
@@ -27,7 +30,7 @@ async function setup(raw: boolean) {
     flags: ["--store", "file:///srv/backups", "--key-dir", "/etc/zfs/keys"],
     host: (runner) => runner,
   });
-  const { config, zfs, mounter, health, locks, log, runner } = parts;
+  const { zfs, locks, log, runner } = parts;
   const store = new MemoryStore();
   const guid = "1234";
   const manifest: SnapshotManifest = {
@@ -48,7 +51,7 @@ async function setup(raw: boolean) {
   };
   await store.putBytes(manifestKey("pg", guid), encodeJson(manifest));
   await store.putBytes(manifest.stream, new Uint8Array([1, 2, 3]));
-  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 0, locks, log });
+  const trash = fakeTrash(parts);
   const streams = new FakeStreamRunner(() => ({ code: 1, stderr: "not expected" }));
   const scheduler = new BackupScheduler({
     zfs,
@@ -76,17 +79,7 @@ async function setup(raw: boolean) {
     receive: { streams, zfsPath: "zfs", zfs, store, log },
     log,
   });
-  const controller = new ControllerService({
-    config,
-    zfs,
-    mounter,
-    health,
-    locks,
-    trash,
-    log,
-    stored,
-    scheduler,
-  });
+  const controller = fakeController(parts, { stored, scheduler }, trash);
   // The parent exists and knows every property asked; the target does not exist yet.
   runner.on(
     ["zfs", "get"],
@@ -95,7 +88,15 @@ async function setup(raw: boolean) {
         ? { stdout: `${PARENT}\t${argv.at(-2)}\t-\t-\n` }
         : { code: 1, stderr: `cannot open '${argv.at(-1)}': dataset does not exist\n` },
   );
-  return { ...parts, controller, streams, id: storedSnapshotId("pg", guid) };
+  return {
+    ...parts,
+    controller,
+    stored,
+    store,
+    manifest,
+    streams,
+    id: storedSnapshotId("pg", guid),
+  };
 }
 
 function restoreReq(id: string, parameters: Record<string, string>): CreateVolumeRequest {
@@ -144,4 +145,49 @@ Deno.test("ControllerService.CreateVolume from an unencrypted stored snapshot ta
     Code.INVALID_ARGUMENT,
     'Parameter "keylocation" needs "encryption"',
   );
+});
+
+Deno.test("StoredSnapshots.list believes a manifest only under its own volume's key, and skips one it cannot read", async () => {
+  const h = await setup(false);
+  // A copy of pg's manifest under "web", and an object that is no manifest under pg.
+  await h.store.putBytes(manifestKey("web", h.manifest.guid), encodeJson(h.manifest));
+  await h.store.putBytes(manifestKey("pg", "99"), new TextEncoder().encode("not json"));
+  const ids = (await h.stored.list()).map((e) => e.id);
+  assert.deepEqual(ids, [h.id]);
+  assert.deepEqual((await h.stored.list("web")).map((e) => e.id), []);
+  // Read again through the cache: the same answer.
+  assert.deepEqual((await h.stored.list()).map((e) => e.id), [h.id]);
+  assert.ok(
+    h.logs.some((l) => l.includes("store holds a manifest that cannot be read")),
+    "the unreadable one is logged",
+  );
+});
+
+Deno.test("StoredSnapshots.volumeDeleted and volumeRestored mark only the record of the volume's own uid", async () => {
+  const h = await setup(false);
+  const uid = "0".repeat(32);
+  const key = volumeRecordKey("pg");
+  await h.store.putBytes(
+    key,
+    encodeJson({
+      format: 1,
+      name: "pg",
+      uid,
+      createdAt: "2024-01-01T00:00:00.000Z",
+      capacityBytes: 1 << 30,
+      parameters: {},
+      node: "node-a",
+    }),
+  );
+  const record = () => parseVolumeRecord(h.store.peek(key)!);
+  await h.stored.volumeDeleted("pg", "f".repeat(32));
+  assert.equal(record().deletedAt, undefined, "another uid's delete leaves the record alone");
+  await h.stored.volumeDeleted("pg", uid);
+  const deletedAt = record().deletedAt;
+  assert.ok(deletedAt, "marked deleted");
+  await h.stored.volumeDeleted("pg", uid);
+  assert.equal(record().deletedAt, deletedAt, "a repeated delete keeps the first mark");
+  await h.stored.volumeRestored("pg", uid);
+  assert.equal(record().deletedAt, undefined, "restored under its own name: the mark goes");
+  assert.equal(record().uid, uid);
 });

@@ -217,7 +217,7 @@ function controllerWith(flags: readonly string[] = []) {
       return host;
     },
   });
-  const { controller } = fakeController(parts);
+  const controller = fakeController(parts);
   return { ...parts, controller };
 }
 

@@ -137,7 +137,15 @@ export async function runHostVolumeOperation(
       locks: new KeyedLock(),
       log,
     });
-    const volumes = new HostVolumes({ config, zfs, trash, log });
+    const store = config.store;
+    const volumes = new HostVolumes({
+      config,
+      zfs,
+      trash,
+      log,
+      // The server's own store factory, loaded only by a delete that needs it.
+      ...(store ? { openStore: async () => (await import("../plugin.ts")).openStore(store) } : {}),
+    });
     if (call.op === "create") {
       const made = await volumes.create(call.req);
       io.stdout(createOutput(made.path, made.bytes));

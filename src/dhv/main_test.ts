@@ -498,3 +498,112 @@ Deno.test("delete without DHV_VOLUME_ID exits 2", async () => {
       "volume plugin, which sets it",
   );
 });
+
+/** The config file with a directory store (and `extra` flags). */
+function withStore(h: Harness, dir: string, extra = ""): void {
+  h.files.set(
+    `${PLUGIN_DIR}/zfs-csi.conf`,
+    `--parent-dataset ${PARENT}\n--store file://${dir}\n${extra}`,
+  );
+}
+
+Deno.test("create records backup_interval and backup_keep as CreateVolume does, with a store", async () => {
+  const h = setup();
+  withStore(h, "/tmp/zfs-csi-dhv-unused-store");
+  const r = await h.run(
+    ["create"],
+    createEnv({ DHV_PARAMETERS: '{"backup_interval":"5s","backup_keep":"last=3,daily=7"}' }),
+  );
+  assert.equal(r.code, 0, JSON.stringify(r));
+  assert.equal(h.pool.value(DATASET, "org.zfs-csi:backup-interval"), "5");
+  assert.equal(
+    h.pool.value(DATASET, "org.zfs-csi:backup-keep"),
+    "last=3,hourly=0,daily=7,weekly=0",
+  );
+  assert.equal(
+    h.pool.value(DATASET, "org.zfs-csi:parameters"),
+    '{"backup_interval":"5s","backup_keep":"last=3,daily=7"}',
+  );
+  // The config's default interval applies to a volume that names none; 0 turns it off.
+  withStore(h, "/tmp/zfs-csi-dhv-unused-store", "--backup-interval 1h\n");
+  const other = `${PARENT}/.host-default_logs`;
+  const env = { DHV_VOLUME_ID: OTHER_ID, DHV_VOLUME_NAME: "logs", DHV_PARAMETERS: "{}" };
+  assert.equal((await h.run(["create"], createEnv(env))).code, 0);
+  assert.equal(h.pool.value(other, "org.zfs-csi:backup-interval"), "3600");
+  assert.equal(h.pool.value(other, "org.zfs-csi:backup-keep"), undefined);
+  const off = { ...env, DHV_VOLUME_ID: ID.replace("7b", "8c"), DHV_VOLUME_NAME: "scratch" };
+  off.DHV_PARAMETERS = '{"backup_interval":"0"}';
+  assert.equal((await h.run(["create"], createEnv(off))).code, 0);
+  assert.equal(
+    h.pool.value(`${PARENT}/.host-default_scratch`, "org.zfs-csi:backup-interval"),
+    undefined,
+  );
+});
+
+Deno.test("create refuses backup parameters without a store, and the operator's policy applies", async () => {
+  const h = setup();
+  assertFailed(
+    await h.run(["create"], createEnv({ DHV_PARAMETERS: '{"backup_interval":"1h"}' })),
+    2,
+    "Parameters backup_interval and backup_keep need a store, and the host volume plugin's " +
+      "config has none (add --store to zfs-csi.conf, the same as the zfs-csi node plugin's on " +
+      "this node)",
+  );
+  assertFailed(
+    await h.run(["create"], createEnv({ DHV_PARAMETERS: '{"backup_interval":"often"}' })),
+    2,
+    /backup_interval/,
+  );
+  withStore(h, "/tmp/zfs-csi-dhv-unused-store", "--deny-parameter backup_keep\n");
+  assertFailed(
+    await h.run(["create"], createEnv({ DHV_PARAMETERS: '{"backup_keep":"last=1"}' })),
+    2,
+    /backup_keep.*not allowed on this node/,
+  );
+  assert.deepEqual(argvOf(h, "create"), [], "nothing created");
+  // Without a store and without backup parameters, nothing is recorded.
+  h.files.set(`${PLUGIN_DIR}/zfs-csi.conf`, `--parent-dataset ${PARENT}\n`);
+  assert.equal((await h.run(["create"], createEnv())).code, 0);
+  assert.equal(h.pool.value(DATASET, "org.zfs-csi:backup-interval"), undefined);
+});
+
+Deno.test("delete with a store marks the volume's store record deleted, and only its own uid", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-dhv-store-" });
+  try {
+    const h = setup();
+    withStore(h, dir);
+    assert.equal((await h.run(["create"], createEnv())).code, 0);
+    const uid = "0123456789abcdef0123456789abcdef";
+    h.pool.setValue(DATASET, "org.zfs-csi:store-uid", uid);
+    const recordPath = `${dir}/v1/volumes/:2ehost-default_pgdata/volume.json`;
+    await Deno.mkdir(recordPath.slice(0, recordPath.lastIndexOf("/")), { recursive: true });
+    const record = {
+      format: 1,
+      name: ".host-default_pgdata",
+      uid,
+      createdAt: "2026-01-01T00:00:00.000Z",
+      capacityBytes: 10 * MIB,
+      parameters: {},
+      node: "n1",
+    };
+    await Deno.writeTextFile(recordPath, JSON.stringify(record));
+    const r = await h.run(["delete"], deleteEnv());
+    assert.equal(r.code, 0, JSON.stringify(r));
+    const marked = JSON.parse(await Deno.readTextFile(recordPath));
+    assert.match(marked.deletedAt, /^\d{4}-\d\d-\d\dT/);
+    assert.equal(marked.uid, uid);
+    assert.ok(
+      r.logs.some((l) =>
+        l.msg === "host volume's backups kept in the store for its deleted retention"
+      ),
+    );
+    // Another volume of the same name (another uid) leaves that record alone.
+    assert.equal((await h.run(["create"], createEnv())).code, 0);
+    h.pool.setValue(DATASET, "org.zfs-csi:store-uid", "f".repeat(32));
+    await Deno.writeTextFile(recordPath, JSON.stringify(record));
+    assert.equal((await h.run(["delete"], deleteEnv())).code, 0);
+    assert.equal(JSON.parse(await Deno.readTextFile(recordPath)).deletedAt, undefined);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

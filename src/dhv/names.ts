@@ -8,7 +8,7 @@
  */
 
 import { Code, CsiError } from "../errors.ts";
-import { byteLength, encodeName, MAX_DATASET_NAME } from "../zfs/names.ts";
+import { byteLength, encodeComponent, encodeName, MAX_DATASET_NAME } from "../zfs/names.ts";
 
 /** User property: the Nomad volume id a host volume's dataset belongs to. Marks the DHV kind. */
 export const HOST_VOLUME_ID_PROPERTY = "org.zfs-csi:host-volume-id";
@@ -41,4 +41,26 @@ export function hostDataset(parent: string, namespace: string, name: string): st
 export function isHostDataset(parent: string, dataset: string): boolean {
   const prefix = `${parent}/${HOST_PREFIX}`;
   return dataset.startsWith(prefix) && !dataset.slice(prefix.length).includes("/");
+}
+
+/**
+ * The name a host volume's backups are recorded under in the store: its dataset component
+ * (`.host-<namespace>_<encoded name>`), whose store key is that name encoded as any volume
+ * name is (`:2ehost-…`: the leading "." escaped, as the store allows no key segment starting
+ * with "."). A CSI volume named `pgdata` has key `pgdata`, so a host volume and a CSI volume of
+ * the same name never share a key; only a CSI volume literally named `.host-…` could, and the
+ * record's uid check then refuses the second writer (nothing is overwritten).
+ * @throws {CsiError} INVALID_ARGUMENT when `dataset` is not a host volume's, or its name is too
+ *   long for a store key
+ */
+export function hostStoreName(parent: string, dataset: string): string {
+  if (!isHostDataset(parent, dataset)) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `"${dataset}" is not a host volume below "${parent}"`,
+    );
+  }
+  const name = dataset.slice(parent.length + 1);
+  encodeComponent("Host volume's store name", name);
+  return name;
 }

@@ -7,6 +7,7 @@
  * volume at every agent start, which is how volumes come back after a reboot: create converges on
  * the volume as asked (exists, owned by this volume id, mounted at its path, at least as large as
  * asked) and changes only what differs. Delete is idempotent and sets the dataset aside.
+ * With a store, backups are as a CSI volume's (backups.ts).
  */
 
 import type { Config } from "../config.ts";
@@ -15,13 +16,7 @@ import type { Logger } from "../log.ts";
 import { MIN_VOLUME_BYTES } from "../size.ts";
 import { PARAMETERS_PROPERTY, userValue } from "../csi/catalog.ts";
 import { checkOwned } from "../csi/datasets.ts";
-import {
-  BACKUP_PARAMETERS,
-  checkSizes,
-  parseParameters,
-  sizeOf,
-  type VolumeParameters,
-} from "../csi/parameters.ts";
+import { checkSizes, parseParameters, sizeOf, type VolumeParameters } from "../csi/parameters.ts";
 import { planSize, SIZE_STATE } from "../csi/sizing.ts";
 import { obstacleMessage } from "../csi/subtree.ts";
 import type { Trash } from "../csi/trash.ts";
@@ -32,7 +27,9 @@ import {
   NAME_PROPERTY,
 } from "../zfs/names.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
+import type { Store } from "../store/store.ts";
 import type { Zfs } from "../zfs/zfs.ts";
+import { hostBackupProperties, keepHostBackups } from "./backups.ts";
 import type { CreateRequest, DeleteRequest } from "./contract.ts";
 import {
   HOST_NAMESPACE_PROPERTY,
@@ -47,6 +44,8 @@ export interface HostVolumeDeps {
   readonly zfs: Zfs;
   readonly trash: Trash;
   readonly log: Logger;
+  /** Opens the config's store, for delete to keep the volume's backups (with `--store`). */
+  readonly openStore?: () => Promise<Store>;
 }
 
 /** What create answers: the path Nomad bind-mounts and the size (0: unlimited). */
@@ -84,7 +83,7 @@ export class HostVolumes {
     const parent = this.#d.config.parentDataset;
     const dataset = hostDataset(parent, req.namespace, req.name);
     const params = parseParameters(req.parameters, this.#d.config.parameterPolicy);
-    refuseBackups(params);
+    const backups = hostBackupProperties(this.#d.config, dataset, params);
     let size = req.minBytes > 0 ? req.minBytes : req.maxBytes;
     if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
     if (req.maxBytes > 0 && size > req.maxBytes) {
@@ -99,6 +98,7 @@ export class HostVolumes {
     const existing = await this.#d.zfs.getProperties(dataset, HOST_STATE);
     if (existing) return await this.#converge(req, dataset, existing, params, size);
     const props: Record<string, string> = {
+      ...backups,
       ...params.properties,
       [MANAGED_PROPERTY]: MANAGED_VALUE,
       [NAME_PROPERTY]: req.name,
@@ -152,6 +152,14 @@ export class HostVolumes {
         Code.FAILED_PRECONDITION,
         obstacleMessage(`Host volume "${req.id}" is not deleted`, dataset, found.check.obstacles),
       );
+    }
+    if (this.#d.config.store && this.#d.openStore) {
+      await keepHostBackups({
+        zfs: this.#d.zfs,
+        parentDataset: this.#d.config.parentDataset,
+        openStore: this.#d.openStore,
+        log: this.#d.log,
+      }, dataset);
     }
     await this.#d.trash.removeVolume(dataset, found);
     const hidden = await this.#hiddenNameOf(dataset);
@@ -275,17 +283,4 @@ function ownValue(props: PropertyMap, name: string): string | undefined {
     return undefined;
   }
   return v.value;
-}
-
-/**
- * Backups are taken by the CSI server's scheduler, which does not look at host volumes: the
- * parameters are refused rather than accepted and never acted on.
- */
-function refuseBackups(params: VolumeParameters): void {
-  if (!params.backup) return;
-  throw new CsiError(
-    Code.INVALID_ARGUMENT,
-    `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} are not supported ` +
-      `for host volumes yet; use a CSI volume for scheduled backups`,
-  );
 }

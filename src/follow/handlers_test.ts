@@ -30,7 +30,7 @@ function controller(withStore: boolean) {
     host: (runner) => runner,
   });
   const store = new MemoryStore();
-  const { controller: service } = fakeController(
+  const service = fakeController(
     parts,
     withStore ? { follow: { store, ttlSeconds: 30 } } : {},
   );

@@ -73,7 +73,7 @@ export interface SetAside {
  * the dataset's lock; nothing when it is gone. Refuses a dataset that is not the plugin's.
  */
 export async function setAsideCopy(
-  d: { readonly locks: KeyedLock; readonly trash: SetAside },
+  d: Pick<CopyDeps, "locks" | "trash">,
   dataset: string,
   label: string,
 ): Promise<void> {
@@ -88,8 +88,8 @@ export async function setAsideCopy(
   }
 }
 
-/** What the follow side of a node works with. */
-export interface FollowDeps {
+/** What a node's copies of follow volumes are handled with: the holder's and a standby's. */
+export interface CopyDeps {
   readonly zfs: Zfs;
   readonly store: Store;
   readonly locks: KeyedLock;
@@ -97,6 +97,11 @@ export interface FollowDeps {
   readonly log: Logger;
   readonly parentDataset: string;
   readonly node: string;
+  readonly receive: ReceiveDeps;
+}
+
+/** What the follow side of a node works with. */
+export interface FollowDeps extends CopyDeps {
   /** Receives from the store (its `store` is replaced by one that logs progress). */
   readonly receive: ReceiveDeps;
   /** One backup of a volume: `(dataset, options) => backupVolume(backupDeps, dataset, options)`. */

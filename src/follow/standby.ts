@@ -24,15 +24,12 @@
 
 import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import type { KeyedLock } from "../lock.ts";
 import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import { type ManifestCache, readManifests } from "../replicate/records.ts";
-import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
+import { receiveFromStore } from "../replicate/receive.ts";
 import { restoreVolume } from "../replicate/restore.ts";
 import { chainTo } from "../store/chain.ts";
-import type { Store } from "../store/store.ts";
 import { datasetForVolume } from "../zfs/names.ts";
-import type { Zfs } from "../zfs/zfs.ts";
 import {
   FOLLOW_GENERATION_PROPERTY,
   FOLLOW_RELEASED_PROPERTY,
@@ -41,7 +38,7 @@ import {
 } from "./copy.ts";
 import type { CopyGate } from "./gate.ts";
 import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
-import { CREATE_ONLY, type SetAside, setAsideCopy } from "./mover.ts";
+import { type CopyDeps, CREATE_ONLY, setAsideCopy } from "./mover.ts";
 import { type OwnerRecord, readOwner } from "./owner.ts";
 
 /** Default time between two ticks. */
@@ -54,15 +51,7 @@ export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
 const STANDBY_GENERATION = "0";
 
 /** What the standby side works with. */
-export interface StandbyDeps {
-  readonly zfs: Zfs;
-  readonly store: Store;
-  readonly locks: KeyedLock;
-  readonly trash: SetAside;
-  readonly log: Logger;
-  readonly parentDataset: string;
-  readonly node: string;
-  readonly receive: ReceiveDeps;
+export interface StandbyDeps extends CopyDeps {
   /** The node's follow side (mover.ts): how it reads a copy, and the gate stages take. */
   readonly copies: {
     readCopy(dataset: string): Promise<LocalCopy | undefined>;

@@ -99,7 +99,7 @@ function controller(standby?: StandbyState, wrap: (s: MemoryStore) => Store = (s
   const pool = parts.host;
   pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
   const store = new MemoryStore();
-  const { controller: service } = fakeController(parts, {
+  const service = fakeController(parts, {
     follow: {
       store: wrap(store),
       ttlSeconds: 30,

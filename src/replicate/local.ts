@@ -19,6 +19,7 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
+import { hostStoreName, isHostDataset } from "../dhv/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** What the zfs side works with (a part of backup.ts BackupDeps). */
@@ -85,8 +86,8 @@ export interface Volume {
 
 /** Reads the volume and its snapshots; gives it a store uid if it has none yet. */
 export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volume> {
-  const name = volumeForDataset(deps.parentDataset, dataset);
-  if (name === undefined || dataset.slice(deps.parentDataset.length + 1).startsWith(".")) {
+  const name = volumeNameOf(deps.parentDataset, dataset);
+  if (name === undefined) {
     throw new CsiError(
       Code.INVALID_ARGUMENT,
       `"${dataset}" is not a volume below "${deps.parentDataset}"`,
@@ -116,6 +117,16 @@ export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volu
     snapshots,
     raw: encryption !== undefined && encryption !== "off" && encryption !== "-",
   };
+}
+
+/**
+ * The name a volume's backups are recorded under: a CSI volume's name, or a host volume's
+ * dataset component (src/dhv/names.ts: its own store key); undefined for any other child.
+ */
+function volumeNameOf(parent: string, dataset: string): string | undefined {
+  if (isHostDataset(parent, dataset)) return hostStoreName(parent, dataset);
+  if (dataset.slice(parent.length + 1).startsWith(".")) return undefined;
+  return volumeForDataset(parent, dataset);
 }
 
 /**

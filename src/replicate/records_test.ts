@@ -1,9 +1,17 @@
 import assert from "node:assert/strict";
-import { parseManifest } from "../store/chain.ts";
 import { manifestKey } from "../store/layout.ts";
 import { backupHarness } from "../../tests/support/backup_harness.ts";
 import { backupSnapshot, backupVolume } from "./backup.ts";
-import { type ManifestCache, readManifests, releaseStored } from "./records.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
+import { parseManifest, parseVolumeRecord } from "../store/chain.ts";
+import { StoreError, type WriteCondition } from "../store/store.ts";
+import {
+  type ManifestCache,
+  readManifests,
+  type RecordChange,
+  releaseStored,
+  updateRecord,
+} from "./records.ts";
 
 Deno.test("releaseStored removes a leaf at once, and hands a needed base to the keep policy", async () => {
   const h = backupHarness();
@@ -54,4 +62,59 @@ Deno.test("readManifests reads each manifest once through the cache, per volume"
   await h.store.delete(manifestKey("pg", pg.manifests[0]!.guid));
   assert.deepEqual((await readManifests(h.store, "pg", h.deps.log, cache)).manifests, []);
   assert.deepEqual([...cache.keys()], [manifestKey("web", web.manifests[0]!.guid)]);
+});
+
+Deno.test("updateRecord writes If-None-Match when absent, If-Match after, re-reads a lost race, gives up after 5", async () => {
+  const store = new MemoryStore();
+  const key = "v1/volumes/pg/volume.json";
+  const conditions: (WriteCondition | undefined)[] = [];
+  let racing = 0;
+  const put = store.putBytes.bind(store);
+  store.putBytes = (k, bytes, condition) => {
+    conditions.push(condition);
+    if (racing > 0) {
+      racing--;
+      return Promise.reject(new StoreError("precondition_failed", "changed meanwhile"));
+    }
+    return put(k, bytes, condition);
+  };
+  const record = {
+    format: 1,
+    name: "pg",
+    uid: "0123456789abcdef0123456789abcdef",
+    createdAt: "2026-01-01T00:00:00.000Z",
+    capacityBytes: 1,
+    parameters: {},
+    node: "n1",
+  } as const;
+  const seen: (Uint8Array | undefined)[] = [];
+  const write = (bytes: Uint8Array | undefined): RecordChange<string> => {
+    seen.push(bytes);
+    return { write: { ...record, capacityBytes: seen.length }, result: "written" };
+  };
+  assert.equal(await updateRecord(store, key, "while a test wrote it", write), "written");
+  assert.deepEqual(conditions, [{ ifNoneMatch: "*" }]);
+  assert.equal(seen[0], undefined);
+  // Two lost races: read again each time, then written with the etag of the last read.
+  racing = 2;
+  conditions.length = 0;
+  assert.equal(await updateRecord(store, key, "while a test wrote it", write), "written");
+  assert.equal(conditions.length, 3);
+  assert.ok(conditions.every((c) => c !== undefined && "ifMatch" in c));
+  assert.equal(parseVolumeRecord(store.peek(key)!).capacityBytes, 4);
+  // Nothing to write: no put at all.
+  conditions.length = 0;
+  assert.equal(await updateRecord(store, key, "x", () => ({ result: "kept" })), "kept");
+  assert.deepEqual(conditions, []);
+  // Five lost races: the record keeps changing, said with the caller's words.
+  racing = 5;
+  const before = store.peek(key);
+  await assert.rejects(
+    updateRecord(store, key, "while a test wrote it; try again", write),
+    (err: unknown) =>
+      err instanceof StoreError && err.kind === "unavailable" &&
+      err.message ===
+        `"${key}" in ${store.description} kept changing while a test wrote it; try again`,
+  );
+  assert.deepEqual(store.peek(key), before, "nothing written");
 });

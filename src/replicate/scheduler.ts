@@ -1,6 +1,7 @@
 /**
  * Scheduled backups on one node. Each pass lists the parent's children with
- * `org.zfs-csi:backup-interval` in one `zfs get`, and backs up each volume whose last backup
+ * `org.zfs-csi:backup-interval` in one `zfs get` (CSI volumes and host volumes, whose one-shot
+ * plugin cannot schedule anything itself), and backs up each volume whose last backup
  * (`org.zfs-csi:backup-last`) is older than its interval, most overdue first.
  *
  * The scheduler wakes when the earliest volume is due (or its failure backoff ends), not on a
@@ -23,6 +24,7 @@ import { DELETED_PREFIX, MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts
 import { hasOwnMarker } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseInterval } from "../store/policy.ts";
+import { isHostDataset } from "../dhv/names.ts";
 import {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_LAST_PROPERTY,
@@ -246,7 +248,9 @@ export class BackupScheduler {
     for (const [dataset, props] of tree ?? []) {
       const component = dataset.slice(parent.length + 1);
       if (!dataset.startsWith(`${parent}/`) || component.includes("/")) continue;
-      if (component.startsWith(".") || component.startsWith(DELETED_PREFIX)) continue;
+      // Host volumes (src/dhv/) are hidden from CSI but backed up here: their plugin has no daemon.
+      if (component.startsWith(".") && !isHostDataset(parent, dataset)) continue;
+      if (component.startsWith(DELETED_PREFIX)) continue;
       if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) continue;
       const intervalText = props.get(BACKUP_INTERVAL_PROPERTY)?.value;
       if (intervalText === undefined || intervalText === "-" || intervalText === "") continue;

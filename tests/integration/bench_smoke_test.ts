@@ -31,7 +31,7 @@ Deno.test("deno task bench (quick) measures every section and process counts sta
     assert.equal(result.quick, true);
     assert.deepEqual(
       [...new Set(result.rows.map((r) => r.section))].sort(),
-      ["1", "2", "3", "4", "5", "6", "7", "8"],
+      ["1", "2", "3", "4", "5", "6", "7", "8", "9"],
     );
     for (const row of result.rows) {
       assert.match(row.plugin, /\d/, `${row.what} has no figure`);
@@ -40,9 +40,14 @@ Deno.test("deno task bench (quick) measures every section and process counts sta
     }
     // Every comparison with a target (the lifecycle, create and delete, the store) has its ratio.
     const targeted = result.rows.filter((r) => r.target !== undefined);
-    assert.deepEqual([...new Set(targeted.map((r) => r.section))].sort(), ["1", "2", "8"]);
+    assert.deepEqual([...new Set(targeted.map((r) => r.section))].sort(), ["1", "2", "8", "9"]);
     for (const row of targeted) {
       assert.ok(Number.isFinite(row.ratio) && row.ratio! > 0, `${row.what}: ratio ${row.ratio}`);
+    }
+    // Follow-the-job (section 9): switchovers, bytes moved and RPO, each with a figure.
+    const follow = result.rows.filter((r) => r.section === "9");
+    for (const want of [/^switchover, .* cold/, /^switchover, .* warm/, /^bytes moved/, /^RPO, /]) {
+      assert.ok(follow.some((r) => want.test(r.what)), `no follow row ${want}`);
     }
     // The store (section 8): every row measured, with a finite figure and, against a floor, a
     // finite ratio.

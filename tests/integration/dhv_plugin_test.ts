@@ -9,8 +9,11 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { PluginProcess } from "../support/plugin_process.ts";
-import { TestPool } from "../support/zfs_pool.ts";
+import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
+import { parseManifest, parseVolumeRecord } from "../../src/store/chain.ts";
+import { fileStoreUnderTest } from "../support/store_flows.ts";
+import { treeHash } from "../support/tree_hash.ts";
+import { sh, TestPool } from "../support/zfs_pool.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const MIB = 1024 * 1024;
@@ -315,3 +318,138 @@ Deno.test("dhv: a config file outside the build's grants is refused in one line"
     await Deno.remove(outside, { recursive: true });
   }
 });
+
+Deno.test("dhv: with a store, the node plugin backs host volumes up under their own key; the stream restores", async (t) => {
+  await using pool = await TestPool.create(256);
+  const dirs = await dirsOf(pool);
+  // Inside the test's directory, so both processes' production grants cover it.
+  const storeDir = `${pool.dir}/store`;
+  await Deno.mkdir(storeDir);
+  const store = fileStoreUnderTest(storeDir);
+  await Deno.writeTextFile(
+    `${dirs.plugins}/zfs-csi.conf`,
+    `--parent-dataset ${pool.parent}\n--store file://${storeDir}\n--deleted-retention 1h\n`,
+  );
+  const dataset = `${pool.parent}/.host-default_data`;
+  const path = `${dirs.volumes}/${ID}`;
+  const key = "v1/volumes/:2ehost-default_data/";
+  const params = '{"backup_interval":"5s","backup_keep":"last=2"}';
+
+  await t.step("create records the schedule on the dataset", async () => {
+    const r = await runPlugin(pool, "create", nomadEnv(dirs, "create", { DHV_PARAMETERS: params }));
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(await pool.get(dataset, "org.zfs-csi:backup-interval"), "5");
+    assert.equal(
+      await pool.get(dataset, "org.zfs-csi:backup-keep"),
+      "last=2,hourly=0,daily=0,weekly=0",
+    );
+    await Deno.writeTextFile(`${path}/hello`, "backed up through the node plugin");
+    await Deno.mkdir(`${path}/sub`);
+    await Deno.writeFile(`${path}/sub/bytes`, crypto.getRandomValues(new Uint8Array(65536)));
+  });
+
+  let manifestKey = "";
+  let hash = "";
+  await t.step("the node plugin on the same parent and store backs it up within 60 s", async () => {
+    await using plugin = await PluginProcess.start({
+      parentDataset: pool.parent,
+      dir: pool.dir,
+      ...store.plugin,
+    });
+    const started = performance.now();
+    while (performance.now() - started < 60_000) {
+      const found = (await store.keys(`${key}snapshots/`)).filter((k) => k.endsWith(".json"));
+      if (found.length > 0) {
+        manifestKey = found[0]!;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const ms = Math.round(performance.now() - started);
+    assert.notEqual(
+      manifestKey,
+      "",
+      `no backup under ${key}: ${plugin.logs().slice(-20).join("\n")}`,
+    );
+    Deno.stderr.writeSync(
+      new TextEncoder().encode(`  first host volume backup: ${ms} ms after start\n`),
+    );
+    // Nothing under a CSI key of the same name.
+    assert.deepEqual(await store.keys("v1/volumes/data/"), []);
+  });
+
+  await t.step("its stream restores with zfs receive, the same files", async () => {
+    const record = parseVolumeRecord((await store.read(`${key}volume.json`))!);
+    assert.equal(record.name, ".host-default_data");
+    assert.equal(record.uid, await pool.get(dataset, "org.zfs-csi:store-uid"));
+    const manifest = parseManifest((await store.read(manifestKey))!, { key: manifestKey });
+    assert.equal(manifest.baseGuid, null, "the first backup is a full stream");
+    const target = `${pool.pool}/restored`;
+    await receive(`${storeDir}/${manifest.stream}`, target);
+    assert.equal(await pool.get(`${target}@${manifest.snapshot}`, "guid"), manifest.guid);
+    const mounted = await pool.get(target, "mountpoint");
+    hash = await treeHash(path);
+    assert.equal(await treeHash(mounted), hash);
+  });
+
+  await t.step("zfs-csi verify restores it by its store name", async () => {
+    const r = await runZfsCsi(pool.dir, [
+      "verify",
+      "--parent-dataset",
+      pool.parent,
+      "--node-id",
+      "node-a",
+      ...store.plugin.extraArgs!,
+      ".host-default_data",
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+  });
+
+  await t.step("delete keeps the backups: the record is marked deleted", async () => {
+    const r = await runPlugin(pool, "delete", nomadEnv(dirs, "delete"));
+    assert.equal(r.code, 0, r.stderr);
+    const record = parseVolumeRecord((await store.read(`${key}volume.json`))!);
+    assert.match(record.deletedAt ?? "", /^\d{4}-/);
+    assert.ok((await store.keys(`${key}snapshots/`)).length > 0);
+  });
+
+  await t.step("the restored dataset goes back to Nomad as the README says", async () => {
+    // The recipe's steps: receive in the host volume's place, set what create checks.
+    const record = parseVolumeRecord((await store.read(`${key}volume.json`))!);
+    const manifest = parseManifest((await store.read(manifestKey))!, { key: manifestKey });
+    await receive(`${storeDir}/${manifest.stream}`, dataset);
+    // One property per `zfs set`: zfs-fuse takes no more (OpenZFS takes several).
+    for (
+      const prop of [
+        "org.zfs-csi:managed=yes",
+        "org.zfs-csi:host-namespace=default",
+        "org.zfs-csi:host-volume-id=restored",
+        `org.zfs-csi:parameters=${JSON.stringify(record.parameters)}`,
+      ]
+    ) await sh("zfs", "set", prop, dataset);
+    const newId = "22222222-3333-4444-5555-666666666666";
+    const env = nomadEnv(dirs, "create", { DHV_PARAMETERS: params, DHV_VOLUME_ID: newId });
+    const refused = await runPlugin(pool, "create", env);
+    assert.equal(refused.code, 1, refused.stderr);
+    const command = `zfs set org.zfs-csi:host-volume-id=${newId} ${dataset}`;
+    assert.ok(String(stdoutJson(refused).error).includes(command), refused.stdout);
+    await sh("zfs", "set", `org.zfs-csi:host-volume-id=${newId}`, dataset);
+    const r = await runPlugin(pool, "create", env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(stdoutJson(r).path, `${dirs.volumes}/${newId}`);
+    assert.equal(await treeHash(`${dirs.volumes}/${newId}`), hash);
+  });
+});
+
+/** `zfs receive target < file`. */
+async function receive(file: string, target: string): Promise<void> {
+  const stream = await Deno.open(file);
+  const child = new Deno.Command("zfs", {
+    args: ["receive", target],
+    stdin: "piped",
+    stderr: "piped",
+  }).spawn();
+  await stream.readable.pipeTo(child.stdin);
+  const out = await child.output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+}

@@ -120,3 +120,29 @@ export class ChildServer implements AsyncDisposable {
     await this.stop();
   }
 }
+
+/**
+ * The base of a server helper's class (S3Server, PrometheusServer): its output, stop and
+ * disposal are those of the child it holds.
+ */
+export class ChildServerHolder implements AsyncDisposable {
+  readonly #server: ChildServer;
+
+  protected constructor(server: ChildServer) {
+    this.#server = server;
+  }
+
+  /** What the server printed last (its log and errors). */
+  get output(): string {
+    return this.#server.output;
+  }
+
+  /** Stops the server and removes its directory. */
+  async stop(): Promise<void> {
+    await this.#server.stop();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}

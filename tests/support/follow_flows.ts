@@ -23,7 +23,15 @@ import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import type { SnapshotManifest } from "../../src/store/layout.ts";
 import { type CsiClient, rejects } from "./csi_client.ts";
-import { claimPaths, createVolumeRequest, hostMounts, mountCapability } from "./nomad.ts";
+import {
+  type Claim,
+  claimPaths,
+  claimVolume,
+  createVolumeRequest,
+  hostMounts,
+  mountCapability,
+  stagedClaim,
+} from "./nomad.ts";
 import { PluginProcess, runZfsCsi } from "./plugin_process.ts";
 import type { StoreUnderTest } from "./store_flows.ts";
 import { print } from "./store_trials.ts";
@@ -83,12 +91,6 @@ interface Node {
   plugin?: PluginProcess;
 }
 
-/** A claim of the volume by an alloc on a node, as Nomad makes it. */
-interface Claim {
-  readonly target: string;
-  release(): Promise<void>;
-}
-
 function logTail(node: Node, n = 25): string {
   return `\n--- ${node.name}'s last log lines ---\n${
     node.plugin?.logs().slice(-n).join("\n") ?? ""
@@ -127,37 +129,13 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
   let allocs = 0;
 
   /** Stages and publishes the volume on `node` as Nomad does for a new alloc there. */
-  const claim = async (node: Node): Promise<Claim> => {
-    const p = await claimPaths(node.plugin!.baseDir, {
-      volumeId: VOLUME,
-      allocId: `alloc-${++allocs}`,
-    });
-    const base = { volume_id: volumeId, volume_capability: mountCapability(), volume_context: {} };
-    await client(node).node(
-      "NodeStageVolume",
-      { ...base, staging_target_path: p.staging },
-      STAGE_DEADLINE_MS,
+  const claim = (node: Node): Promise<Claim> =>
+    claimVolume(
+      () => node.plugin!,
+      { volume_id: volumeId, volume_context: {} },
+      `alloc-${++allocs}`,
+      { nomadVolumeId: VOLUME, stageDeadlineMs: STAGE_DEADLINE_MS },
     );
-    await client(node).node("NodePublishVolume", {
-      ...base,
-      staging_target_path: p.staging,
-      target_path: p.target,
-    });
-    return {
-      target: p.target,
-      release: async () => {
-        await client(node).node("NodeUnpublishVolume", {
-          volume_id: volumeId,
-          target_path: p.target,
-        });
-        await client(node).node(
-          "NodeUnstageVolume",
-          { volume_id: volumeId, staging_target_path: p.staging },
-          STAGE_DEADLINE_MS,
-        );
-      },
-    };
-  };
 
   /** At most one node has the volume mounted writable, and `holder` is that node (or none). */
   const checkOneWriter = async (holder: Node | undefined, when: string) => {
@@ -322,19 +300,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
       assert.equal(owner.state, "held");
       assert.equal(owner.head, headBeforeKill, "the head is the last copy A stored");
       hash = lastCopy;
-      onB = {
-        target: pb.target,
-        release: async () => {
-          await client(b).node("NodeUnpublishVolume", {
-            volume_id: volumeId,
-            target_path: pb.target,
-          });
-          await client(b).node("NodeUnstageVolume", {
-            volume_id: volumeId,
-            staging_target_path: pb.staging,
-          }, STAGE_DEADLINE_MS);
-        },
-      };
+      onB = stagedClaim(() => b.plugin!, volumeId, pb, { stageDeadlineMs: STAGE_DEADLINE_MS });
     });
 
     await t.step(
@@ -427,19 +393,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
         assert.equal(await treeHash(pb.target), hash);
         await restartFenced();
         await checkOneWriter(b, "B holds it after the explicit takeover, A is back");
-        onB = {
-          target: pb.target,
-          release: async () => {
-            await client(b).node("NodeUnpublishVolume", {
-              volume_id: volumeId,
-              target_path: pb.target,
-            });
-            await client(b).node("NodeUnstageVolume", {
-              volume_id: volumeId,
-              staging_target_path: pb.staging,
-            }, STAGE_DEADLINE_MS);
-          },
-        };
+        onB = stagedClaim(() => b.plugin!, volumeId, pb, { stageDeadlineMs: STAGE_DEADLINE_MS });
       },
     );
 

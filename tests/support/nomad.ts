@@ -97,6 +97,14 @@ export interface Claim {
   release(): Promise<void>;
 }
 
+/** Options of {@linkcode claimVolume}. */
+export interface ClaimOptions {
+  /** The volume's Nomad id, which Nomad's paths use (the CSI volume id by default). */
+  readonly nomadVolumeId?: string;
+  /** The deadline of the stage and unstage calls (the client's default otherwise). */
+  readonly stageDeadlineMs?: number;
+}
+
 /**
  * Stages and publishes a volume for an alloc as Nomad does. Given a function, the release
  * unpublishes and unstages through the plugin that runs then (it may have restarted since).
@@ -105,32 +113,55 @@ export async function claimVolume(
   plugin: ClaimingPlugin | (() => ClaimingPlugin),
   volume: { readonly volume_id: string; readonly volume_context: Record<string, string> },
   allocId: string,
+  opts: ClaimOptions = {},
 ): Promise<Claim> {
   const now = typeof plugin === "function" ? plugin : () => plugin;
   const c = now().client;
-  const p = await claimPaths(now().baseDir, { volumeId: volume.volume_id, allocId });
+  const p = await claimPaths(now().baseDir, {
+    volumeId: opts.nomadVolumeId ?? volume.volume_id,
+    allocId,
+  });
   const base = {
     volume_id: volume.volume_id,
     volume_capability: mountCapability(),
     volume_context: volume.volume_context,
   };
-  await c.node("NodeStageVolume", { ...base, staging_target_path: p.staging });
+  await c.node(
+    "NodeStageVolume",
+    { ...base, staging_target_path: p.staging },
+    opts.stageDeadlineMs,
+  );
   await c.node("NodePublishVolume", {
     ...base,
     staging_target_path: p.staging,
     target_path: p.target,
   });
+  return stagedClaim(now, volume.volume_id, p, opts);
+}
+
+/**
+ * The claim of a volume already staged and published at `paths`: its release unpublishes and
+ * unstages it as Nomad does, through the plugin that runs then.
+ */
+export function stagedClaim(
+  plugin: ClaimingPlugin | (() => ClaimingPlugin),
+  volumeId: string,
+  paths: ClaimPaths,
+  opts: Pick<ClaimOptions, "stageDeadlineMs"> = {},
+): Claim {
+  const now = typeof plugin === "function" ? plugin : () => plugin;
   return {
-    target: p.target,
+    target: paths.target,
     release: async () => {
       await now().client.node("NodeUnpublishVolume", {
-        volume_id: volume.volume_id,
-        target_path: p.target,
+        volume_id: volumeId,
+        target_path: paths.target,
       });
-      await now().client.node("NodeUnstageVolume", {
-        volume_id: volume.volume_id,
-        staging_target_path: p.staging,
-      });
+      await now().client.node(
+        "NodeUnstageVolume",
+        { volume_id: volumeId, staging_target_path: paths.staging },
+        opts.stageDeadlineMs,
+      );
     },
   };
 }

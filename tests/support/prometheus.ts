@@ -7,7 +7,7 @@
  * built ones): the UI's pages answer 500, the query API does not need them.
  */
 
-import { ChildServer } from "./child_server.ts";
+import { ChildServer, ChildServerHolder } from "./child_server.ts";
 import { goToolBinaries } from "./go_tool.ts";
 
 /**
@@ -96,16 +96,15 @@ export interface PrometheusOptions {
 }
 
 /** A running Prometheus on a temporary directory. */
-export class PrometheusServer implements AsyncDisposable {
+export class PrometheusServer extends ChildServerHolder {
   /** e.g. http://127.0.0.1:40123 */
   readonly url: URL;
   readonly dir: string;
-  readonly #server: ChildServer;
 
   private constructor(server: ChildServer) {
+    super(server);
     this.url = server.url;
     this.dir = server.dir;
-    this.#server = server;
   }
 
   /** Starts Prometheus (building it first if needed) and waits until it is ready. */
@@ -197,19 +196,5 @@ export class PrometheusServer implements AsyncDisposable {
       data: { activeTargets: { scrapeUrl: string; health: string; lastError: string }[] };
     };
     return body.data.activeTargets;
-  }
-
-  /** What Prometheus printed last (warnings and errors). */
-  get output(): string {
-    return this.#server.output;
-  }
-
-  /** Stops Prometheus and removes its directory. */
-  async stop(): Promise<void> {
-    await this.#server.stop();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.stop();
   }
 }

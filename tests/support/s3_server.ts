@@ -6,7 +6,7 @@
  */
 
 import { EMPTY_SHA256, signS3Request } from "../../src/store/sigv4.ts";
-import { ChildServer } from "./child_server.ts";
+import { ChildServer, ChildServerHolder } from "./child_server.ts";
 import { goToolBinaries } from "./go_tool.ts";
 
 /** The one place versitygw's version is pinned. */
@@ -46,7 +46,7 @@ export async function signedFetch(
 }
 
 /** A running versitygw on a temporary directory, with one empty bucket. */
-export class S3Server implements AsyncDisposable {
+export class S3Server extends ChildServerHolder {
   /** e.g. http://127.0.0.1:40123 (path-style addressing). */
   readonly endpoint: URL;
   readonly bucket: string;
@@ -55,18 +55,17 @@ export class S3Server implements AsyncDisposable {
   readonly region = S3_REGION;
   /** The directory versitygw serves (buckets are its subdirectories). */
   readonly dir: string;
-  readonly #server: ChildServer;
 
   private constructor(
     fields: { bucket: string; accessKeyId: string; secretAccessKey: string },
     server: ChildServer,
   ) {
+    super(server);
     this.endpoint = server.url;
     this.bucket = fields.bucket;
     this.accessKeyId = fields.accessKeyId;
     this.secretAccessKey = fields.secretAccessKey;
     this.dir = server.dir;
-    this.#server = server;
   }
 
   /** Starts versitygw (building it first if needed) and creates the bucket. */
@@ -103,20 +102,6 @@ export class S3Server implements AsyncDisposable {
         createBucket({ accessKeyId, secretAccessKey }, new URL(`/${bucket}`, endpoint), bucket),
     });
     return new S3Server({ bucket, accessKeyId, secretAccessKey }, server);
-  }
-
-  /** What versitygw printed last (its request log and errors). */
-  get output(): string {
-    return this.#server.output;
-  }
-
-  /** Stops versitygw and removes its directory. */
-  async stop(): Promise<void> {
-    await this.#server.stop();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.stop();
   }
 }
 

@@ -94,33 +94,20 @@ export function fakeNode<H>(
   });
 }
 
-/**
- * A ControllerService on `parts`, with a trash below the config's parent that keeps nothing
- * (retention 0), and the optional deps in `extra`.
- */
+/** A trash on `parts` below the config's parent that keeps nothing (retention 0). */
+export function fakeTrash<H>(parts: FakeServices<H>): Trash {
+  const { config, zfs, locks, log } = parts;
+  return new Trash({ zfs, parentDataset: config.parentDataset, retentionSeconds: 0, locks, log });
+}
+
+/** A ControllerService on `parts` and `trash`, with the optional deps in `extra`. */
 export function fakeController<H>(
   parts: FakeServices<H>,
   extra: Pick<ControllerDeps, "stored" | "scheduler" | "follow"> = {},
-): { readonly controller: ControllerService; readonly trash: Trash } {
+  trash: Trash = fakeTrash(parts),
+): ControllerService {
   const { config, zfs, mounter, health, locks, log } = parts;
-  const trash = new Trash({
-    zfs,
-    parentDataset: config.parentDataset,
-    retentionSeconds: 0,
-    locks,
-    log,
-  });
-  const controller = new ControllerService({
-    config,
-    zfs,
-    mounter,
-    health,
-    locks,
-    trash,
-    log,
-    ...extra,
-  });
-  return { controller, trash };
+  return new ControllerService({ config, zfs, mounter, health, locks, trash, log, ...extra });
 }
 
 /** A filesystem capability as a CSI request carries it. */
