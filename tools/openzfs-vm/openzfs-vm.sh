@@ -155,7 +155,10 @@ image_line() { # image root
 mount_image() { # rw | ro
   mkdir -p "$W/mnt"
   if mountpoint -q "$W/mnt"; then die "$W/mnt is mounted already (a crashed run?): umount it first"; fi
-  mount -o "loop,$1" "$W/disk.img" "$W/mnt"
+  # -t ext4: the image is always the ext4 the build made, and a pool the tests created inside the
+  # VM can leave a ZFS label that blkid also sees ("ambivalent result"), after which a mount that
+  # probes the type refuses.
+  mount -t ext4 -o "loop,$1" "$W/disk.img" "$W/mnt"
 }
 
 umount_image() {
