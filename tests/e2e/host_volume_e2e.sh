@@ -236,6 +236,9 @@ spec() { # out name namespace capacity_min [id]
     "$root/nomad/host-volume-create.hcl" >"$1"
 }
 spec "$tmp/create.hcl" app-data default 64MiB
+# Pinned to hv-a: without node_id the server takes any feasible node, and the checks below (and a
+# CI run in which it picked hv-b) need to know which.
+echo "node_id = \"$(node_id_of hv-a)\"" >>"$tmp/create.hcl"
 check "the spec is the shipped one with sizes edited (zfs-fuse has no lz4)" \
   grep -q '^capacity_min = "64MiB"' "$tmp/create.hcl"
 out=$(nomad volume create -detach "$tmp/create.hcl" 2>&1)
