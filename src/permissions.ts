@@ -5,6 +5,7 @@
  */
 
 import type { StoreConfig } from "./config_store.ts";
+import { DHV_ENV } from "./dhv/contract.ts";
 import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
 
 /** The programs the plugin starts, by name. Nothing else, and never a shell. */
@@ -119,19 +120,8 @@ export const ALLOWED_ENV = [
   // Read by Deno's node:child_process when it starts a command (src/run.ts hands `zfs send` and
   // `zfs receive` a file that way); the command's environment is still only LC_ALL and LANG.
   "NODE_V8_COVERAGE",
-  // Nomad's dynamic host volume contract (src/dhv/contract.ts): what a host volume call is.
-  "DHV_OPERATION",
-  "DHV_VOLUMES_DIR",
-  "DHV_PLUGIN_DIR",
-  "DHV_CREATED_PATH",
-  "DHV_NAMESPACE",
-  "DHV_VOLUME_NAME",
-  "DHV_VOLUME_ID",
-  "DHV_NODE_ID",
-  "DHV_NODE_POOL",
-  "DHV_CAPACITY_MIN_BYTES",
-  "DHV_CAPACITY_MAX_BYTES",
-  "DHV_PARAMETERS",
+  // Nomad's dynamic host volume contract: what a host volume call is.
+  ...DHV_ENV,
 ] as const;
 
 /**
