@@ -39,11 +39,6 @@ failed=0
 # shellcheck source=tests/e2e/lib.sh
 . "$here/lib.sh"
 
-abort() {
-  fail "$*"
-  exit 1
-}
-
 if [ "$(id -u)" != 0 ]; then
   say "host-volume-e2e: needs root (zpool create, mounts, the Nomad client)" >&2
   exit 1

@@ -11,6 +11,11 @@ say() { printf '%s\n' "$*"; }
 step() { say ""; say "== $*"; }
 pass() { passed=$((passed + 1)); say "ok   $*"; }
 fail() { failed=$((failed + 1)); say "FAIL $*"; }
+# A failed check after which the run cannot go on (the EXIT trap cleans up).
+abort() {
+  fail "$*"
+  exit 1
+}
 
 # check "what" command...: one check, passed if the command succeeds.
 check() {

@@ -35,11 +35,6 @@ failed=0
 # shellcheck source=tests/e2e/lib.sh
 . "$here/lib.sh"
 
-abort() {
-  fail "$*"
-  exit 1
-}
-
 if [ "$(id -u)" != 0 ]; then
   say "nomad-cluster: needs root (zpool create, mounts, the Nomad clients)" >&2
   exit 1

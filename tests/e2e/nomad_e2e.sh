@@ -43,11 +43,6 @@ failed=0
 . "$here/lib.sh"
 
 # A failure that makes the rest meaningless: count it, clean up, stop.
-abort() {
-  fail "$*"
-  exit 1
-}
-
 # How many times the job whose two allocations share one volume is stopped and run again.
 shared_restarts=${E2E_SHARED_RESTARTS:-10}
 
