@@ -36,6 +36,13 @@ Deno.test("cli: list, undelete, adopt and purge on a real pool beside the plugin
       try {
         await Deno.writeFile(`${claim.target}/data.bin`, DATA);
         await sh("sync");
+        // zfs-fuse charges written blocks to `used` only when its transaction
+        // group syncs, which `sync` does not always wait for under load.
+        const deadline = Date.now() + 30_000;
+        while (
+          Number(await pool.get(`${pool.parent}/pg`, "used")) < 2 * 1024 * 1024 &&
+          Date.now() < deadline
+        ) await new Promise((r) => setTimeout(r, 250));
         const json = await runZfsCsi(pool.dir, ["list", ...flags, "--json"]);
         assert.equal(json.code, 0, json.stderr);
         const rows = JSON.parse(json.stdout) as Array<Record<string, unknown>>;
