@@ -122,3 +122,26 @@ pids_of() {
     done
   done
 }
+
+# finish_run name pool: the end of a run's cleanup, once its agents are stopped. Unmounts what is
+# left below $tmp (not the pool's own mounts below $tmp/zfs: zpool destroy does those), destroys
+# the pool, removes $tmp unless E2E_KEEP=1, prints the summary line and exits: 1 when a check
+# failed or the script ended with an error ($code), else 0.
+finish_run() {
+  local name=$1 pool=$2
+  findmnt -rn -o TARGET | grep -F "$tmp/" | grep -vF "$tmp/zfs" | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+  for _ in $(seq 1 20); do
+    zpool destroy -f "$pool" 2>/dev/null && break
+    zpool list -H "$pool" >/dev/null 2>&1 || break
+    sleep 0.5
+  done
+  zpool list -H "$pool" >/dev/null 2>&1 && say "could not destroy pool $pool: zpool destroy -f $pool"
+  if [ "${E2E_KEEP:-}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
+  say ""
+  say "took $(($(date +%s) - started_at))s under ${nomad_version:-Nomad (not started)}"
+  say "$name: $passed checks passed, $failed failed${nomad_version:+ ($nomad_version)}"
+  if [ "$failed" -gt 0 ] || [ "$code" -ne 0 ]; then exit 1; fi
+  exit 0
+}

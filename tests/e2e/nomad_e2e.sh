@@ -109,23 +109,8 @@ cleanup() {
     kill -KILL "$agent_pid" 2>/dev/null
   fi
   for pid in $(our_pids); do kill -KILL "$pid" 2>/dev/null; done
-  # Leftover mounts below the temporary directory (not the pool's own, zpool destroy does those).
-  findmnt -rn -o TARGET | grep -F "$tmp/" | grep -vF "$tmp/zfs" | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
-  done
-  for _ in $(seq 1 20); do
-    zpool destroy -f "$pool" 2>/dev/null && break
-    zpool list -H "$pool" >/dev/null 2>&1 || break
-    sleep 0.5
-  done
-  zpool list -H "$pool" >/dev/null 2>&1 && say "could not destroy pool $pool: zpool destroy -f $pool"
   # The store directory (store_dir, below $tmp) goes with it.
-  if [ "${E2E_KEEP:-}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
-  say ""
-  say "took $(($(date +%s) - started_at))s under ${nomad_version:-Nomad (not started)}"
-  say "nomad-e2e: $passed checks passed, $failed failed${nomad_version:+ ($nomad_version)}"
-  if [ "$failed" -gt 0 ] || [ "$code" -ne 0 ]; then exit 1; fi
-  exit 0
+  finish_run nomad-e2e "$pool"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
