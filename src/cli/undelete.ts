@@ -7,6 +7,7 @@
 
 import { ConfigError } from "../config.ts";
 import { deletedMarks } from "../csi/subtree.ts";
+import { HOST_VOLUME_ID_PROPERTY, isHostDataset } from "../dhv/names.ts";
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import { qualifiedVolumeId } from "../zfs/ids.ts";
 import {
@@ -34,6 +35,8 @@ export interface Undeleted {
   readonly mounted?: boolean;
   /** For a volume: its CSI id on this node. */
   readonly volumeId?: string;
+  /** For a host volume: true (Nomad gives it a new id when it is created again). */
+  readonly hostVolume?: boolean;
 }
 
 /** Which set-aside item `target` names: its hidden name, a volume name, or `volume@snapshot`. */
@@ -69,6 +72,14 @@ export function findSetAside(
  */
 export function destinationOf(parent: string, row: DeletedRow, as?: string): string {
   if (row.kind === "volume") {
+    // A host volume goes back to its own name only: its dataset name is its namespace and name.
+    if (isHostDataset(parent, row.deletedName)) {
+      if (as === undefined) return row.deletedName;
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `"${row.hidden}" was a host volume: it goes back to "${row.deletedName}" only (no --as)`,
+      );
+    }
     const dest = as === undefined ? row.deletedName : childDataset(parent, "Volume name", as);
     const name = volumeForDataset(parent, dest);
     if (name === undefined || dest.slice(parent.length + 1).includes("/")) {
@@ -156,7 +167,8 @@ export const usage =
   `Usage: zfs-csi undelete --parent-dataset NAME --node-id ID [plugin flags] TARGET [--as NAME] [--json]
 
 Undoes a delete within the retention. TARGET is a volume name (pg-data), a snapshot
-(pg-data@nightly) or the hidden name of what was set aside (zfs-csi list --deleted shows
+(pg-data@nightly), a host volume's dataset name (.host-default_pg-data) or the hidden name of
+what was set aside (zfs-csi list --deleted shows
 them). It goes back to the name it recorded (org.zfs-csi:deleted-name); its deletion marks are
 removed, and a volume may mount again and is mounted. Refused when that name is taken: --as
 NAME gives a volume another name. Nomad may need the volume registered again
@@ -197,7 +209,8 @@ export async function run(
   const row = found[0]!;
   const dest = destinationOf(parent, row, as);
   const mounted = await undelete(zfs, row, dest);
-  const name = row.kind === "volume" ? volumeForDataset(parent, dest) : undefined;
+  const host = row.kind === "volume" && isHostDataset(parent, dest);
+  const name = row.kind === "volume" && !host ? volumeForDataset(parent, dest) : undefined;
   const result: Undeleted = {
     kind: row.kind,
     from: row.hidden,
@@ -205,6 +218,7 @@ export async function run(
     deletedAt: row.deletedAt,
     ...(row.kind === "volume" ? { mounted } : {}),
     ...(name === undefined ? {} : { volumeId: qualifiedVolumeId(name, config.nodeId) }),
+    ...(host ? { hostVolume: true } : {}),
   };
   if (split.own.json === true) {
     printJson(io, result);
@@ -213,7 +227,14 @@ export async function run(
   io.out(
     `Undeleted ${row.kind} "${dest}" (was "${row.hidden}", deleted ${isoSeconds(row.deletedAt)}).`,
   );
-  if (row.kind === "volume") {
+  if (host) {
+    io.out(
+      `It is a host volume: create it again with "nomad volume create" and the same spec. Nomad ` +
+        `gives it a new id, and the plugin's create refuses once, printing the ` +
+        `"zfs set ${HOST_VOLUME_ID_PROPERTY}=<new id> ${dest}" that hands this dataset to it; ` +
+        `run that, then create again.`,
+    );
+  } else if (row.kind === "volume") {
     if (!mounted) io.out("It is not mounted yet; the next stage mounts it.");
     io.out(
       `If Nomad forgot it, register it again: nomad volume register (external_id = "${result.volumeId}").`,

@@ -119,3 +119,28 @@ Deno.test("undelete refuses a recorded name outside the parent", async () => {
   );
   assert.ok(!runner.argvs.some((a) => a[1] === "rename"));
 });
+
+Deno.test("undelete brings a host volume back under its own name and says how Nomad gets it", async () => {
+  const { runner, pool } = setup();
+  pool.add("tank/nomad/.deleted-1795392530-.host-default_pg", {
+    ...trashMarks("tank/nomad/.host-default_pg", "1795392530"),
+    "org.zfs-csi:host-volume-id": "0d4c-old",
+    canmount: "noauto",
+  });
+  await assert.rejects(
+    () => run([...TEST_FLAGS, ".host-default_pg", "--as", "other"], memoryIo(), { runner }),
+    /host volume: it goes back to "tank\/nomad\/.host-default_pg" only/,
+  );
+  assert.ok(!pool.has("tank/nomad/other"));
+  const io = memoryIo();
+  assert.equal(await run([...TEST_FLAGS, ".host-default_pg", "--json"], io, { runner }), 0);
+  const result = JSON.parse(io.stdout.join("\n"));
+  assert.equal(result.to, "tank/nomad/.host-default_pg");
+  assert.equal(result.hostVolume, true);
+  assert.equal(result.volumeId, undefined);
+  assert.ok(pool.has("tank/nomad/.host-default_pg"));
+  assert.equal(pool.value("tank/nomad/.host-default_pg", "canmount"), "on");
+  // Its id stays until Nomad's new create hands it over.
+  assert.equal(pool.value("tank/nomad/.host-default_pg", "org.zfs-csi:host-volume-id"), "0d4c-old");
+  runner.assertNoUnexpected();
+});
