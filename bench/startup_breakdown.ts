@@ -2,7 +2,7 @@
  * Where the plugin's start-up time goes: the same steps main.ts and startPlugin take, timed one
  * by one in a fresh process run with the plugin's permission and V8 flags, on a test pool:
  * runtime start to first line of JS, loading the module graph (grpc-js, protobufjs),
- * parsing csi.proto, binding the socket, and the first health check's three
+ * building the CSI services from src/grpc/csi_descriptor.json, binding the socket, and the first health check's three
  * commands (zpool list, zfs get, mount), alone and together. Medians over --runs.
  *
  *   deno run --allow-all bench/startup_breakdown.ts [--runs 7]
@@ -53,8 +53,8 @@ const { values } = parseArgs({
       t.grpcLoaded! - t.configLoaded!,
     );
     add("  the rest of the plugin's modules", t.pluginLoaded! - t.grpcLoaded!);
-    add("parse csi.proto into services (once per process)", t.protoParse!);
-    add("start the server: parse csi.proto again, add services, bind", t.bind!);
+    add("build the services from the descriptor (once per process)", t.protoParse!);
+    add("start the server: add the services, bind", t.bind!);
     add("health: zpool list alone", t.zpoolList!);
     add("health: zfs get alone", t.zfsGet!);
     add("health: mount alone", t.mount!);

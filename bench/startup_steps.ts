@@ -43,7 +43,7 @@ async function steps(parent: string, socket: string): Promise<void> {
   await Promise.all([time(zpool), time(zget), time(["mount"])]);
   t.healthTogether = performance.now() - c0;
   const s0 = performance.now();
-  // startServer parses csi.proto again, as the plugin does: "bind" includes one parse.
+  // The services are built once per process (src/grpc/proto.ts): "bind" reuses them.
   const server = await startServer(parsed.config.socketPath, { Identity: {} }, log);
   t.bind = performance.now() - s0;
   Deno.stdout.writeSync(new TextEncoder().encode(JSON.stringify(t) + "\n"));

@@ -14,34 +14,11 @@ import { Trash } from "./csi/trash.ts";
 import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/server.ts";
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
-import { Activity } from "./metrics/activity.ts";
-import { meteredBackup, meteredSend } from "./metrics/backups.ts";
 import type { Metrics } from "./metrics/metrics.ts";
-import { startMetrics } from "./metrics/start.ts";
 import { grantMessage, metricsGrant, programRefusal, storeGrants } from "./permissions.ts";
-import {
-  type CommandRunner,
-  DenoCommandRunner,
-  DenoStreamRunner,
-  ObservedRunner,
-  ObservedStreamRunner,
-  type StreamRunner,
-} from "./run.ts";
-import type { StoreConfig } from "./config.ts";
-import { StoredSnapshots } from "./csi/stored_snapshots.ts";
-import { type BackupDeps, backupVolume } from "./replicate/backup.ts";
-import { StorePruner } from "./replicate/prune.ts";
-import type { ReceiveDeps } from "./replicate/receive.ts";
-import { BackupScheduler, type SchedulerDeps } from "./replicate/scheduler.ts";
-import { headChain } from "./follow/head.ts";
-import { FollowVolumes } from "./follow/mover.ts";
-import { StandbyFollower } from "./follow/standby.ts";
-import { sendToStore } from "./replicate/send.ts";
-import { FileStore } from "./store/file_store.ts";
-import { S3Store } from "./store/s3_store.ts";
-import type { Store } from "./store/store.ts";
+import { type CommandRunner, DenoCommandRunner, ObservedRunner } from "./run.ts";
+import { DEFAULT_SWEEP_INTERVAL_SECONDS, DeletedCopySweep } from "./follow/sweep.ts";
 import { mounterFor, zfsFor } from "./system_tools.ts";
-import type { Zfs } from "./zfs/zfs.ts";
 
 /** A started plugin. */
 export interface Plugin {
@@ -54,130 +31,6 @@ export interface Plugin {
    * the metrics endpoint.
    */
   stopBackground(): Promise<void>;
-}
-
-/** The store a config names. */
-export function openStore(config: StoreConfig): Store {
-  if (config.kind === "file") return new FileStore(config.dir);
-  const c = config.credentials;
-  const token = c.sessionToken;
-  return new S3Store({
-    endpoint: new URL(config.endpoint),
-    region: config.region,
-    bucket: config.bucket,
-    prefix: config.prefix,
-    pathStyle: config.pathStyle,
-    credentials: {
-      accessKeyId: c.accessKeyId,
-      secretAccessKey: c.secretAccessKey,
-      ...(token === undefined ? {} : { sessionToken: token }),
-    },
-  });
-}
-
-/** The store's background work and its CSI side, with `--store`. */
-interface StoreParts {
-  readonly stored: StoredSnapshots;
-  readonly scheduler: BackupScheduler;
-  readonly pruner: StorePruner;
-  /** Volumes that follow their job: their moves, head and lease (src/follow/). */
-  readonly follow: FollowVolumes;
-  /** Warm copies of the follow volumes naming this node a standby; absent when off. */
-  readonly standby?: StandbyFollower;
-}
-
-function storeParts(
-  config: Config,
-  deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger; activity?: Activity },
-): StoreParts | undefined {
-  if (!config.store) return undefined;
-  const store = openStore(config.store);
-  const log = deps.log.child({ store: store.description });
-  const activity = deps.activity;
-  const parent = config.parentDataset;
-  const streams: StreamRunner = activity
-    ? new ObservedStreamRunner(new DenoStreamRunner(), (e) => activity.observeCommand(e))
-    : new DenoStreamRunner();
-  const send: BackupDeps["send"] = (spec) =>
-    sendToStore({ streams, zfsPath: config.zfsPath, store, log }, spec);
-  const backup: BackupDeps = {
-    zfs: deps.zfs,
-    store,
-    send: activity ? meteredSend(send, activity, parent) : send,
-    locks: deps.locks,
-    log,
-    parentDataset: config.parentDataset,
-    node: config.nodeId,
-    defaultKeep: config.store.defaultBackupKeep,
-    cache: new Map(),
-    // A volume that follows its job keeps its head's chain, whatever the keep policy says.
-    protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
-  };
-  const receive: ReceiveDeps = { streams, zfsPath: config.zfsPath, zfs: deps.zfs, store, log };
-  const follow = new FollowVolumes({
-    zfs: deps.zfs,
-    store,
-    locks: deps.locks,
-    trash: deps.trash,
-    log: log.child({ part: "follow" }),
-    parentDataset: config.parentDataset,
-    node: config.nodeId,
-    receive,
-    backup: (dataset, options) => backupVolume(backup, dataset, options),
-    ...(config.follow
-      ? {
-        ttlSeconds: config.follow.leaseTtlSeconds,
-        ...(config.follow.takeoverAfterSeconds === undefined
-          ? {}
-          : { takeoverAfterMs: config.follow.takeoverAfterSeconds * 1000 }),
-      }
-      : {}),
-  });
-  const standbyInterval = config.follow?.standbyIntervalSeconds;
-  const standby = standbyInterval === undefined ? undefined : new StandbyFollower({
-    zfs: deps.zfs,
-    store,
-    locks: deps.locks,
-    trash: deps.trash,
-    log: log.child({ part: "standby" }),
-    parentDataset: config.parentDataset,
-    node: config.nodeId,
-    receive,
-    copies: follow,
-    intervalSeconds: standbyInterval,
-  });
-  const scheduled: SchedulerDeps["backup"] = async (dataset, options) => {
-    const outcome = await backupVolume(backup, dataset, options);
-    // A volume that follows its job: the stored snapshot becomes its head (src/follow/).
-    await follow.afterBackup(dataset, outcome);
-    return outcome;
-  };
-  const scheduler = new BackupScheduler({
-    zfs: deps.zfs,
-    parentDataset: config.parentDataset,
-    log,
-    backup: activity ? meteredBackup(scheduled, activity, parent) : scheduled,
-  });
-  const pruner = new StorePruner({
-    store,
-    log,
-    deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
-    // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
-    ...(store instanceof FileStore ? { cleanTemp: () => store.cleanTemp() } : {}),
-  });
-  const stored = new StoredSnapshots({
-    zfs: deps.zfs,
-    store,
-    parentDataset: config.parentDataset,
-    nodeId: config.nodeId,
-    locks: deps.locks,
-    trash: deps.trash,
-    scheduler,
-    backup,
-    receive,
-    log,
-  });
-  return { stored, scheduler, pruner, follow, ...(standby ? { standby } : {}) };
 }
 
 /**
@@ -222,7 +75,15 @@ export async function startPlugin(
 ): Promise<Plugin> {
   checkPermissions(config);
   // Opt-in metrics: every process the one runner starts and every call answered report to it.
-  const activity = config.metricsListen ? new Activity() : undefined;
+  // The metrics modules load only with --metrics-listen and the store's only with --store, so a
+  // plugin without them does not load them at start (bench/startup.ts).
+  const meters = config.metricsListen
+    ? {
+      Activity: (await import("./metrics/activity.ts")).Activity,
+      startMetrics: (await import("./metrics/start.ts")).startMetrics,
+    }
+    : undefined;
+  const activity = meters ? new meters.Activity() : undefined;
   if (activity) runner = new ObservedRunner(runner, (e) => activity.observeCommand(e));
   const zfs = zfsFor(config, runner, log);
   const mounter = mounterFor(config, runner, log);
@@ -243,7 +104,30 @@ export async function startPlugin(
     locks,
     log,
   });
-  const parts = storeParts(config, { zfs, locks, trash, log, ...(activity ? { activity } : {}) });
+  const parts = config.store
+    ? (await import("./store_parts.ts")).storeParts(config, {
+      zfs,
+      locks,
+      trash,
+      log,
+      ...(activity ? { activity } : {}),
+    })
+    : undefined;
+  // Copies of follow volumes deleted elsewhere (warm and standby ones) live on this node's pool.
+  const sweep = parts && serveNode
+    ? new DeletedCopySweep({
+      zfs,
+      store: parts.follow.store,
+      locks,
+      trash,
+      log: log.child({ part: "follow-sweep" }),
+      parentDataset: config.parentDataset,
+      gate: parts.follow.gate,
+      inUse: async (dataset) =>
+        (await mounter.table()).some((e) => mounter.judge().isMountOf(e, dataset)),
+      intervalSeconds: config.follow?.standbyIntervalSeconds ?? DEFAULT_SWEEP_INTERVAL_SECONDS,
+    })
+    : undefined;
   if (serveNode) {
     const node = new NodeService({
       config,
@@ -302,8 +186,8 @@ export async function startPlugin(
     ]);
   }
   // Listening before serving: a taken port stops the start before Nomad sees a socket.
-  const metered = config.metricsListen && activity
-    ? startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
+  const metered = config.metricsListen && activity && meters
+    ? meters.startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
     : undefined;
   health.startPeriodic();
   let server: RunningServer;
@@ -318,28 +202,54 @@ export async function startPlugin(
     await metered?.endpoint.stop();
     throw err;
   }
-  // The first purge and backups wait for the first health check, so they do not slow the first
-  // ready Probe.
-  void health.refresh().finally(() => {
-    if (serveController) trash.startPeriodic();
-    parts?.scheduler.start();
-    parts?.pruner.startPeriodic();
-    // The holder renews the leases of the follow volumes staged here.
-    if (serveNode) parts?.follow.start();
-    // Standby copies live on this node's pool: only a node keeps them.
-    if (serveNode) parts?.standby?.start();
-  });
+  // Housekeeping (purge, backups, pruning, leases, standby copies, sweep) waits for the first
+  // health check and the first Probe answered, so the Probe an orchestrator waits on at start is
+  // not answered behind the processes it starts; with no Probe, HOUSEKEEPING_WAIT_MS after the
+  // check.
+  let stopped = false;
+  void health.refresh()
+    .then(() => orAfter(identity.firstProbeAnswered, HOUSEKEEPING_WAIT_MS))
+    .then(() => {
+      if (stopped) return;
+      if (serveController) trash.startPeriodic();
+      parts?.scheduler.start();
+      parts?.pruner.startPeriodic();
+      // The holder renews the leases of the follow volumes staged here.
+      if (serveNode) parts?.follow.start();
+      // Standby copies live on this node's pool: only a node keeps them.
+      if (serveNode) parts?.standby?.start();
+      sweep?.start();
+    });
   return {
     server,
     health,
     ...(metered ? { metrics: metered.metrics } : {}),
     async stopBackground() {
+      stopped = true;
       parts?.pruner.stop();
       parts?.follow.stop();
       parts?.standby?.stop();
+      sweep?.stop();
       await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };
+}
+
+/**
+ * How long after the first health check housekeeping waits for a first Probe at most: Nomad
+ * looks for the socket and probes every 5 s until ready (its plugin_supervisor_hook.go).
+ */
+const HOUSEKEEPING_WAIT_MS = 5_000;
+
+/** Resolves when `event` does or after `ms`, whichever comes first, and leaves no timer. */
+async function orAfter(event: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const elapsed = new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
+  try {
+    await Promise.race([event, elapsed]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function bindAll<T extends object>(

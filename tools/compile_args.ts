@@ -41,7 +41,10 @@ export function fromBuildVariables(
   };
 }
 
-/** Arguments after `deno`. The proto is imported as text, so it is in the module graph. */
+/**
+ * Arguments after `deno`. The CSI descriptor (src/grpc/csi_descriptor.json) is a JSON import
+ * and the store and metrics modules are imported by literal specifiers, so all are in the graph.
+ */
 export function compileArgs(opts: CompileOptions): string[] {
   return [
     "compile",

@@ -8,7 +8,7 @@
 
 import { ConfigError } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
-import { openStore } from "../plugin.ts";
+import { openStore } from "../store/open.ts";
 import { storeGrants } from "../permissions.ts";
 import { randomHex } from "../replicate/local.ts";
 import { type ReceiveDeps, restoreChain } from "../replicate/receive.ts";

@@ -65,6 +65,7 @@ import { type StoredEntry, StoredSnapshots } from "./stored_snapshots.ts";
 import {
   isStoredSnapshotId,
   parseStoredSnapshotId,
+  storedSnapshotId,
   type StoredSnapshotRef,
 } from "../store/snapshot_ids.ts";
 import type { BackupScheduler } from "../replicate/scheduler.ts";
@@ -85,6 +86,9 @@ import { type OwnerRecord, readOwner } from "../follow/owner.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
 import { followVolumesPrefix, listMarked } from "../follow/markers.ts";
 import { followTopologies, splitStandbys } from "../follow/placement.ts";
+import { resizeFollowVolume } from "../follow/resize.ts";
+import { FollowSnapshots } from "../follow/snapshots.ts";
+import { seedFromSnapshot } from "../follow/seed.ts";
 import type { StandbyState } from "../follow/standby.ts";
 import { followVolumeMessage, followVolumeStatus } from "../follow/where.ts";
 import type { PropertyList } from "../zfs/args.ts";
@@ -102,7 +106,7 @@ import type {
   VolumeCapability,
   VolumeContentSource,
 } from "./types.ts";
-import { checkCapability, checkCapacity, required } from "./validate.ts";
+import { type Capacity, checkCapability, checkCapacity, required } from "./validate.ts";
 import { fittedSnapshotName, fittedVolumeName, isFormOf } from "../zfs/fit.ts";
 import { MIN_VOLUME_BYTES } from "../size.ts";
 
@@ -176,9 +180,12 @@ export class ControllerService {
   readonly #scope: IdScope;
   /** Properties this node's zfs is known to support (asked once, then remembered). */
   readonly #supported = new Set<string>();
+  /** Snapshots of follow volumes: their last copy in the store, pinned (src/follow/). */
+  readonly #followSnapshots: FollowSnapshots | undefined;
 
   constructor(deps: ControllerDeps) {
     this.#d = deps;
+    this.#followSnapshots = deps.follow && new FollowSnapshots(deps.follow.store, deps.log);
     this.#scope = {
       parentDataset: deps.config.parentDataset,
       nodeId: deps.config.nodeId,
@@ -479,14 +486,17 @@ export class ControllerService {
   }
 
   async ControllerExpandVolume(req: ControllerExpandVolumeRequest): Promise<unknown> {
-    const { id, dataset } = resolveVolume(required("volume_id", req.volume_id), this.#scope, {
-      mutating: true,
-    });
+    const { id, dataset, follow } = resolveVolume(
+      required("volume_id", req.volume_id),
+      this.#scope,
+      { mutating: true, follow: true },
+    );
     if (!req.capacity_range) {
       throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
     }
     const capacity = checkCapacity(req.capacity_range);
     if (req.volume_capability) checkCapability(req.volume_capability);
+    if (follow) return await this.#expandFollow(id, dataset, capacity);
     return await withLock(this.#d.locks, [dataset], async () => {
       const props = await this.#d.zfs.getProperties(dataset, VOLUME_STATE);
       if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
@@ -517,8 +527,15 @@ export class ControllerService {
     const requested = required("name", req.name);
     encodeName("Snapshot name", requested);
     const toStore = this.#storeParameter(req.parameters);
-    const { dataset } = resolveVolume(sourceId, this.#scope, { mutating: true });
+    const { dataset, follow } = resolveVolume(sourceId, this.#scope, {
+      mutating: true,
+      follow: true,
+    });
     const volumeName = this.#nameOf(dataset);
+    if (follow) {
+      const local = req.parameters?.store === "false";
+      return await this.#snapshotFollow(sourceId, volumeName, requested, local);
+    }
     // The name as used: its id and ZFS name fit their limits (fittedSnapshotName sees to both).
     const name = fittedSnapshotName(volumeName, dataset, requested, this.#d.config.nodeId);
     if (toStore) {
@@ -582,6 +599,15 @@ export class ControllerService {
       const stored = parseStoredSnapshotId(id);
       // An id this plugin could never have made names nothing: deleting nothing succeeds.
       if (!stored) return {};
+      // A follow volume's: never its head's chain, which its next stage receives.
+      const followed = await this.#followSnapshots?.delete(stored);
+      if (followed !== undefined) {
+        this.#d.log.info("follow volume's stored snapshot deleted", {
+          snapshotId: id,
+          outcome: followed,
+        });
+        return {};
+      }
       await this.#storeFor(id).delete(stored);
       return {};
     }
@@ -608,6 +634,7 @@ export class ControllerService {
     const empty = { entries: [], next_token: "" };
     let wantSnapshot: string | undefined;
     let wantDataset: string | undefined;
+    let wantFollow = false;
     const wantStored = req.snapshot_id && isStoredSnapshotId(req.snapshot_id)
       ? req.snapshot_id
       : undefined;
@@ -616,14 +643,17 @@ export class ControllerService {
         wantSnapshot = resolveSnapshot(req.snapshot_id, this.#scope).snapshot;
       }
       if (req.source_volume_id) {
-        wantDataset = resolveVolume(req.source_volume_id, this.#scope).dataset;
+        const source = resolveVolume(req.source_volume_id, this.#scope, { follow: true });
+        wantDataset = source.dataset;
+        // A follow volume's snapshots are in the store only.
+        wantFollow = source.follow === true;
       }
     } catch (err) {
       // Ids that cannot name a snapshot or volume here match nothing.
       if (err instanceof CsiError) return empty;
       throw err;
     }
-    const catalog = wantStored ? { snapshots: [] } : await readCatalog(
+    const catalog = wantStored || wantFollow ? { snapshots: [] } : await readCatalog(
       this.#d.zfs,
       this.#d.config.parentDataset,
       { snapshots: true },
@@ -632,11 +662,19 @@ export class ControllerService {
       (wantSnapshot === undefined || s.snapshot === wantSnapshot) &&
       (wantDataset === undefined || s.dataset === wantDataset)
     ).map((s) => ({ id: this.#snapshotId(s), message: () => this.#snapshotMessage(s) }));
-    const stored = this.#d.stored && !wantSnapshot
+    const storedEntries = this.#d.stored && !wantSnapshot
       ? (await this.#d.stored.list(wantDataset && this.#nameOf(wantDataset)))
         .filter((e) => wantStored === undefined || e.id === wantStored)
-        .map((e) => ({ id: e.id, message: () => this.#storedMessage(e) }))
       : [];
+    // Stored snapshots of follow volumes name their source `<name>@*` (one listing).
+    const follows = this.#d.follow && storedEntries.length > 0
+      ? new Set((await this.#listFollow(this.#d.follow.store)).map((m) => m.name))
+      : new Set<string>();
+    const stored = storedEntries.map((e) => ({
+      id: e.id,
+      message: () =>
+        this.#storedMessage(e, follows.has(e.volume) ? followVolumeId(e.volume) : undefined),
+    }));
     const page = paginate([...local, ...stored], (e) => e.id, {
       maxEntries: req.max_entries,
       startingToken: req.starting_token,
@@ -920,11 +958,13 @@ export class ControllerService {
           `a store shared by the nodes, and this plugin has none: start it with --store`,
       );
     }
-    if (req.volume_content_source) {
+    const sourceId = req.volume_content_source?.snapshot?.snapshot_id;
+    const source = sourceId === undefined ? undefined : parseStoredSnapshotId(sourceId);
+    if (req.volume_content_source && !source) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
-        `Volume "${requested}": a volume that follows its job cannot be made from a snapshot ` +
-          `or a volume yet`,
+        `Volume "${requested}": a volume that follows its job can be made from a snapshot in ` +
+          `the store (an id store:…) only, not from a volume or a snapshot on a node yet`,
       );
     }
     const name = fittedVolumeName(requested, this.#d.config.parentDataset, "*");
@@ -947,6 +987,16 @@ export class ControllerService {
       );
     }
     await this.#checkSupported(params);
+    const createOnly = Object.keys(params.properties).filter((k) =>
+      Object.hasOwn(ZFS_PARAMETERS, k) && ZFS_PARAMETERS[k]!.createOnly
+    );
+    if (source && createOnly.length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Parameter ${createOnly.map((k) => `"${k}"`).join(", ")} cannot be given to a volume ` +
+          `made from a stored snapshot: the received dataset keeps the snapshot's value`,
+      );
+    }
     const props: Record<string, string> = {
       [BACKUP_INTERVAL_PROPERTY]: String(interval),
       ...(params.backup?.keep
@@ -957,18 +1007,29 @@ export class ControllerService {
       [NAME_PROPERTY]: requested,
       [PARAMETERS_PROPERTY]: params.canonical,
     };
-    if (size > 0) props.refquota = String(size);
-    this.#sizeProps(props, params, size);
-    await withLock(this.#d.locks, [`follow:${name}`], () =>
-      createFollowVolume(follow.store, {
+    await withLock(this.#d.locks, [`follow:${name}`], async () => {
+      // From a stored snapshot: its chain becomes the new volume's (src/follow/seed.ts), and
+      // without a size asked for, the volume has the size it had when the snapshot was taken.
+      const seed = source && await seedFromSnapshot(follow.store, {
+        source,
+        volume: name,
+        node: this.#d.config.nodeId,
+        log: this.#d.log,
+      });
+      if (seed && size === 0) size = seed.source.capacityBytes;
+      if (size > 0) props.refquota = String(size);
+      this.#sizeProps(props, params, size);
+      await createFollowVolume(follow.store, {
         name,
         settings: { capacityBytes: size, properties: props },
         parameters: { ...parameters, follow: "true" },
         ttlSeconds: follow.ttlSeconds,
         standbys,
         node: this.#d.config.nodeId,
+        ...(seed ? { seed: { uid: seed.uid, head: seed.head } } : {}),
         nowMs: Date.now(),
-      }));
+      });
+    });
     this.#d.log.info("follow volume created in the store", {
       volumeId: id,
       store: follow.store.description,
@@ -978,9 +1039,85 @@ export class ControllerService {
         volume_id: id,
         capacity_bytes: String(size),
         volume_context: {},
+        ...(source ? { content_source: { snapshot: { snapshot_id: source.id } } } : {}),
         // None: any node running the plugin may stage it.
         ...(topologies.length > 0 ? { accessible_topology: topologies } : {}),
       },
+    };
+  }
+
+  /**
+   * CreateSnapshot of a follow volume: its last copy in the store, pinned (src/follow/snapshots.ts).
+   * @throws {CsiError} FAILED_PRECONDITION without a store, INVALID_ARGUMENT for store = "false"
+   */
+  async #snapshotFollow(
+    sourceId: string,
+    volumeName: string,
+    requested: string,
+    local: boolean,
+  ): Promise<unknown> {
+    const snapshots = this.#followSnapshots;
+    if (!snapshots || local) {
+      throw new CsiError(
+        snapshots ? Code.INVALID_ARGUMENT : Code.FAILED_PRECONDITION,
+        `Volume "${sourceId}" follows its job: its snapshots are its copies in the store` +
+          (snapshots ? `, so snapshot parameter store cannot be "false"` : `, and this plugin ` +
+            `has none: start it with --store`),
+      );
+    }
+    const m = await withLock(
+      this.#d.locks,
+      [`follow:${volumeName}`, `snapshot:${requested}`],
+      () => snapshots.create(volumeName, sourceId, requested),
+    );
+    return {
+      snapshot: this.#storedMessage({
+        id: storedSnapshotId(m.volume, m.guid),
+        volume: m.volume,
+        node: m.node,
+        // The copy's own time: the snapshot holds the volume as it was then.
+        creation: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
+        sizeBytes: m.size,
+        ready: true,
+      }, followVolumeId(m.volume)),
+    };
+  }
+
+  /**
+   * ControllerExpandVolume of a follow volume: its size grows in the store (src/follow/resize.ts);
+   * the holder, if a node holds it, grows its copy at NodeExpandVolume, any other copy at its
+   * next stage.
+   * @throws {CsiError} NOT_FOUND when the store has no such volume; OUT_OF_RANGE for a shrink
+   */
+  async #expandFollow(id: string, dataset: string, capacity: Capacity): Promise<unknown> {
+    const follow = this.#d.follow;
+    if (!follow) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
+          `with --store`,
+      );
+    }
+    const name = this.#nameOf(dataset);
+    const key = encodeComponent("Volume name", name);
+    const done = await withLock(
+      this.#d.locks,
+      [`follow:${name}`],
+      () => resizeFollowVolume(follow.store, key, id, capacity),
+    );
+    if (done.changed) {
+      this.#d.log.info("follow volume sized in the store", {
+        volumeId: id,
+        capacityBytes: done.capacityBytes,
+        held: done.held,
+      });
+    }
+    return {
+      capacity_bytes: String(
+        done.capacityBytes || Math.max(capacity.requiredBytes, capacity.limitBytes),
+      ),
+      // The holder's copy grows by NodeExpandVolume; a released volume's copies at their stage.
+      node_expansion_required: done.held,
     };
   }
 
@@ -1039,11 +1176,11 @@ export class ControllerService {
     }
   }
 
-  #storedMessage(e: StoredEntry): Record<string, unknown> {
+  #storedMessage(e: StoredEntry, sourceId?: string): Record<string, unknown> {
     return {
       size_bytes: String(e.sizeBytes),
       snapshot_id: e.id,
-      source_volume_id: StoredSnapshots.sourceVolumeId(e),
+      source_volume_id: sourceId ?? StoredSnapshots.sourceVolumeId(e),
       creation_time: { seconds: String(e.creation), nanos: 0 },
       ready_to_use: e.ready,
     };

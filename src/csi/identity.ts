@@ -7,6 +7,9 @@ import type { HealthChecker } from "./health.ts";
 export class IdentityService {
   readonly #health: HealthChecker;
   readonly #controller: boolean;
+  #probed = false;
+  #resolveFirstProbe: () => void = () => {};
+  readonly #firstProbe = new Promise<void>((resolve) => this.#resolveFirstProbe = resolve);
 
   constructor(health: HealthChecker, opts: { controller: boolean }) {
     this.#health = health;
@@ -30,8 +33,21 @@ export class IdentityService {
     return Promise.resolve({ capabilities: services.map((type) => ({ service: { type } })) });
   }
 
+  /**
+   * Resolves once the first Probe has been answered, whatever it said: the plugin starts its
+   * housekeeping then, not while the orchestrator waits for that answer (src/plugin.ts).
+   */
+  get firstProbeAnswered(): Promise<void> {
+    return this.#firstProbe;
+  }
+
   async Probe(): Promise<unknown> {
     const status = await this.#health.status();
+    if (!this.#probed) {
+      this.#probed = true;
+      // On the next turn of the event loop: by then the answer has been written to the socket.
+      setTimeout(this.#resolveFirstProbe, 0);
+    }
     return { ready: { value: status.ready } };
   }
 }

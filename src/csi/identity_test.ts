@@ -45,3 +45,28 @@ Deno.test("IdentityService.Probe reports readiness from the health check", async
     .onExact(["mount"], { stdout: "" });
   assert.deepEqual(await identity(noPool, false).Probe(), { ready: { value: false } });
 });
+
+/** Whether `p` has settled after the timers and I/O already due have run. */
+async function settled(p: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  void p.then(() => done = true);
+  await new Promise((r) => setTimeout(r, 10));
+  return done;
+}
+
+Deno.test("IdentityService.firstProbeAnswered waits for the first Probe, ready or not", async () => {
+  const noPool = new FakeRunner()
+    .on(["zpool", "list"], { code: 1, stderr: "cannot open 'tank': no such pool\n" })
+    .on(["zfs", "get"], { code: 1, stderr: "cannot open 'tank/nomad': dataset does not exist\n" })
+    .onExact(["mount"], { stdout: "" });
+  const id = identity(noPool, false);
+  assert.equal(await settled(id.firstProbeAnswered), false, "resolved before any Probe");
+  await id.GetPluginInfo();
+  await id.GetPluginCapabilities();
+  assert.equal(await settled(id.firstProbeAnswered), false, "resolved by another call");
+  assert.deepEqual(await id.Probe(), { ready: { value: false } });
+  assert.equal(await settled(id.firstProbeAnswered), true, "not resolved by a Probe");
+  // Later Probes leave it as it is (and start no more timers).
+  await id.Probe();
+  await id.firstProbeAnswered;
+});

@@ -1,7 +1,9 @@
 /**
  * The CSI Node service. Staging bind-mounts a volume's dataset at the staging path; publishing
- * bind-mounts the staging path at the target. Whether something is staged or published is
- * read from the mount table every time: no state survives in memory, none is needed.
+ * bind-mounts the staging path at the target. Whether something is staged or published is read
+ * from the mount table, or from lstat where what this process learned from the table lets lstat
+ * decide (the fast paths below; README "Threat model"). Nothing needs to survive a restart: the
+ * first calls after one read the table.
  */
 
 import { rmdir, statfs } from "node:fs/promises";
@@ -11,6 +13,16 @@ import { KeyedLock, withLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import { describeMount, type MountEntry, mountsAt } from "../mount/mountinfo.ts";
+import {
+  denoLstat,
+  look,
+  type LstatFn,
+  type RootIdentity,
+  sameFile,
+  showsRoot,
+  type Walk,
+  walkToParent,
+} from "../mount/identity.ts";
 import { checkPathInside, mountBetween } from "../mount/paths.ts";
 import { resolveVolume } from "../zfs/ids.ts";
 import {
@@ -69,12 +81,19 @@ export interface NodeDeps {
   readonly log: Logger;
   /** statfs(2); replaceable in tests. */
   readonly statfs?: (path: string) => Promise<FsStats>;
+  /** lstat(2), for the checks that need no mount table (src/mount/identity.ts); for tests. */
+  readonly lstat?: LstatFn;
+  /** realpath(3), to find where a bind landed when a symlink was swapped in; for tests. */
+  readonly realPath?: (path: string) => Promise<string>;
   /** Volumes that follow their job (src/follow/), with `--store`. */
   readonly follow?: FollowVolumes;
 }
 
 /** Mount flags that the mount table lists whenever they are in effect. */
 const SHOWN_FLAGS = new Set(["ro", "nosuid", "nodev", "noexec", "noatime", "nodiratime"]);
+
+/** How many directories the node service remembers as plain (see #plainDirs) at most. */
+const MAX_REMEMBERED_DIRS = 20_000;
 
 /** How many mounts stacked at one path an unmount loop removes at most. */
 const MAX_STACKED_MOUNTS = 16;
@@ -83,10 +102,27 @@ const MAX_STACKED_MOUNTS = 16;
 export class NodeService {
   readonly #d: NodeDeps;
   readonly #statfs: (path: string) => Promise<FsStats>;
+  readonly #lstat: LstatFn;
+  readonly #realPath: (path: string) => Promise<string>;
+  /**
+   * Per dataset, the device and root inode its bind mounts show, as last confirmed by the mount
+   * table (see {@linkcode NodeService.#readTableAndLearn}). Only the fast paths read it; every
+   * doubt removes the entry and sends the call to the mount table.
+   */
+  readonly #anchors = new Map<string, RootIdentity>();
+  /**
+   * Directories below the base directories (staging and target paths and the directories on
+   * their way) as last seen with nothing mounted on them: device and inode. A mount on one, even
+   * a bind mount of a directory of the same filesystem (which lstat alone cannot tell from a
+   * plain directory), shows another inode there.
+   */
+  readonly #plainDirs = new Map<string, RootIdentity>();
 
   constructor(deps: NodeDeps) {
     this.#d = deps;
     this.#statfs = deps.statfs ?? ((p) => statfs(p));
+    this.#lstat = deps.lstat ?? denoLstat;
+    this.#realPath = deps.realPath ?? ((p) => Deno.realPath(p));
   }
 
   #dataset(volumeId: unknown): { id: string; dataset: string; follow?: true } {
@@ -140,6 +176,7 @@ export class NodeService {
     return await withLock(this.#d.locks, [dataset], async () => {
       // Paths are checked under the lock, right before the mounts they guard.
       const staging = await this.#path("staging_target_path", stagingArg);
+      if (await this.#stageFast(id, dataset, staging, ctx)) return {};
       // Also checks that the dataset itself is the top mount at its mountpoint: the bind below
       // takes whatever is on top there.
       const ds = await this.#d.datasets.ensureMounted(id, dataset, ctx.sizeBytes);
@@ -159,6 +196,8 @@ export class NodeService {
         await this.#d.zfs.set(dataset, STAGED_PROPERTY, String(Math.floor(Date.now() / 1000)));
       }
       await this.#ensureDirectory(staging, 0o700);
+      // The table has just shown nothing mounted there, nor on the way.
+      await this.#remember(staging);
       await this.#bindChecked("staging_target_path", ds.mountpoint, staging, [], {
         id,
         dataset,
@@ -166,6 +205,74 @@ export class NodeService {
       });
       return {};
     });
+  }
+
+  /**
+   * NodeStage without reading the mount table, at a staging path this process staged the
+   * volume at before (Nomad's staging path of a volume stays the same), for a dataset whose root
+   * identity it has confirmed. What the table answered, and how instead:
+   * - nothing mounted at the staging path or on the way: each is the same device and inode as
+   *   when the table last showed nothing mounted there (a mount, even a bind mount of a directory
+   *   of the same filesystem, shows another inode);
+   * - the dataset is ours, a filesystem, mounted at an absolute mountpoint: the one `zfs get`;
+   * - the dataset is the top mount at its mountpoint, visible here (what the bind takes): after
+   *   the bind the staging path shows the dataset's root identity, on another device than its
+   *   parent, with the way unchanged. Anything stacked on the mountpoint has a device of its own;
+   *   then the bind is undone and `ensureMounted` reads the table to name what is there.
+   * Anything else returns false before anything changed: the table path decides.
+   * @returns whether the volume is staged
+   */
+  async #stageFast(
+    id: string,
+    dataset: string,
+    staging: string,
+    ctx: VolumeContext,
+  ): Promise<boolean> {
+    const anchor = this.#anchors.get(dataset);
+    const own = this.#plainDirs.get(staging);
+    if (!anchor || !own) return false;
+    const [walk, here] = await Promise.all([
+      walkToParent(staging, this.#d.config.stagePublishDirs, this.#lstat),
+      look(this.#lstat, staging),
+    ]);
+    if (walk.crosses !== false || !this.#sameAsSeen(walk) || !sameFile(here, own)) return false;
+    const props = await this.#d.datasets.inspect(dataset);
+    // Missing (to be created) or not mounted: the table path, which handles both.
+    if (!props) return false;
+    checkOwned(dataset, props);
+    const mountpoint = props.get("mountpoint")?.value ?? "";
+    if (props.get("mounted")?.value !== "yes" || !mountpoint.startsWith("/")) return false;
+    await this.#applyBackupContext(id, dataset, ctx);
+    if (stagedAt(props) === undefined) {
+      await this.#d.zfs.set(dataset, STAGED_PROPERTY, String(Math.floor(Date.now() / 1000)));
+    }
+    await this.#d.mounter.bind(mountpoint, staging);
+    if (await this.#landed(staging, anchor)) return true;
+    this.#anchors.delete(dataset);
+    try {
+      await this.#verifyBind("staging_target_path", staging, { id, dataset });
+    } catch (err) {
+      // The bind was undone. What lies on the mountpoint (or that the dataset is not visible
+      // here) is named by the check the table path makes first; else this error stands.
+      await this.#d.datasets.ensureMounted(id, dataset);
+      throw err;
+    }
+    return true;
+  }
+
+  /**
+   * Whether a bind to `path` landed there and shows `root`: every directory on the way is still
+   * the one remembered before the bind (a symlink swapped in meanwhile is no directory, and lstat
+   * would follow it), and `path` shows the root's device and inode, on another device than its
+   * parent.
+   */
+  async #landed(path: string, root: RootIdentity): Promise<boolean> {
+    const [walk, here] = await Promise.all([
+      walkToParent(path, this.#d.config.stagePublishDirs, this.#lstat),
+      look(this.#lstat, path),
+    ]);
+    return walk.crosses === false && this.#sameAsSeen(walk) &&
+      showsRoot(here, walk.parent, root);
   }
 
   /**
@@ -201,7 +308,9 @@ export class NodeService {
     const stagingArg = required("staging_target_path", req.staging_target_path);
     const release = await withLock(this.#d.locks, [dataset], async () => {
       const staging = await this.#path("staging_target_path", stagingArg);
-      await this.#unmountAll(staging, id, dataset);
+      if (!(await this.#unmountFast(staging, dataset))) {
+        await this.#unmountAll(staging, id, dataset);
+      }
       return await this.#followToRelease(dataset);
     });
     // Outside the lock: the final snapshot's upload takes the lock only for its zfs steps.
@@ -296,6 +405,9 @@ export class NodeService {
           "target_path must differ from staging_target_path",
         );
       }
+      if (staging !== undefined && await this.#publishFast(id, dataset, staging, target, flags)) {
+        return {};
+      }
       let source: string;
       let table: readonly MountEntry[];
       if (staging !== undefined) {
@@ -344,9 +456,57 @@ export class NodeService {
         );
       }
       await this.#ensureDirectory(target, 0o750);
+      await this.#remember(target);
       await this.#bindChecked("target_path", source, target, flags, { id, dataset, before: table });
       return {};
     });
+  }
+
+  /**
+   * NodePublish from a staging path without reading the mount table, for a dataset whose root
+   * identity this process has confirmed before. What the table answered, and how instead:
+   * - the volume is staged: the staging path shows the dataset's device and root inode, on
+   *   another device than its parent, so its top mount is the dataset (anything stacked on it,
+   *   such as a user's FUSE mount, has a device of its own);
+   * - nothing mounted between the base directory and the target: every directory on the way
+   *   is the same device and inode as when the table last showed nothing mounted on it. A
+   *   directory never seen (Nomad's new per-allocation directory) sends the call to the table:
+   *   lstat cannot tell it from a bind mount of a directory of the same filesystem;
+   * - nothing mounted at the target: it does not exist (a mount point always does), or it is
+   *   the plain directory this process saw there before;
+   * - the bind landed at the target and shows the volume: the target shows the dataset's
+   *   device and root inode afterwards. Flags are applied by `mount -o remount`, which fails
+   *   (and undoes the bind) when it cannot apply them.
+   * A target that already holds a mount (a repeated or interrupted publish) returns false
+   * before anything changed: the table path judges it, read-only setting included.
+   * @returns whether the volume is published
+   */
+  async #publishFast(
+    id: string,
+    dataset: string,
+    staging: string,
+    target: string,
+    flags: readonly string[],
+  ): Promise<boolean> {
+    const anchor = this.#anchors.get(dataset);
+    if (!anchor) return false;
+    const dirs = this.#d.config.stagePublishDirs;
+    const [stagingWalk, staged, targetWalk, here] = await Promise.all([
+      walkToParent(staging, dirs, this.#lstat),
+      look(this.#lstat, staging),
+      walkToParent(target, dirs, this.#lstat),
+      look(this.#lstat, target),
+    ]);
+    if (!showsRoot(staged, stagingWalk.parent, anchor)) return false;
+    if (targetWalk.crosses !== false || !this.#sameAsSeen(targetWalk)) return false;
+    if (here !== "missing" && !sameFile(here, this.#plainDirs.get(target))) return false;
+    await this.#ensureDirectory(target, 0o750);
+    await this.#remember(target);
+    await this.#d.mounter.bind(staging, target, flags);
+    if (await this.#landed(target, anchor)) return true;
+    this.#anchors.delete(dataset);
+    await this.#verifyBind("target_path", target, { id, dataset });
+    return true;
   }
 
   async NodeUnpublishVolume(req: NodeUnpublishVolumeRequest): Promise<unknown> {
@@ -354,14 +514,71 @@ export class NodeService {
     const targetArg = required("target_path", req.target_path);
     return await withLock(this.#d.locks, [dataset], async () => {
       const target = await this.#path("target_path", targetArg);
-      const table = await this.#d.mounter.table();
-      // Checked before anything is unmounted or removed: the directory removed below could
-      // otherwise be on someone else's filesystem.
-      this.#refuseMountBetween("target_path", target, table);
-      await this.#unmountAll(target, id, dataset, table);
+      if (!(await this.#unmountFast(target, dataset))) {
+        const table = await this.#d.mounter.table();
+        // Checked before anything is unmounted or removed: the directory removed below could
+        // otherwise be on someone else's filesystem.
+        this.#refuseMountBetween("target_path", target, table);
+        await this.#unmountAll(target, id, dataset, table);
+      }
       await this.#removeTarget(target);
+      this.#plainDirs.delete(target);
       return {};
     });
+  }
+
+  /**
+   * Unpublish or unstage without reading the mount table, at a path this process staged or
+   * published the volume at (so it knows the directory there and on the way), for a dataset
+   * whose root identity it has confirmed. What the table answered, and how instead:
+   * - nothing mounted between the base directory and the path: every directory on the way is
+   *   the same device and inode as when the table last showed nothing mounted on it (so the
+   *   directory removed afterwards is on the base directory's filesystem);
+   * - the top mount at the path is the volume's: it shows the dataset's device and root inode,
+   *   on another device than its parent; then it is unmounted (no -l, no -f);
+   * - nothing is left at the path: it shows the plain directory seen before the bind again, or
+   *   it does not exist (a mount point always does).
+   * Anything else (a foreign or unreadable mount, a second mount of the volume stacked below,
+   * a directory not seen before) returns false: the mount table decides, as it did before.
+   * @returns whether nothing of the volume is mounted at `path` any more
+   */
+  async #unmountFast(path: string, dataset: string): Promise<boolean> {
+    const anchor = this.#anchors.get(dataset);
+    const own = this.#plainDirs.get(path);
+    if (!anchor || !own) return false;
+    const [walk, here] = await Promise.all([
+      walkToParent(path, this.#d.config.stagePublishDirs, this.#lstat),
+      look(this.#lstat, path),
+    ]);
+    if (walk.crosses !== false || !this.#sameAsSeen(walk)) return false;
+    if (here === "missing" || sameFile(here, own)) return true;
+    if (!showsRoot(here, walk.parent, anchor)) return false;
+    await this.#d.mounter.unmount(path);
+    const after = await look(this.#lstat, path);
+    return after === "missing" || sameFile(after, own);
+  }
+
+  /**
+   * Whether every directory of `walk` was seen with nothing mounted on it, and is still the
+   * same device and inode.
+   */
+  #sameAsSeen(walk: Walk): boolean {
+    return walk.dirs.every(([dir, now]) => sameFile(now, this.#plainDirs.get(dir)));
+  }
+
+  /**
+   * Remembers `path` and the directories on its way as plain directories, right after the
+   * mount table (or, on the publish fast path, lstat) showed nothing mounted on them.
+   */
+  async #remember(path: string): Promise<void> {
+    const [walk, here] = await Promise.all([
+      walkToParent(path, this.#d.config.stagePublishDirs, this.#lstat),
+      look(this.#lstat, path),
+    ]);
+    // A cache, not a record: forgetting sends a call to the mount table, nothing worse.
+    if (this.#plainDirs.size > MAX_REMEMBERED_DIRS) this.#plainDirs.clear();
+    for (const [dir, seen] of walk.dirs) this.#plainDirs.set(dir, { dev: seen.dev, ino: seen.ino });
+    if (typeof here !== "string") this.#plainDirs.set(path, { dev: here.dev, ino: here.ino });
   }
 
   async NodeGetVolumeStats(req: NodeGetVolumeStatsRequest): Promise<unknown> {
@@ -512,9 +729,27 @@ export class NodeService {
     flags: readonly string[],
     volume: { id: string; dataset: string; before: readonly MountEntry[] },
   ): Promise<void> {
-    const { id, dataset, before } = volume;
     await this.#d.mounter.bind(source, target, flags);
-    const after = await this.#d.mounter.table();
+    // The dataset's root identity, once confirmed, tells that the bind landed and shows the
+    // volume without the table (see #publishFast); any doubt and the table decides.
+    const anchor = this.#anchors.get(volume.dataset);
+    if (anchor && await this.#landed(target, anchor)) return;
+    await this.#verifyBind(field, target, volume);
+  }
+
+  /**
+   * Reads the mount table after a bind to `target` and makes sure it landed there and shows the
+   * volume's dataset; otherwise undoes it and fails, as {@linkcode NodeService.#bindChecked}
+   * says. Without the table from before the bind (a fast path's bind), a mount that landed
+   * elsewhere is looked for where `target` leads now.
+   */
+  async #verifyBind(
+    field: string,
+    target: string,
+    volume: { id: string; dataset: string; before?: readonly MountEntry[] },
+  ): Promise<void> {
+    const { id, dataset, before } = volume;
+    const after = await this.#readTableAndLearn(target, dataset);
     const judge = this.#d.mounter.judge();
     const here = mountsAt(after, target);
     const top = here.at(-1);
@@ -530,7 +765,8 @@ export class NodeService {
       );
     }
     // Nothing at the target: the kernel put the mount wherever a swapped-in symlink led.
-    const strays = addedMounts(before, after).filter((e) =>
+    const added = before ? addedMounts(before, after) : await this.#mountsWhereLeads(target, after);
+    const strays = added.filter((e) =>
       judge.isMountOf(e, dataset) && e.mountPoint !== target &&
       mountsAt(after, e.mountPoint).at(-1) === e
     );
@@ -545,6 +781,46 @@ export class NodeService {
       `${field} "${target}" changed while volume "${id}" was being mounted there: the mount ` +
         `landed ${where} (is a directory on the way a symbolic link now?)`,
     );
+  }
+
+  /**
+   * The top mount where `path` leads now, when a symlink was swapped into it: where a bind to
+   * `path` landed. None when it leads to itself or cannot be resolved.
+   */
+  async #mountsWhereLeads(path: string, table: readonly MountEntry[]): Promise<MountEntry[]> {
+    const real = await this.#realPath(path).catch(() => undefined);
+    if (real === undefined || real === path) return [];
+    const top = mountsAt(table, real).at(-1);
+    return top ? [top] : [];
+  }
+
+  /**
+   * Reads the mount table; when its top mount at `path` is `dataset`'s and lstat shows the same
+   * device and inode at `path` before and after the read, on another device than its parent,
+   * remembers them as the dataset's root identity for the fast paths. The table says which
+   * filesystem is on top there; lstat on both sides of the read ties that to the device number
+   * (a mount changed in between shows another device or inode, and nothing is learned). The
+   * directories on the way must be the ones remembered before the bind: lstat follows a symlink
+   * swapped in among them, the table does not.
+   */
+  async #readTableAndLearn(path: string, dataset: string): Promise<MountEntry[]> {
+    const before = await look(this.#lstat, path);
+    const table = await this.#d.mounter.table();
+    const [after, walk] = await Promise.all([
+      look(this.#lstat, path),
+      walkToParent(path, this.#d.config.stagePublishDirs, this.#lstat),
+    ]);
+    const top = mountsAt(table, path).at(-1);
+    if (
+      top && this.#d.mounter.judge().isMountOf(top, dataset) && typeof before !== "string" &&
+      typeof after !== "string" && before.dev === after.dev && before.ino === after.ino &&
+      walk.crosses === false && this.#sameAsSeen(walk) && showsRoot(after, walk.parent, after)
+    ) {
+      this.#anchors.set(dataset, { dev: after.dev, ino: after.ino });
+    } else {
+      this.#anchors.delete(dataset);
+    }
+    return table;
   }
 
   /** Unmounts a mount the plugin just made by mistake; a failure is logged, not thrown. */

@@ -22,7 +22,9 @@ import {
   fakeServices,
   fsCap,
 } from "../../tests/support/service_harness.ts";
-import type { NodeService } from "./node.ts";
+import { NodeService } from "./node.ts";
+import { Datasets } from "./datasets.ts";
+import type { LstatFn } from "../mount/identity.ts";
 import type { NodePublishVolumeRequest, NodeStageVolumeRequest } from "./types.ts";
 
 const OWN = ["rw", "relatime", "xattr", "noacl"];
@@ -47,6 +49,8 @@ class Host {
   redirect: string | undefined;
   /** Runs just before a bind takes the source's top mount. */
   onBind: (() => void) | undefined;
+  /** Whether tank/nomad/v1 carries the marker (an admin may take it off). */
+  managed = true;
 
   constructor(runner: FakeRunner) {
     runner
@@ -75,7 +79,7 @@ class Host {
         row("mountpoint", "/mnt/v1", "default"),
         row("mounted", "yes"),
         row("refquota", "1073741824", "local"),
-        row(MANAGED_PROPERTY, "yes", "local"),
+        ...this.managed ? [row(MANAGED_PROPERTY, "yes", "local")] : [],
       ].join("\n") + "\n",
     };
   }
@@ -107,8 +111,32 @@ interface Harness extends AsyncDisposable, FakeServices<Host> {
   readonly base: string;
 }
 
+/**
+ * lstat as the kernel answers it on `host`: the top mount at a path shows its filesystem's
+ * device (one per source, type and options, which a bind copies) and root inode 1; any other
+ * path that exists lies on device 1, the base directory's, as does a mount with the option
+ * "x-samefs" (a bind mount of a directory of the base directory's filesystem: only its inode
+ * differs). `deny` answers EACCES, as a FUSE mount of another user does.
+ */
+function hostLstat(host: Host, deny: Set<string> = new Set()): LstatFn {
+  const devs = new Map<string, number>();
+  return async (path) => {
+    if (deny.has(path)) throw new Deno.errors.PermissionDenied(`lstat ${path}: EACCES`);
+    const top = host.at(path).at(-1);
+    if (top?.options.includes("x-samefs")) return { dev: 1, ino: 999_999, isDirectory: true };
+    if (top) {
+      const key = `${top.source}\0${top.fsType}\0${top.options.join(",")}`;
+      if (!devs.has(key)) devs.set(key, 100 + devs.size);
+      return { dev: devs.get(key)!, ino: 1, isDirectory: true };
+    }
+    const real = await Deno.lstat(path);
+    return { dev: 1, ino: real.ino ?? 0, isDirectory: real.isDirectory };
+  };
+}
+
 async function setup(
   before?: (runner: FakeRunner, host: () => Host) => void,
+  opts: { lstat?: (host: Host) => LstatFn; realPath?: (path: string) => Promise<string> } = {},
 ): Promise<Harness> {
   const base = await Deno.makeTempDir({ prefix: "zfs-csi-trust-" });
   const parts = fakeServices({
@@ -118,7 +146,20 @@ async function setup(
     ...(before ? { before } : {}),
   });
   const { runner } = parts;
-  const node = fakeNode(parts);
+  const { config, zfs, mounter, health, locks, log } = parts;
+  const node = opts.lstat
+    ? new NodeService({
+      config,
+      zfs,
+      mounter,
+      datasets: new Datasets(zfs, mounter),
+      health,
+      locks,
+      log,
+      lstat: opts.lstat(parts.host),
+      ...(opts.realPath ? { realPath: opts.realPath } : {}),
+    })
+    : fakeNode(parts);
   return {
     ...parts,
     node,
@@ -325,4 +366,270 @@ Deno.test("NodeUnpublishVolume keeps a directory with content and removes an emp
   assert.deepEqual(await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: empty }), {});
   assert.deepEqual(h.runner.argvs.at(-1), ["umount", "-c", empty]);
   await assert.rejects(Deno.lstat(empty), Deno.errors.NotFound);
+});
+
+// The fast paths (issue 15): with lstat that sees the host's mounts, a volume whose root identity
+// a mount table read has confirmed is staged, published, unpublished and unstaged without
+// reading the table again; every case lstat cannot decide goes back to the table.
+
+/** A harness whose node sees the host through lstat, with v1's root identity learned. */
+async function setupFast(
+  deny?: Set<string>,
+  realPath?: (path: string) => Promise<string>,
+): Promise<Harness & { staging: string }> {
+  const h = await setup(undefined, {
+    lstat: (host) => hostLstat(host, deny),
+    ...(realPath ? { realPath } : {}),
+  });
+  const staging = `${h.base}/staging/v1/rw`;
+  // The first stage reads the table (nothing learned yet) and learns the identity from it.
+  await h.node.NodeStageVolume(stageReq(staging));
+  assert.deepEqual(h.runner.argvs.filter((a) => a.length === 1), [["mount"], ["mount"]]);
+  await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging });
+  return Object.assign(h, { staging });
+}
+
+/** The commands run since `from`, without zfs get's property list. */
+function since(h: Harness, from: number): string[][] {
+  return h.runner.argvs.slice(from).map((a) => a[0] === "zfs" ? a.slice(0, 2) : a);
+}
+
+Deno.test("fast path: a lifecycle reads the table only at publish into a new directory", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  // The unstage of the warm-up already ran without the table.
+  assert.deepEqual(h.runner.argvs.at(-1), ["umount", "-c", staging]);
+  // Nomad makes a new per-allocation directory for each allocation: never seen before.
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(`${h.base}/per-alloc/a1/v1`, { recursive: true });
+  for (const seen of [false, true]) {
+    const from = h.runner.argvs.length;
+    await h.node.NodeStageVolume(stageReq(staging));
+    await h.node.NodePublishVolume(publishReq(staging, target));
+    assert.equal(h.host.at(staging).length, 1);
+    assert.equal(h.host.at(target).length, 1);
+    await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target });
+    await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging });
+    // (This fake host does not keep the staged mark: each stage sets it again.)
+    assert.deepEqual(since(h, from), [
+      ["zfs", "get"],
+      ["zfs", "set"],
+      ["mount", "-c", "--bind", "/mnt/v1", staging],
+      ...seen ? [] : [["mount"]],
+      ["mount", "-c", "--bind", staging, target],
+      ["umount", "-c", target],
+      ["umount", "-c", staging],
+    ], seen ? "a second allocation in the same directory" : "a new allocation");
+    assert.deepEqual([h.host.at(staging), h.host.at(target)], [[], []]);
+    await assert.rejects(Deno.lstat(target), Deno.errors.NotFound, "the target directory is gone");
+  }
+});
+
+Deno.test("fast path: a target below a same-filesystem bind mount on a new directory goes to the table", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  await Deno.mkdir(`${h.base}/per-alloc/a1`, { recursive: true });
+  // Same device as the base directory, and never seen: lstat cannot tell it from a directory.
+  h.host.add("/tmp/outside", `${h.base}/per-alloc/a1`, "none", ["rw", "x-samefs"]);
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq(staging, target)),
+    Code.INVALID_ARGUMENT,
+    { includes: `lies below another mount ("${h.base}/per-alloc/a1")` },
+  );
+  assert.deepEqual(since(h, from), [["mount"]]);
+  await assert.rejects(Deno.lstat(`${h.base}/per-alloc/a1/v1`), Deno.errors.NotFound);
+});
+
+Deno.test("fast path: a bind that took a mount stacked on the dataset is undone, then the table rules", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  h.host.onBind = () => h.host.add("tank/nomad/v1", "/mnt/v1", "fuse.zfs", [...USER_FUSE]);
+  const from = h.runner.argvs.length;
+  const covered =
+    `Dataset "tank/nomad/v1" is mounted at "/mnt/v1", but another mount lies on top ` +
+    `of it there: "tank/nomad/v1" (fuse.zfs, user_id=1000); unmount that (umount "/mnt/v1") ` +
+    `and retry`;
+  await assertRejectsCsi(
+    h.node.NodeStageVolume(stageReq(staging)),
+    Code.FAILED_PRECONDITION,
+    covered,
+  );
+  assert.deepEqual(since(h, from), [
+    ["zfs", "get"],
+    ["zfs", "set"],
+    ["mount", "-c", "--bind", "/mnt/v1", staging],
+    // Not the volume's identity: the table judges the bind, which is undone...
+    ["mount"],
+    ["umount", "-c", staging],
+    // ...and the table path's first check names what lies on the mountpoint.
+    ["zfs", "get"],
+    ["mount"],
+  ]);
+  assert.deepEqual(h.host.at(staging), []);
+  assert.deepEqual(
+    logged(h, "undoing a mount made in error").map((r) => r.path),
+    [staging],
+  );
+  // The identity is forgotten: the next stage checks the mountpoint in the table first.
+  h.host.onBind = undefined;
+  await assertRejectsCsi(h.node.NodeStageVolume(stageReq(staging)), Code.FAILED_PRECONDITION, {
+    includes: "another mount lies on top of it there",
+  });
+  assert.deepEqual(binds(h).length, 2, "no second bind");
+});
+
+Deno.test("fast path: a mount stacked on the staging path sends publish to the table, which refuses", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  // A user whose job made the volume's root its own mounts a FUSE filesystem over it.
+  h.host.add("tank/nomad/v1", staging, "fuse.zfs", [...USER_FUSE]);
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq(staging, target)),
+    Code.FAILED_PRECONDITION,
+    { includes: "is not staged at" },
+  );
+  assert.deepEqual(since(h, from), [["mount"]]);
+});
+
+Deno.test("fast path: unpublish leaves a foreign mount at the target alone", async () => {
+  await using h = await setupFast();
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await Deno.mkdir(target, { recursive: true });
+  h.host.add("tmpfs", target, "tmpfs", ["rw"]);
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
+    Code.FAILED_PRECONDITION,
+    `"${target}" holds a mount of "tmpfs", not of volume "v1"; leaving it alone`,
+  );
+  assert.deepEqual(since(h, from), [["mount"]]);
+  assert.equal(h.host.at(target).length, 1);
+});
+
+Deno.test("fast path: unpublish of two stacked mounts of the volume unmounts one, then asks the table", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await h.node.NodePublishVolume(publishReq(staging, target));
+  h.host.add("tank/nomad/v1", target, "zfs", OWN);
+  const from = h.runner.argvs.length;
+  await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target });
+  assert.deepEqual(since(h, from), [
+    ["umount", "-c", target],
+    ["mount"],
+    ["umount", "-c", target],
+  ]);
+  assert.deepEqual(h.host.at(target), []);
+});
+
+Deno.test("fast path: a publish whose target became a symlink is undone where the bind landed", async () => {
+  // Between the checks and the bind, a directory on the way becomes a symlink to /elsewhere
+  // (unit tests may not make symlinks: realpath answers as it would then).
+  let swapped = false;
+  await using h = await setupFast(undefined, (path) => {
+    if (!swapped) return Deno.realPath(path);
+    return Promise.resolve(path.replace(/^.*\/per-alloc\/a1\/v1\//, "/elsewhere/"));
+  });
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  const elsewhere = "/elsewhere";
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  h.host.onBind = () => swapped = true;
+  h.host.redirect = `${elsewhere}/rw`;
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq(staging, target)),
+    Code.INVALID_ARGUMENT,
+    { includes: `the mount landed at "${elsewhere}/rw" and was unmounted again` },
+  );
+  assert.deepEqual(since(h, from), [
+    ["mount", "-c", "--bind", staging, target],
+    ["mount"],
+    ["umount", "-c", `${elsewhere}/rw`],
+  ]);
+  assert.deepEqual(h.host.at(`${elsewhere}/rw`), []);
+});
+
+Deno.test("fast path: a mount between the base directory and the target sends the call to the table", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  await Deno.mkdir(`${h.base}/per-alloc`);
+  h.host.add("tmpfs", `${h.base}/per-alloc`, "tmpfs", ["rw"]);
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  const from = h.runner.argvs.length;
+  for (
+    const call of [
+      () => h.node.NodePublishVolume(publishReq(staging, target)),
+      () => h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target }),
+    ]
+  ) {
+    await assertRejectsCsi(call(), Code.INVALID_ARGUMENT, {
+      includes: `lies below another mount ("${h.base}/per-alloc")`,
+    });
+  }
+  assert.deepEqual(since(h, from), [["mount"], ["mount"]]);
+  await assert.rejects(Deno.lstat(`${h.base}/per-alloc/a1`), Deno.errors.NotFound, "made nothing");
+});
+
+Deno.test("fast path: a path lstat cannot read is judged by the mount table", async () => {
+  const deny = new Set<string>();
+  await using h = await setupFast(deny);
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  deny.add(staging);
+  const from = h.runner.argvs.length;
+  await h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging });
+  assert.deepEqual(since(h, from), [["mount"], ["umount", "-c", staging]]);
+});
+
+Deno.test("fast path: a bind mount of a same-filesystem directory at the staging path is left alone", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  // lstat shows the base directory's device there: only the inode tells it from the directory.
+  h.host.add("/tmp/other", staging, "none", ["rw", "x-samefs"]);
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodeUnstageVolume({ volume_id: "v1", staging_target_path: staging }),
+    Code.FAILED_PRECONDITION,
+    `"${staging}" holds a mount of "/tmp/other", not of volume "v1"; leaving it alone`,
+  );
+  await assertRejectsCsi(h.node.NodeStageVolume(stageReq(staging)), Code.ALREADY_EXISTS);
+  assert.deepEqual(since(h, from), [["mount"], ["zfs", "get"], ["mount"]]);
+  assert.equal(h.host.at(staging).length, 1);
+});
+
+Deno.test("fast path: a same-filesystem bind mount on a directory seen before sends publish to the table", async () => {
+  await using h = await setupFast();
+  const { staging } = h;
+  await h.node.NodeStageVolume(stageReq(staging));
+  const target = `${h.base}/per-alloc/a1/v1/rw`;
+  await h.node.NodePublishVolume(publishReq(staging, target));
+  await h.node.NodeUnpublishVolume({ volume_id: "v1", target_path: target });
+  h.host.add("/tmp/other", `${h.base}/per-alloc`, "none", ["rw", "x-samefs"]);
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(
+    h.node.NodePublishVolume(publishReq(staging, target)),
+    Code.INVALID_ARGUMENT,
+    { includes: `lies below another mount ("${h.base}/per-alloc")` },
+  );
+  assert.deepEqual(since(h, from), [["mount"]]);
+});
+
+Deno.test("fast path: a stage still refuses a dataset that lost its marker, binding nothing", async () => {
+  await using h = await setupFast();
+  h.host.managed = false;
+  const from = h.runner.argvs.length;
+  await assertRejectsCsi(h.node.NodeStageVolume(stageReq(h.staging)), Code.FAILED_PRECONDITION, {
+    includes: "exists but is not managed by zfs-csi",
+  });
+  assert.deepEqual(since(h, from), [["zfs", "get"]]);
+  assert.deepEqual(h.host.at(h.staging), []);
 });

@@ -144,7 +144,9 @@ export async function runHostVolumeOperation(
       trash,
       log,
       // The server's own store factory, loaded only by a delete that needs it.
-      ...(store ? { openStore: async () => (await import("../plugin.ts")).openStore(store) } : {}),
+      ...(store
+        ? { openStore: async () => (await import("../store/open.ts")).openStore(store) }
+        : {}),
     });
     if (call.op === "create") {
       const made = await volumes.create(call.req);

@@ -14,7 +14,7 @@ import {
   fakeServices,
   fsCap,
 } from "../../tests/support/service_harness.ts";
-import type { CreateVolumeRequest } from "../csi/types.ts";
+import type { ControllerExpandVolumeRequest, CreateVolumeRequest } from "../csi/types.ts";
 import { parseVolumeRecord } from "../store/chain.ts";
 import { ownerKey, volumeRecordKey } from "../store/layout.ts";
 import { acquire, parseOwner, release } from "./owner.ts";
@@ -76,7 +76,7 @@ Deno.test("CreateVolume follow=true writes the owner object and record, answers 
       createReq({ capacity_range: { required_bytes: String(2 * 2 ** 30), limit_bytes: "0" } }),
     ),
     Code.ALREADY_EXISTS,
-    /with other parameters, size or standby nodes/,
+    /with other parameters, size, standby nodes or source/,
   );
 });
 
@@ -113,7 +113,7 @@ Deno.test("CreateVolume follow=true refuses without a store, a zero interval, or
       createReq({ volume_content_source: { volume: { volume_id: "other@n1" } } }),
     ),
     Code.INVALID_ARGUMENT,
-    /cannot be made from a snapshot or a volume yet/,
+    /from a snapshot in the store \(an id store:…\) only, not from a volume/,
   );
   await assertRejectsCsi(
     service.CreateVolume(createReq({ parameters: { follow: "yes" } })),
@@ -207,4 +207,52 @@ Deno.test("ValidateVolumeCapabilities of a follow id asks the store, not this no
   }) as { confirmed?: unknown; message?: string };
   assert.ok(res.confirmed, String(res.message));
   assert.equal(runner.calls.length, 0);
+});
+
+function expandReq(id: string, required: string, limit: string): ControllerExpandVolumeRequest {
+  return {
+    volume_id: id,
+    capacity_range: { required_bytes: required, limit_bytes: limit },
+  } as ControllerExpandVolumeRequest;
+}
+
+Deno.test("ControllerExpandVolume of a follow volume grows it in the store; node expansion only while a node holds it", async () => {
+  const { service, store, runner } = controller(true);
+  await service.CreateVolume(createReq());
+  const expand = (bytes: number) =>
+    service.ControllerExpandVolume(expandReq("pg-data@*", String(bytes), "0")) as Promise<
+      Record<string, unknown>
+    >;
+  assert.deepEqual(await expand(2 * 2 ** 30), {
+    capacity_bytes: String(2 * 2 ** 30),
+    node_expansion_required: false,
+  });
+  const owner = () => parseOwner(store.peek(ownerKey("pg-data"))!);
+  assert.equal(owner().settings.capacityBytes, 2 * 2 ** 30);
+  assert.equal(owner().settings.properties.refquota, String(2 * 2 ** 30));
+  assert.equal(owner().settings.properties.compression, "lz4", "the other settings stay");
+  await acquire(store, "pg-data", {
+    node: "node-b",
+    nowMs: Date.now(),
+    ttlSeconds: 30,
+    mayTakeOver: () => ({ ok: false, message: "no" }),
+  });
+  assert.deepEqual(await expand(3 * 2 ** 30), {
+    capacity_bytes: String(3 * 2 ** 30),
+    node_expansion_required: true,
+  });
+  assert.equal(owner().holder, "node-b", "still held: the expansion changes the size only");
+  // A smaller required size without a limit is met already: no shrink is asked for.
+  assert.equal((await expand(2 ** 30)).capacity_bytes, String(3 * 2 ** 30));
+  await assertRejectsCsi(
+    service.ControllerExpandVolume(expandReq("pg-data@*", "0", String(2 ** 30))),
+    Code.OUT_OF_RANGE,
+    /shrinking/,
+  );
+  await assertRejectsCsi(
+    service.ControllerExpandVolume(expandReq("other@*", String(2 ** 30), "0")),
+    Code.NOT_FOUND,
+    /"other@\*" not found/,
+  );
+  assert.equal(runner.calls.length, 0, "no zfs command on the controller's node");
 });

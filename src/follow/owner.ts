@@ -203,11 +203,13 @@ export interface NewOwner {
   readonly settings: FollowSettings;
   /** The standby nodes (none when empty or absent). */
   readonly standbys?: readonly string[];
+  /** The head a volume made from a stored snapshot starts at (seed.ts); none otherwise. */
+  readonly head?: NewHead;
   readonly nowMs: number;
 }
 
 /**
- * Creates the owner object, released and without a head (If-None-Match). When one exists
+ * Creates the owner object, released and without a head unless one is given (If-None-Match). When one exists
  * already it is returned as it is: the caller decides whether it is the same volume.
  * @throws {StoreError} when the store fails
  */
@@ -223,8 +225,8 @@ export async function createOwner(
     holder: null,
     generation: 0,
     state: "released",
-    head: null,
-    headAt: null,
+    head: init.head?.guid ?? null,
+    headAt: init.head?.createdAt ?? null,
     renewedAt: new Date(init.nowMs).toISOString(),
     ttlSeconds: init.ttlSeconds,
     ...(init.standbys && init.standbys.length > 0 ? { standbys: [...init.standbys] } : {}),

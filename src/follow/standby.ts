@@ -12,6 +12,8 @@
  * increments onto a clean copy whose newest snapshot is on the chain, in full otherwise). The
  * copy stays as the core leaves a released one: read-only, not mounted, its release marker on
  * its newest snapshot (moved after every increment), so the next stage here finds it clean.
+ * Before increments, the copy is grown to the size the owner object records (an expansion since
+ * the copy was made: resize.ts), so what it receives has the volume's room.
  * A copy that diverged is set aside with the trash, as a stage would, unless it is mounted
  * (something still uses it): then it is left alone and the error shown.
  *
@@ -40,6 +42,8 @@ import type { CopyGate } from "./gate.ts";
 import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
 import { type CopyDeps, CREATE_ONLY, setAsideCopy } from "./mover.ts";
 import { type OwnerRecord, readOwner } from "./owner.ts";
+import { recordedSizeChanges } from "./resize.ts";
+import { SIZE_PROPERTIES } from "../csi/sizing.ts";
 
 /** Default time between two ticks. */
 export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
@@ -252,6 +256,8 @@ export class StandbyFollower {
         let bytes = 0;
         // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
         await this.#d.zfs.unmount(dataset);
+        // The volume may have grown since the copy was made: the increments need its room.
+        await this.#grow(dataset, r, log);
         for (const manifest of after) {
           signal.throwIfAborted();
           await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });
@@ -284,6 +290,15 @@ export class StandbyFollower {
         return received("full", chain.length, chain.reduce((n, m) => n + m.size, 0));
       }
     }
+  }
+
+  /** Grows the copy's size properties to what the owner object records (never shrinks). */
+  async #grow(dataset: string, r: OwnerRecord, log: Logger): Promise<void> {
+    const props = await this.#d.zfs.getProperties(dataset, SIZE_PROPERTIES);
+    const changes = props ? recordedSizeChanges(props, r.settings) : [];
+    if (changes.length === 0) return;
+    await this.#d.zfs.setProperties(dataset, changes);
+    log.info("standby copy sized as the store records it", { set: Object.fromEntries(changes) });
   }
 
   /** Sets a diverged copy aside with the trash, unless something still has it mounted. */

@@ -18,7 +18,14 @@ import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.t
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
 import { writeMarkers } from "./markers.ts";
 import { FollowVolumes } from "./mover.ts";
-import { acquire, createOwner, type Holding, moveHead, release } from "./owner.ts";
+import {
+  acquire,
+  createOwner,
+  type FollowSettings,
+  type Holding,
+  moveHead,
+  release,
+} from "./owner.ts";
 import { StandbyFollower } from "./standby.ts";
 
 const PARENT = "tank/nomad";
@@ -71,7 +78,14 @@ function hangingDownloads(store: Store): Store {
 }
 
 /** Node "n2" stands by for "pg", which node "n1" holds; the store has snapshots 1 ← 2 ← 3. */
-async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
+async function setup(
+  opts: {
+    standbys?: string[];
+    hang?: boolean;
+    settings?: FollowSettings;
+    onReceive?: (target: string) => void;
+  } = {},
+) {
   const runner = new FakeRunner();
   const pool = new FakePool(runner);
   const { zfs, log } = fakeTools(runner, undefined, 10_000);
@@ -81,6 +95,7 @@ async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
   // zfs receive -u <dataset>: the stream's snapshot appears with the manifest's guid.
   const streams = new FakeStreamRunner((argv) => {
     const target = argv.at(-1)!;
+    opts.onReceive?.(target);
     const m = pending.shift();
     // A full stream makes its filesystem.
     if (m && !pool.has(target)) pool.add(target, {});
@@ -117,7 +132,7 @@ async function setup(opts: { standbys?: string[]; hang?: boolean } = {}) {
     volume: "pg",
     uid: UID,
     ttlSeconds: 30,
-    settings: { capacityBytes: 0, properties: { compression: "lz4" } },
+    settings: opts.settings ?? { capacityBytes: 0, properties: { compression: "lz4" } },
     standbys,
     nowMs: 0,
   });
@@ -362,4 +377,24 @@ Deno.test("tick receives into one volume at most; the next tick starts after it"
   const third = await s.standby.tick();
   assert.deepEqual(third.checked, ["pg", "qa"]);
   assert.equal(third.received, undefined);
+});
+
+Deno.test("tick grows a standby copy to the recorded size before it receives increments", async () => {
+  const MiB = 1024 * 1024;
+  let quotaAtReceive: string | undefined;
+  let pool: FakePool | undefined;
+  const s = await setup({
+    // The volume was grown to 128 MiB after this node's copy was made at 64 MiB.
+    settings: { capacityBytes: 128 * MiB, properties: { refquota: String(128 * MiB) } },
+    onReceive: (target) => quotaAtReceive ??= pool?.value(target, "refquota"),
+  });
+  pool = s.pool;
+  cleanCopy(s.pool, "1");
+  s.pool.setValue(DS, "refquota", String(64 * MiB));
+  await head(s.store, s.holding, "2");
+  s.pending.push(s.manifests[1]!);
+  const report = await s.standby.tick();
+  assert.equal(report.received?.kind, "increment");
+  assert.equal(quotaAtReceive, String(128 * MiB), "grown before the first increment");
+  assert.equal(s.pool.value(DS, "refquota"), String(128 * MiB));
 });

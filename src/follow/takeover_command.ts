@@ -9,7 +9,7 @@ import { printJson } from "../cli/io.ts";
 import { requireGrant, resolveConfig, splitArgs } from "../cli/setup.ts";
 import { ConfigError } from "../config.ts";
 import { storeGrants } from "../permissions.ts";
-import { openStore } from "../plugin.ts";
+import { openStore } from "../store/open.ts";
 import { takeover } from "./takeover.ts";
 
 /** Usage of `takeover`. */

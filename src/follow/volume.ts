@@ -13,7 +13,13 @@ import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
 import { randomUid } from "./mover.ts";
 import { removeMarkers, writeMarkers } from "./markers.ts";
-import { createOwner, describeOwner, type FollowSettings, markDeleted } from "./owner.ts";
+import {
+  createOwner,
+  describeOwner,
+  type FollowSettings,
+  markDeleted,
+  type NewHead,
+} from "./owner.ts";
 
 /** The parameter (and volume context key) that makes a volume follow its job. */
 export const FOLLOW_KEY = "follow";
@@ -50,6 +56,11 @@ export interface NewFollowVolume {
   readonly standbys?: readonly string[];
   /** The node that answers the CreateVolume (recorded in volume.json). */
   readonly node: string;
+  /**
+   * A volume made from a stored snapshot: the uid its copied chain carries and the head it
+   * starts at (seed.ts); none for an empty volume.
+   */
+  readonly seed?: { readonly uid: string; readonly head: NewHead };
   readonly nowMs: number;
 }
 
@@ -64,22 +75,24 @@ export async function createFollowVolume(store: Store, spec: NewFollowVolume): P
   const volumeKey = encodeComponent("Volume name", spec.name);
   const { holding, created } = await createOwner(store, volumeKey, {
     volume: spec.name,
-    uid: randomUid(),
+    uid: spec.seed?.uid ?? randomUid(),
     ttlSeconds: spec.ttlSeconds,
     settings: spec.settings,
     ...(spec.standbys ? { standbys: spec.standbys } : {}),
+    ...(spec.seed ? { head: spec.seed.head } : {}),
     nowMs: spec.nowMs,
   });
   const r = holding.record;
   if (!created) {
     const same = JSON.stringify(sorted(r.settings)) === JSON.stringify(sorted(spec.settings)) &&
-      JSON.stringify(r.standbys ?? []) === JSON.stringify(spec.standbys ?? []);
+      JSON.stringify(r.standbys ?? []) === JSON.stringify(spec.standbys ?? []) &&
+      r.head === (spec.seed?.head.guid ?? null);
     if (r.state === "deleted" || !same || r.generation > 0) {
       throw new CsiError(
         Code.ALREADY_EXISTS,
         `Volume "${spec.name}" already exists in ${store.description} as a volume that follows ` +
           `its job (${describeOwner(r)}${
-            same ? "" : ", with other parameters, size or standby nodes"
+            same ? "" : ", with other parameters, size, standby nodes or source"
           }); a ` +
           `CreateVolume of its name is a retry only before any node held it. Give each volume a ` +
           `name of its own`,

@@ -1,13 +1,14 @@
 /**
- * Loads proto/csi.proto. The file is imported as text, so it is part of the module graph and
- * lands inside the compiled binary without any file read at run time.
+ * The csi.v1 services for grpc-js. Their types come from src/grpc/csi_descriptor.json, which
+ * src/grpc/proto_source.ts generates from proto/csi.proto: a JSON module is part of the module
+ * graph (so it lands inside the compiled binary), and building types from it takes half the time
+ * parsing the .proto text took at every start.
  */
 
 import * as grpc from "@grpc/grpc-js";
 import { Buffer } from "node:buffer";
 import protobuf from "protobufjs";
-import descriptorJson from "protobufjs/google/protobuf/descriptor.json" with { type: "json" };
-import csiProtoText from "../../proto/csi.proto" with { type: "text" };
+import csiDescriptor from "./csi_descriptor.json" with { type: "json" };
 
 /**
  * How messages are decoded for the handlers (see csi/types.ts): field names as in the proto,
@@ -28,20 +29,9 @@ export interface CsiServices {
   readonly Controller: grpc.ServiceClientConstructor;
 }
 
-function wellKnown(file: string): protobuf.INamespace {
-  const json = protobuf.common.get(file);
-  if (!json) throw new Error(`protobufjs lacks ${file}`);
-  return json;
-}
-
-/** Parses csi.proto (with the Google types it imports) into resolved protobufjs types. */
+/** The csi.v1 types (with the Google types they use), built from the generated descriptor. */
 export function loadCsiRoot(): protobuf.Root {
-  const root = new protobuf.Root();
-  root.addJSON((descriptorJson as protobuf.INamespace).nested ?? {});
-  for (const f of ["google/protobuf/wrappers.proto", "google/protobuf/timestamp.proto"]) {
-    root.addJSON(wellKnown(f).nested ?? {});
-  }
-  protobuf.parse(csiProtoText, root, { keepCase: true });
+  const root = protobuf.Root.fromJSON(csiDescriptor as protobuf.INamespace);
   root.resolveAll();
   return root;
 }
@@ -86,10 +76,21 @@ export function serviceDefinition(service: protobuf.Service): grpc.ServiceDefini
   return def;
 }
 
-/** The csi.v1 services. */
+let services: CsiServices | undefined;
+
+/**
+ * The csi.v1 services, built once per process: the server, the CLI and the tests' clients all
+ * use the same immutable definitions.
+ */
 export function loadCsiServices(): CsiServices {
+  if (services) return services;
   const root = loadCsiRoot();
   const client = (name: string) =>
     grpc.makeClientConstructor(serviceDefinition(root.lookupService(`csi.v1.${name}`)), name);
-  return { Identity: client("Identity"), Node: client("Node"), Controller: client("Controller") };
+  services = {
+    Identity: client("Identity"),
+    Node: client("Node"),
+    Controller: client("Controller"),
+  };
+  return services;
 }

@@ -1,17 +1,79 @@
 import assert from "node:assert/strict";
 import * as protoLoader from "@grpc/proto-loader";
 import type * as grpc from "@grpc/grpc-js";
+import protobuf from "protobufjs";
 import { DECODE_OPTIONS, loadCsiRoot, loadCsiServices, serviceDefinition } from "./proto.ts";
+import {
+  csiDescriptor,
+  DESCRIPTOR_URL,
+  descriptorText,
+  loadCsiRoot as parseCsiProto,
+} from "./proto_source.ts";
 
-/** What the plugin used before: @grpc/proto-loader over the same parsed root. */
+/** What the plugin used before: @grpc/proto-loader over csi.proto itself, parsed. */
 function protoLoaderServices(): Record<string, grpc.ServiceDefinition> {
-  const pkg = protoLoader.fromJSON(loadCsiRoot().toJSON(), { keepCase: true, ...DECODE_OPTIONS });
+  const pkg = protoLoader.fromJSON(parseCsiProto().toJSON(), { keepCase: true, ...DECODE_OPTIONS });
   return {
     Identity: pkg["csi.v1.Identity"] as grpc.ServiceDefinition,
     Node: pkg["csi.v1.Node"] as grpc.ServiceDefinition,
     Controller: pkg["csi.v1.Controller"] as grpc.ServiceDefinition,
   };
 }
+
+Deno.test("the descriptor the plugin loads is the one csi.proto gives (else regenerate it)", () => {
+  const committed = JSON.parse(Deno.readTextFileSync(DESCRIPTOR_URL));
+  assert.deepEqual(
+    committed,
+    csiDescriptor(parseCsiProto()),
+    "src/grpc/csi_descriptor.json is stale: run the command at the top of proto_source.ts",
+  );
+  // Byte for byte too, so regenerating leaves no diff behind.
+  assert.equal(Deno.readTextFileSync(DESCRIPTOR_URL), descriptorText());
+});
+
+/** What a field is on the wire: name, number, type, repeated or map key, oneof. */
+function shape(f: protobuf.Field): unknown[] {
+  const key = f instanceof protobuf.MapField ? f.keyType : undefined;
+  return [f.name, f.id, f.type, f.repeated, key, f.partOf?.name];
+}
+
+Deno.test("the descriptor carries every csi.v1 message, field and method, and no options", () => {
+  const parsed = parseCsiProto();
+  const loaded = loadCsiRoot();
+  let types = 0;
+  const visit = (ns: protobuf.NamespaceBase) => {
+    for (const nested of ns.nestedArray) {
+      if (nested instanceof protobuf.Type) {
+        types++;
+        const mine = loaded.lookupType(nested.fullName);
+        assert.deepEqual(
+          mine.fieldsArray.map(shape),
+          nested.fieldsArray.map(shape),
+          nested.fullName,
+        );
+        for (const f of mine.fieldsArray) assert.equal(f.options, undefined, f.fullName);
+      }
+      if (nested instanceof protobuf.Service) {
+        const mine = loaded.lookupService(nested.fullName);
+        assert.deepEqual(
+          mine.methodsArray.map((m) => [m.name, m.requestType, m.responseType, m.responseStream]),
+          nested.methodsArray.map((m) => [m.name, m.requestType, m.responseType, m.responseStream]),
+        );
+      }
+      if (nested instanceof protobuf.Namespace) visit(nested);
+    }
+  };
+  visit(parsed.lookup("csi.v1") as protobuf.Namespace);
+  // Every `message` of the file was compared (nested ones too).
+  const text = Deno.readTextFileSync(new URL("../../proto/csi.proto", import.meta.url));
+  assert.equal(types, text.match(/^\s*message \w+/gm)?.length);
+  // The descriptor types of the option extensions are not loaded at all.
+  assert.equal(loaded.lookup("google.protobuf.FieldOptions"), null);
+});
+
+Deno.test("the services are built once per process", () => {
+  assert.equal(loadCsiServices(), loadCsiServices());
+});
 
 const STAGE = {
   volume_id: "vol-1",

@@ -107,6 +107,14 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
   };
   const records = (node: Node, msg: string, from: number) =>
     node.plugin!.records().slice(from).filter((r) => r.msg === msg);
+  /** The records once there is one: the plugin logs a receive after its last `zfs set`. */
+  const loggedRecords = async (node: Node, msg: string, from: number) => {
+    const started = performance.now();
+    while (records(node, msg, from).length === 0 && performance.now() - started < 10_000) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return records(node, msg, from);
+  };
   try {
     for (const n of nodes) {
       n.plugin = await PluginProcess.start({
@@ -150,7 +158,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         onA = await claimVolume(a.plugin!, { volume_id: volumeId, volume_context: {} }, "alloc-1");
         for (let i = 0; i < 4; i++) await writeRandom(`${onA.target}/f${i}.bin`, MiB);
         const [first, fullMs] = await caughtUp(b);
-        const full = records(b, "standby copy received", 0);
+        const full = await loggedRecords(b, "standby copy received", 0);
         assert.equal(full[0]?.kind, "full", `B's first receive is full${logTail(b)}`);
         assert.ok(Number(full[0]?.bytes) > 4 * MiB, "B received A's 4 MiB");
         print(`standby: B reached the head (full, ${full[0]?.bytes} bytes) in ${fullMs} ms`);
@@ -158,7 +166,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         const mark = b.plugin!.records().length;
         await writeRandom(`${onA.target}/more.bin`, 256 * KiB);
         const [, incMs] = await caughtUp(b, first);
-        const inc = records(b, "standby copy received", mark);
+        const inc = await loggedRecords(b, "standby copy received", mark);
         assert.ok(inc.length > 0 && inc.every((r) => r.kind === "increment"), logTail(b));
         const bytes = inc.reduce((n, r) => n + Number(r.bytes), 0);
         assert.ok(bytes < 2 * MiB, `B received only the increment (${bytes} bytes)`);
@@ -223,7 +231,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         const mark = a.plugin!.records().length;
         await writeRandom(`${onB!.target}/on-b.bin`, 128 * KiB);
         await caughtUp(a, before);
-        const got = records(a, "standby copy received", mark);
+        const got = await loggedRecords(a, "standby copy received", mark);
         assert.ok(got.length > 0 && got.every((r) => r.kind === "increment"), logTail(a));
         await onB!.release();
         onB = undefined;
