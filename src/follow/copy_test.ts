@@ -54,3 +54,22 @@ Deno.test("planCopy: the holder's own copy is current only under its generation"
   // Nothing in the store and no copy: a new empty dataset.
   assert.equal(planCopy(undefined, { ...mine, chain: [] }).kind, "create");
 });
+
+Deno.test("planCopy: an unclean released copy says which fact moved", () => {
+  const owner = { generation: 3, heldBefore: false, chain };
+  const why = (local: LocalCopy) => {
+    const plan = planCopy(local, owner);
+    return plan.kind === "full" ? plan.why : `not set aside: ${plan.kind}`;
+  };
+  // A snapshot after the final one (a scheduled backup alongside the release): data unchanged,
+  // still not the store's snapshot, so no increment can start from it.
+  assert.match(
+    why({ ...clean("20"), newestGuid: "25", written: 0 }),
+    /newest snapshot is guid 25, not the released 20/,
+  );
+  assert.doesNotMatch(why({ ...clean("20"), newestGuid: "25" }), /writable|written/);
+  assert.match(why({ ...clean("30"), readonly: false }), /writable again/);
+  assert.match(why({ ...clean("30"), written: 8192 }), /8192 bytes written since/);
+  const all = why({ ...clean("20"), newestGuid: "25", readonly: false, written: 1 });
+  assert.match(all, /newest snapshot.*; it is writable again; 1 bytes written/);
+});

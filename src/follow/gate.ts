@@ -1,9 +1,10 @@
 /**
- * Keeps the background receives of standby copies (standby.ts) out of the way of the calls
- * Nomad waits for: a NodeStage or a release of a follow volume first stops a standby receive
- * into the same dataset (its download and zfs receive are aborted: an increment lands whole or
- * not at all, a full receive goes into a hidden dataset) and waits for it to end, and no
- * standby receive starts while one of them runs. So the standby never holds up a stage for the
+ * Keeps background work on a follow copy (standby receives, standby.ts; the holder's scheduled
+ * backups, mover.ts scheduledBackup) out of the way of the calls Nomad waits for: a NodeStage or
+ * a release of a follow volume first stops such work on the same dataset (a download and zfs
+ * receive are aborted: an increment lands whole or not at all, a full receive goes into a hidden
+ * dataset; an upload is aborted before its manifest) and waits for it to end, and none starts
+ * while one of them runs. So the standby never holds up a stage for the
  * length of a download, and never receives into a copy a stage is judging or mounting.
  */
 
@@ -20,7 +21,7 @@ export class CopyGate {
   readonly #running = new Map<string, Running>();
 
   /**
-   * For a standby receive: runs `fn` with a signal that a stage aborts, unless a stage or
+   * For background work (a standby receive, a scheduled backup): runs `fn` with a signal that a stage aborts, unless a stage or
    * release works on `dataset` (or another standby run does): then `fn` does not run.
    * @returns whether `fn` ran, and its result
    */

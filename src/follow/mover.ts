@@ -257,6 +257,45 @@ export class FollowVolumes {
     }
   }
 
+  /**
+   * A scheduled backup of `dataset` (the scheduler's, run by `backup`). A copy of a follow
+   * volume is backed up only while this node holds it and no stage or release of it runs here
+   * (gate.ts, as a standby receive): a stage or release that starts meanwhile stops its upload
+   * and waits for it, so that it stores its own snapshot last. Run alongside them, a backup
+   * could stamp a copy being staged with a store uid of its own (its record then refuses the
+   * volume's uid), or snapshot a released copy after its final snapshot, which then no longer
+   * matches the store's head (copy.ts) and costs a full receive at the next stage. The stored
+   * snapshot becomes the head (afterBackup). Any other dataset is backed up as it is.
+   * @returns "busy" when a stage or release of the copy runs or stopped it, when this node does
+   *   not hold it (released, fenced, a standby's), or when the dataset is gone
+   * @throws what `backup` throws
+   */
+  async scheduledBackup(
+    dataset: string,
+    options: BackupOptions,
+    backup: (options: BackupOptions) => Promise<BackupOutcome>,
+  ): Promise<BackupOutcome> {
+    const props = await this.#d.zfs.getProperties(dataset, [FOLLOW_GENERATION_PROPERTY]);
+    if (!props) return { status: "busy" };
+    if (generationOf(props) === undefined) return await backup(options);
+    const run = await this.#gate.background(dataset, async (preempt): Promise<BackupOutcome> => {
+      // Read in the gate: a release that marked the copy has ended, a later one waits for us.
+      const released = await this.#d.zfs.getProperties(dataset, [FOLLOW_RELEASED_PROPERTY]);
+      if (released?.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD) return { status: "busy" };
+      const signal = options.signal ? AbortSignal.any([options.signal, preempt]) : preempt;
+      try {
+        return await backup({ ...options, signal });
+      } catch (err) {
+        // Stopped by a stage or release, which stores the copy itself.
+        if (preempt.aborted && !options.signal?.aborted) return { status: "busy" };
+        throw err;
+      }
+    });
+    if (!run.ran) return { status: "busy" };
+    await this.afterBackup(dataset, run.value);
+    return run.value;
+  }
+
   /** Renews the lease of every volume this node holds. Never throws: failures are logged. */
   async renewAll(): Promise<void> {
     let tree;
@@ -387,6 +426,7 @@ export class FollowVolumes {
         head: r.head,
         plan: plan.kind,
         ...("why" in plan ? { why: plan.why } : {}),
+        ...(local ? { copy: local } : {}),
       });
       if ((plan.kind === "full" || plan.kind === "create") && plan.setAside) {
         await this.#setAside(spec.dataset, plan.why, log);

@@ -281,3 +281,129 @@ Deno.test("prepareStage renews the lease while it works, and fails if taken over
   assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
   assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
 });
+
+Deno.test("scheduledBackup stays out of a release: no snapshot after the final one", async () => {
+  let letGo = () => {};
+  const finalUpload = new Promise<void>((r) => (letGo = r));
+  const s = await setup({
+    backup: () => finalUpload.then(() => stored(manifest("2", "1"))),
+  });
+  await holdHere(s);
+  const released = s.follow.release({ name: "pg", dataset: DS });
+  for (let i = 0; i < 100 && s.backups.length === 0; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.deepEqual(s.backups, [DS], "the release's final backup is under way");
+  let ran = 0;
+  const outcome = await s.follow.scheduledBackup(DS, { skipIfBusy: true }, () => {
+    ran++;
+    return Promise.resolve(stored(manifest("3", "2")));
+  });
+  assert.deepEqual(outcome, { status: "busy" });
+  assert.equal(ran, 0, "nothing snapshots the copy while its release runs");
+  letGo();
+  await released;
+  // After the release the copy is not this node's volume any more: still nothing.
+  const after = await s.follow.scheduledBackup(DS, { skipIfBusy: true }, () => {
+    ran++;
+    return Promise.resolve(stored(manifest("3", "2")));
+  });
+  assert.deepEqual(after, { status: "busy" });
+  assert.equal(ran, 0);
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "2", "the copy is still clean");
+});
+
+Deno.test("a release stops a scheduled upload under way and stores its own snapshot last", async () => {
+  const order: string[] = [];
+  const s = await setup({
+    backup: () => {
+      order.push("final");
+      return Promise.resolve(stored(manifest("2", "1")));
+    },
+  });
+  await holdHere(s);
+  let started = () => {};
+  const uploading = new Promise<void>((r) => (started = r));
+  const scheduled = s.follow.scheduledBackup(DS, { skipIfBusy: true }, (o) => {
+    order.push("scheduled");
+    started();
+    // An upload that only ends when stopped.
+    return new Promise((_, reject) =>
+      o.signal?.addEventListener("abort", () => reject(o.signal?.reason))
+    );
+  });
+  await uploading;
+  await s.follow.release({ name: "pg", dataset: DS });
+  assert.deepEqual(await scheduled, { status: "busy" }, "stopped, not failed");
+  assert.deepEqual(order, ["scheduled", "final"]);
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "2");
+});
+
+Deno.test("scheduledBackup stores a held copy and moves the head; backs up other volumes as they are", async () => {
+  const s = await setup();
+  const held = await holdHere(s);
+  await moveHead(s.store, "pg", held, { guid: "1", createdAt: "x" }, 0);
+  const outcome = await s.follow.scheduledBackup(
+    DS,
+    { skipIfBusy: true },
+    () => Promise.resolve(stored(manifest("2", "1"))),
+  );
+  assert.equal(outcome.status, "stored");
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+  const plain = `${PARENT}/plain`;
+  s.pool.add(plain, { "org.zfs-csi:managed": "yes" });
+  let ran = 0;
+  const other = await s.follow.scheduledBackup(plain, { skipIfBusy: true }, () => {
+    ran++;
+    return Promise.resolve(stored(manifest("3", null)));
+  });
+  assert.equal(other.status, "stored");
+  assert.equal(ran, 1);
+  assert.equal((await readOwner(s.store, "pg"))!.record.head, "2");
+});
+
+Deno.test("a scheduled upload under way does not hold up the lease renewal", async () => {
+  const s = await setup();
+  const held = await holdHere(s);
+  let letGo = () => {};
+  const upload = new Promise<void>((r) => (letGo = r));
+  const scheduled = s.follow.scheduledBackup(
+    DS,
+    { skipIfBusy: true },
+    () => upload.then(() => stored(manifest("2", "1"))),
+  );
+  await s.follow.renewAll();
+  assert.notEqual((await readOwner(s.store, "pg"))!.etag, held.etag, "renewed meanwhile");
+  letGo();
+  assert.equal((await scheduled).status, "stored");
+});
+
+Deno.test("scheduledBackup leaves a copy alone while a stage prepares it", async () => {
+  const s = await setup();
+  let letGo = () => {};
+  const created = new Promise<void>((r) => (letGo = r));
+  // The copy exists (with the volume's properties) before the stage makes it this node's.
+  s.runner.on(["zfs", "create"], async () => {
+    s.pool.add(DS, {
+      "org.zfs-csi:managed": "yes",
+      [FOLLOW_GENERATION_PROPERTY]: "1",
+      [FOLLOW_RELEASED_PROPERTY]: "none",
+    });
+    await created;
+    return { code: 0 };
+  });
+  const stage = s.follow.prepareStage({ name: "pg", dataset: DS });
+  for (let i = 0; i < 100 && !s.pool.has(DS); i++) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(s.pool.has(DS), "the stage made the copy");
+  let ran = 0;
+  const outcome = await s.follow.scheduledBackup(DS, { skipIfBusy: true }, () => {
+    ran++;
+    return Promise.resolve(stored(manifest("3", null)));
+  });
+  assert.deepEqual(outcome, { status: "busy" });
+  assert.equal(ran, 0, "no backup of a copy the stage has not finished");
+  letGo();
+  await stage;
+  assert.equal(s.pool.value(DS, "readonly"), "off", "the stage went on");
+});
