@@ -19,8 +19,10 @@
  *
  *   deno run --frozen --allow-all bench/store_bench.ts   # this section alone
  *   ZFS_CSI_BENCH_QUICK=1 …                              # 64 MiB, one trial
+ *   ZFS_CSI_BENCH_STORE=file …                           # the directory store's rows only
  */
 
+import { createHash } from "node:crypto";
 import { Logger } from "../src/log.ts";
 import { receiveFromStore } from "../src/replicate/receive.ts";
 import { sendToStore } from "../src/replicate/send.ts";
@@ -71,6 +73,8 @@ export interface StoreBenchOptions {
   /** Overrides of the volume's size (MiB) and the trials per row, e.g. to look closer. */
   readonly volumeMiB?: number;
   readonly trials?: number;
+  /** Only the directory store's rows (ZFS_CSI_BENCH_STORE=file when run alone). */
+  readonly fileOnly?: boolean;
 }
 
 interface Config {
@@ -472,7 +476,9 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     },
   );
 
-  // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine.
+  // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
+  // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
+  // same file piped by cat, and the check alone: where the time goes.
   progress(`store: ${size} restores from the file store`);
   const storedFile = `${storeDir}/${keptFileManifest.stream}`;
   await interleave(cfg.trials, [
@@ -498,10 +504,33 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       await syncDisks();
       const target = `${parent}/engine-recv`;
       const { ms } = await timed(() =>
-        receiveFromStore(engine, { manifest: keptFileManifest, target })
+        receiveFromStore(engine, { manifest: keptFileManifest, target, readFile: true })
       );
       times.push("file restore engine", ms);
       await destroyTree(target);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/engine-pipe-recv`;
+      const { ms } = await timed(() =>
+        receiveFromStore(engine, { manifest: keptFileManifest, target })
+      );
+      times.push("file restore engine pipe", ms);
+      await destroyTree(target);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/cat-recv`;
+      times.push(
+        "file restore cat",
+        await timedBash(`cat ${shellQuote(storedFile)} | zfs receive -u ${shellQuote(target)}`),
+      );
+      await destroyTree(target);
+    },
+    async () => {
+      await syncDisks();
+      const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
+      times.push("file restore check", ms);
     },
   ]);
   rows.push(
@@ -525,7 +554,33 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       base: formatMs(times.median("file restore floor")),
       ratio: ratio(times.median("file restore engine"), times.median("file restore floor")),
       target: 1.1,
-      note: "receive.ts (held-back last chunk, checks, guid) without gRPC or temp dataset",
+      note: "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
+        "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
+    },
+    {
+      section: SECTION,
+      what: "  the check alone (SHA-256 of the stored file, in this process) vs the same",
+      plugin: formatMs(times.median("file restore check")),
+      base: formatMs(times.median("file restore floor")),
+      ratio: ratio(times.median("file restore check"), times.median("file restore floor")),
+      note: `what checking before receiving adds: 1 MiB reads by position from the page cache ` +
+        `(${rate(keptFileManifest.size, times.median("file restore check"))})`,
+    },
+    {
+      section: SECTION,
+      what: "  same engine through a pipe (as from S3) vs the same",
+      plugin: formatMs(times.median("file restore engine pipe")),
+      base: formatMs(times.median("file restore floor")),
+      ratio: ratio(times.median("file restore engine pipe"), times.median("file restore floor")),
+      note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
+    },
+    {
+      section: SECTION,
+      what: "  cat file | zfs receive vs the same",
+      plugin: formatMs(times.median("file restore cat")),
+      base: formatMs(times.median("file restore floor")),
+      ratio: ratio(times.median("file restore cat"), times.median("file restore floor")),
+      note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
     },
   );
 
@@ -611,6 +666,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     },
   );
   await pf.stop();
+  if (options.fileOnly) return rows;
 
   // --- S3 (versitygw) ------------------------------------------------------------------------
   progress("store: starting versitygw");
@@ -686,7 +742,8 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       ratio: ratio(times.median("s3 plugin"), times.median("s3 floor")),
       target: 1.1,
       note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload (8 MiB ` +
-        `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback); floor: ` +
+        `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback, by its own HTTP/1.1 client on ` +
+        `Deno.connect); floor: ` +
         `${curl} --aws-sigv4 -T file of the zfs send output already on disk (upload only; ` +
         `versitygw refuses a body without Content-Length, so no pipe); ` +
         `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
@@ -797,4 +854,26 @@ async function changeData(dataFile: string, cfg: Config, t: number): Promise<voi
   await overwriteRandom(dataFile, cfg.changedMiB, (t % regions) * cfg.changedMiB);
 }
 
-if (import.meta.main) await runSectionAlone(storeBench);
+/** Size and SHA-256 of a stored object read through {@linkcode FileStore.openFile}. */
+async function sha256Of(store: FileStore, key: string): Promise<string> {
+  const file = await store.openFile(key);
+  try {
+    const hash = createHash("sha256");
+    const buffer = new Uint8Array(MiB);
+    for (let position = 0;;) {
+      const n = await file.read(buffer, position);
+      if (n === 0) break;
+      hash.update(buffer.subarray(0, n));
+      position += n;
+    }
+    return hash.digest("hex");
+  } finally {
+    await file.close();
+  }
+}
+
+if (import.meta.main) {
+  await runSectionAlone((o) =>
+    storeBench({ ...o, fileOnly: Deno.env.get("ZFS_CSI_BENCH_STORE") === "file" })
+  );
+}

@@ -382,13 +382,13 @@ Deno.test("tick receives into one volume at most; the next tick starts after it"
 Deno.test("tick grows a standby copy to the recorded size before it receives increments", async () => {
   const MiB = 1024 * 1024;
   let quotaAtReceive: string | undefined;
-  let pool: FakePool | undefined;
+  const late: { pool?: FakePool } = {};
   const s = await setup({
     // The volume was grown to 128 MiB after this node's copy was made at 64 MiB.
     settings: { capacityBytes: 128 * MiB, properties: { refquota: String(128 * MiB) } },
-    onReceive: (target) => quotaAtReceive ??= pool?.value(target, "refquota"),
+    onReceive: (target) => quotaAtReceive ??= late.pool?.value(target, "refquota"),
   });
-  pool = s.pool;
+  late.pool = s.pool;
   cleanCopy(s.pool, "1");
   s.pool.setValue(DS, "refquota", String(64 * MiB));
   await head(s.store, s.holding, "2");

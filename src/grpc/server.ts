@@ -1,6 +1,6 @@
 /**
  * The gRPC server on a unix socket: h2c, as Nomad dials it. A stale socket left by a previous
- * process is removed; a live one (another plugin still serving) is an error.
+ * process is removed; a live one (another plugin still serving: it answers) is an error.
  */
 
 import * as grpc from "@grpc/grpc-js";
@@ -34,16 +34,47 @@ async function removeStaleSocket(path: string): Promise<void> {
   if (!info.isSocket) {
     throw new Error(`Cannot listen on "${path}": it exists and is not a socket`);
   }
+  let conn: Deno.UnixConn;
   try {
-    const conn = await Deno.connect({ transport: "unix", path });
-    conn.close();
-    throw new Error(`Cannot listen on "${path}": another process is serving on it`);
+    conn = await Deno.connect({ transport: "unix", path });
   } catch (err) {
     if (!(err instanceof Deno.errors.ConnectionRefused || err instanceof Deno.errors.NotFound)) {
       throw err;
     }
+    await Deno.remove(path);
+    return;
+  }
+  try {
+    if (await answers(conn)) {
+      throw new Error(`Cannot listen on "${path}": another process is serving on it`);
+    }
+  } finally {
+    conn.close();
   }
   await Deno.remove(path);
+}
+
+/** How long a server on an existing socket has to send its first bytes. */
+const ANSWER_WAIT_MS = 3_000;
+
+/**
+ * Whether a server accepted the connection: a gRPC (HTTP/2) server sends its SETTINGS frame at
+ * once. A connect can succeed with nobody serving: a killed plugin's listening socket lives on
+ * in its subprocesses (Deno's node:net socket is inherited across exec), such as a `zfs receive`
+ * reading a stored file on its own (src/replicate/restore.ts), and queues connections that no
+ * one will ever accept.
+ */
+async function answers(conn: Deno.UnixConn): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const silent = new Promise<null>((resolve) =>
+    timer = setTimeout(() => resolve(null), ANSWER_WAIT_MS)
+  );
+  try {
+    const n = await Promise.race([conn.read(new Uint8Array(16)).catch(() => null), silent]);
+    return n !== null && n > 0;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function implementation(

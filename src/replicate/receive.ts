@@ -4,7 +4,9 @@
  * held back; only when the whole download's size and SHA-256 match the manifest is that chunk
  * written and stdin closed. Otherwise zfs receive is stopped short of that chunk (its stdin cut,
  * then a kill if it does not exit), and a receive without `-s` that fails leaves nothing: zfs
- * never completes a stream that was not checked.
+ * never completes a stream that was not checked. Where the stream is a local file (the
+ * directory store) and the caller asks for it, the whole file is checked first and zfs then
+ * reads the file itself: no pipe, and the same guarantee.
  */
 
 import { createHash } from "node:crypto";
@@ -12,7 +14,7 @@ import type { ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { StreamedExit, StreamRunner } from "../run.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
-import type { Store } from "../store/store.ts";
+import type { Store, StoredFile } from "../store/store.ts";
 import { receiveArgs } from "../zfs/args.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { ReplicateError } from "./errors.ts";
@@ -46,6 +48,14 @@ export interface ReceiveSpec {
   readonly target: string;
   /** Stops the download and zfs receive. */
   readonly signal?: AbortSignal;
+  /**
+   * Where the store holds the stream as a local file (the directory store): give zfs receive
+   * the file itself as stdin and check it meanwhile (see receiveFile). Only for a caller that
+   * receives into a dataset it hands out after this returned and destroys when this throws, and
+   * copes with a receive that goes on after this process died (restore.ts): such a receive runs
+   * to its end on its own, unchecked.
+   */
+  readonly readFile?: boolean;
 }
 
 /** A failed write to zfs receive's stdin: zfs stopped reading, and its stderr says why. */
@@ -65,6 +75,107 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   signal?.throwIfAborted();
   const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
   const started = performance.now();
+  if (spec.readFile && deps.store.openFile) {
+    await receiveFile(deps, spec, log);
+  } else {
+    await receivePiped(deps, spec, log);
+  }
+  await checkReceivedGuid(deps, spec);
+  log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
+}
+
+/** Bytes per read of a stored stream: hashing a local file, or a download into our buffers. */
+const READ_BYTES = 1024 * 1024;
+
+/**
+ * {@linkcode receiveFromStore} from a local file: zfs receive gets the open file as its stdin
+ * and reads it itself, with no pipe (zfs-fuse reads a pipe slowly), while this process hashes
+ * the same file by position (pread: zfs's offset is untouched) from the page cache. The two run
+ * at once, so the check costs no time of its own; zfs may therefore complete the snapshot before
+ * the check ends. That is safe only because the caller (restore.ts) receives into a hidden
+ * temporary dataset, hands it out only after this returned, destroys it when this throws, and
+ * checks the file again before keeping a snapshot some earlier receive completed
+ * ({@linkcode checkStoredFile}). A failed check kills zfs receive. The store never changes a
+ * file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
+ * reads.
+ */
+async function receiveFile(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): Promise<void> {
+  const { manifest, target, signal } = spec;
+  const file = await deps.store.openFile!(manifest.stream);
+  try {
+    signal?.throwIfAborted();
+    const argv = [deps.zfsPath, ...receiveArgs(target, { unmounted: true })];
+    log.debug("receive started", { argv, from: "file" });
+    const child = deps.streams.spawn(argv, {
+      stdin: { fd: file.fd },
+      ...(signal ? { signal } : {}),
+    });
+    let zfsDone = false;
+    let checkFailed: unknown;
+    const checking = hashFile(file, manifest, () => zfsDone).catch((err) => {
+      checkFailed = err;
+      child.kill();
+    });
+    const exit = await child.exit;
+    // A receive that failed needs no check: stop reading.
+    zfsDone = exit.code !== 0;
+    await checking;
+    signal?.throwIfAborted();
+    if (checkFailed !== undefined) throw checkFailed;
+    if (exit.code !== 0) throw streamedZfsError(argv, exit);
+  } finally {
+    await file.close();
+  }
+}
+
+/**
+ * Hashes a stored file by position and checks it against its manifest; `stop` ends the reading
+ * early without a verdict.
+ * @throws {ReplicateError} checksum when the file is not the manifest's bytes
+ */
+async function hashFile(
+  file: StoredFile,
+  manifest: SnapshotManifest,
+  stop: () => boolean = () => false,
+): Promise<void> {
+  const digest = new Digest(manifest);
+  const buffer = new Uint8Array(READ_BYTES);
+  for (let position = 0;;) {
+    if (stop()) return;
+    const n = await file.read(buffer, position);
+    if (n === 0) break;
+    digest.update(buffer.subarray(0, n));
+    position += n;
+  }
+  digest.check();
+}
+
+/**
+ * Checks a stream the store holds as a local file against its manifest (size and SHA-256), for
+ * a snapshot that a receive from that file completed before its check ended (a plugin killed
+ * meanwhile): restore.ts keeps such a snapshot only after this passed.
+ * @throws {ReplicateError} checksum when the file is not the manifest's bytes
+ */
+export async function checkStoredFile(
+  deps: ReceiveDeps,
+  manifest: SnapshotManifest,
+  signal?: AbortSignal,
+): Promise<void> {
+  const file = await deps.store.openFile!(manifest.stream);
+  try {
+    await hashFile(file, manifest, () => signal?.aborted === true);
+    signal?.throwIfAborted();
+  } finally {
+    await file.close();
+  }
+}
+
+/**
+ * {@linkcode receiveFromStore} through a pipe: the download is hashed as it is written to zfs
+ * receive's stdin, its last chunk held back until the whole download checked (module doc).
+ */
+async function receivePiped(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): Promise<void> {
+  const { manifest, target, signal } = spec;
   const download = await deps.store.getStream(manifest.stream, signal ? { signal } : {});
   const argv = [deps.zfsPath, ...receiveArgs(target, { unmounted: true })];
   log.debug("receive started", { argv });
@@ -110,6 +221,11 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   }
   const exit = await child.exit;
   if (exit.code !== 0) throw streamedZfsError(argv, exit);
+}
+
+/** Makes sure the snapshot zfs made has the manifest's guid. */
+async function checkReceivedGuid(deps: ReceiveDeps, spec: ReceiveSpec): Promise<void> {
+  const { manifest, target } = spec;
   const snapshot = `${target}@${manifest.snapshot}`;
   const guid = (await deps.zfs.getProperties(snapshot, ["guid"]))?.get("guid")?.value;
   if (guid !== manifest.guid) {
@@ -119,11 +235,7 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
         `guid is ${guid ?? "missing"}, not the manifest's ${manifest.guid}`,
     );
   }
-  log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
 }
-
-/** Bytes per read of a download that can be read into buffers of ours (a byte stream). */
-const READ_BYTES = 1024 * 1024;
 
 /**
  * A download, chunk by chunk. A byte stream (a file store's file) is read into two buffers of

@@ -349,3 +349,63 @@ Deno.test("receiveFromStore from a file store holds back the last read when the 
   assert.deepEqual(proc.events.slice(-2), ["abort", "exit 1"]);
   assert.deepEqual(runner.argvs, []);
 });
+
+Deno.test("receiveFromStore with readFile pipes from a store without local files, as before", async () => {
+  const bytes = joinChunks(patternChunks(50_001, 1000));
+  const m = manifest(bytes);
+  const { streams, store, deps } = setup();
+  await stored(store, m, bytes);
+  await receiveFromStore(deps, { manifest: m, target: TARGET, readFile: true });
+  const proc = streams.processes[0]!;
+  assert.equal(proc.options.stdin, "piped");
+  assert.deepEqual(proc.stdinBytes, bytes);
+});
+
+Deno.test("receiveFromStore with readFile gives zfs a file store's checked file, and no pipe", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  await using dir = await fileStoreHolding(m, bytes);
+  const { streams, runner, deps } = setup();
+  await receiveFromStore(
+    { ...deps, store: dir.store },
+    { manifest: m, target: TARGET, readFile: true },
+  );
+  const proc = streams.processes[0]!;
+  assert.equal(typeof proc.options.stdin, "object", "a descriptor, not a pipe");
+  assert.deepEqual(proc.argv, ["zfs", "receive", "-u", TARGET]);
+  assert.deepEqual(runner.argvs.at(-1)?.at(-1), `${TARGET}@.backup-1001`, "guid checked");
+
+  // A damaged file: zfs reads it while it is checked, and the check's failure is the error
+  // (restore.ts destroys what zfs made of it).
+  const bad = bytes.slice();
+  bad[bad.length - 1]! ^= 1;
+  await dir.store.putBytes(m.stream, bad);
+  const err = await failure(
+    receiveFromStore({ ...deps, store: dir.store }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  assert.equal(streams.processes.length, 2);
+  assert.equal(typeof streams.processes[1]!.options.stdin, "object", "from the file again");
+});
+
+Deno.test("receiveFromStore with readFile kills a zfs receive still reading a file that failed its check", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  const bad = bytes.slice();
+  bad[0]! ^= 1;
+  await using dir = await fileStoreHolding(m, bad);
+  const { streams, deps } = setup({ hang: true });
+  const err = await failure(
+    receiveFromStore({ ...deps, store: dir.store }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  assert.ok(streams.processes[0]!.killed, "zfs receive was killed");
+});

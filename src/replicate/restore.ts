@@ -4,17 +4,56 @@
  * receive.ts), given the volume's properties, and only then renamed to the volume's name. A
  * failed restore leaves no volume; its temporary dataset is destroyed, after checking that it
  * holds exactly what this restore received.
+ *
+ * From a directory store zfs receive reads the full stream from the file itself while the plugin
+ * checks that file (receive.ts `readFile`): the check costs no time of its own, but zfs may
+ * complete the snapshot before the check ends, so nothing is renamed or handed out before it
+ * passed. Such a receive outlives a plugin killed during it and
+ * runs to its end on its own (zfs-fuse's daemon does the receive; OpenZFS's `zfs receive` is
+ * not tied to the plugin). A later restore of the same target (the plugin restarted, the
+ * CreateVolume repeated) therefore reads what the temporary dataset holds before it acts:
+ * - nothing there: it receives the chain;
+ * - the dataset without any snapshot: a receive is writing into it (zfs makes the snapshot only
+ *   at the stream's end, and removes a failed receive's dataset itself, also at the next pool
+ *   import). It is never destroyed: the restore waits until the snapshot appears or the dataset
+ *   goes, and gives up (FAILED_PRECONDITION, naming it) only when its space used stops changing
+ *   for {@linkcode RestoreDeps.stallMs};
+ * - the dataset with the first snapshots of the chain (guids as in the manifests): the full
+ *   stream's file is checked again (an orphaned receive completed it unchecked), and only when
+ *   it matches its manifest are they kept and the rest of the chain received on top; otherwise
+ *   the temporary dataset is destroyed and the restore fails as a bad stream does.
+ *   Incrementals go through a pipe and are checked before zfs sees their last bytes (they die
+ *   with the plugin), so only the first stream can have an orphaned receive.
  */
 
 import { createHash } from "node:crypto";
-import { Code, CsiError } from "../errors.ts";
+import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
+import { reasonText } from "../zfs/zfs.ts";
 import type { PropertyList } from "../zfs/args.ts";
-import { type ReceiveDeps, restoreChain } from "./receive.ts";
+import type { PropertyMap } from "../zfs/parse.ts";
+import { checkChain, checkStoredFile, type ReceiveDeps, receiveFromStore } from "./receive.ts";
 
 /** Prefix of the temporary datasets restores receive into. */
 export const RESTORE_PREFIX = ".restore-";
+
+/** What {@linkcode restoreVolume} works with. */
+export interface RestoreDeps extends ReceiveDeps {
+  /** How often a receive of another process is looked at while waiting for it (1 s). */
+  readonly pollMs?: number;
+  /**
+   * How long another process's receive may go without its space used changing before the
+   * restore gives up on it (default {@linkcode STALL_MS}).
+   */
+  readonly stallMs?: number;
+}
+
+/** Default of {@linkcode RestoreDeps.stallMs}. */
+export const STALL_MS = 10 * 60_000;
+
+/** Attempts to start the chain's receive when another receive keeps taking the name first. */
+const START_ATTEMPTS = 5;
 
 /** One restore. */
 export interface RestoreVolumeSpec {
@@ -34,56 +73,100 @@ export function restoreTempDataset(parentDataset: string, target: string): strin
   return `${parentDataset}/${RESTORE_PREFIX}${hash}`;
 }
 
+/** What the temporary dataset holds, looked at with zfs. */
+type TempState =
+  | { readonly kind: "missing" }
+  /** A receive is writing into it: no snapshot yet. */
+  | { readonly kind: "receiving"; readonly used: string }
+  /** The first `count` streams of the chain, received whole. */
+  | { readonly kind: "received"; readonly count: number };
+
 /**
  * Receives the chain into the temporary dataset, sets the properties and renames it to
- * `target`. A temporary dataset left by an earlier attempt is destroyed first, if it holds
- * only snapshots of this chain.
- * @throws whatever restoreChain throws (ReplicateError, ZfsError, StoreError), after cleaning up
+ * `target`; see the module doc for what it does with a temporary dataset already there.
+ * @throws whatever receiveFromStore throws (ReplicateError, ZfsError, StoreError), after cleaning up
  * @throws {ZfsError} exists when `target` appeared meanwhile; CsiError FAILED_PRECONDITION when
- *   the temporary dataset holds something this restore did not receive
+ *   the temporary dataset holds something this restore did not receive, or a receive into it
+ *   stalled
  */
-export async function restoreVolume(deps: ReceiveDeps, spec: RestoreVolumeSpec): Promise<void> {
+export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec): Promise<void> {
+  checkChain(spec.chain);
   const temp = restoreTempDataset(spec.parentDataset, spec.target);
   const log = deps.log.child({ target: spec.target, temp });
-  await removeLeftover(deps, temp, spec.chain);
-  try {
-    await restoreChain(deps, {
-      chain: spec.chain,
-      target: temp,
-      ...(spec.signal ? { signal: spec.signal } : {}),
-    });
-    const props = spec.properties.filter(([name]) => name !== MANAGED_PROPERTY);
-    await deps.zfs.setProperties(temp, [[MANAGED_PROPERTY, MANAGED_VALUE], ...props]);
-    await deps.zfs.rename(temp, spec.target);
-  } catch (err) {
-    try {
-      await removeLeftover(deps, temp, spec.chain);
-    } catch (cleanup) {
-      log.warn("could not remove a failed restore's temporary dataset", { error: cleanup });
+  const { chain, signal } = spec;
+  for (let attempt = 1;; attempt++) {
+    signal?.throwIfAborted();
+    let state = await inspect(deps, temp, chain);
+    if (state.kind === "receiving") {
+      log.info("waiting for a receive into the temporary dataset that this restore did not start");
+      state = await waitForReceive(deps, temp, chain, state, signal);
+      if (state.kind === "missing") continue; // that receive failed: start again
     }
-    throw err;
+    const have = state.kind === "received" ? state.count : 0;
+    try {
+      if (have > 0) {
+        // Received by a process that may have died before its check ended: check it again.
+        if (deps.store.openFile) await checkStoredFile(deps, chain[0]!, signal);
+        log.info("keeping the streams already received", { streams: have });
+      }
+      for (let i = have; i < chain.length; i++) {
+        await receiveFromStore(deps, {
+          manifest: chain[i]!,
+          target: temp,
+          // Only the full stream: see the module doc.
+          readFile: i === 0,
+          ...(signal ? { signal } : {}),
+        });
+      }
+      const props = spec.properties.filter(([name]) => name !== MANAGED_PROPERTY);
+      await deps.zfs.setProperties(temp, [[MANAGED_PROPERTY, MANAGED_VALUE], ...props]);
+      await deps.zfs.rename(temp, spec.target);
+      break;
+    } catch (err) {
+      let after: TempState | undefined;
+      try {
+        after = await inspect(deps, temp, chain);
+        // zfs refused because another process's receive took the name first (its plugin was
+        // killed just after starting it): wait for that one, or keep what it received. Never
+        // destroyed here: what it holds is that receive's, not this one's.
+        if (
+          have === 0 && tookTheName(err) && after.kind !== "missing" &&
+          attempt < START_ATTEMPTS && !signal?.aborted
+        ) {
+          log.info("another receive took the temporary dataset first", { error: err.message });
+          continue;
+        }
+        if (after.kind === "received") await destroyTemp(deps, temp);
+      } catch (cleanup) {
+        log.warn("could not remove a failed restore's temporary dataset", { error: cleanup });
+      }
+      throw err;
+    }
   }
   log.info("volume restored from the store", {
-    snapshots: spec.chain.length,
-    bytes: spec.chain.reduce((n, m) => n + m.size, 0),
+    snapshots: chain.length,
+    bytes: chain.reduce((n, m) => n + m.size, 0),
   });
 }
 
 /**
- * Destroys the temporary dataset if it exists and holds nothing but snapshots whose guids are
- * in `chain` (what a restore of this chain receives): never anything else under that name.
+ * What the temporary dataset holds. Received streams must be the chain's first ones (the
+ * guids of its snapshots), nothing else may be below it.
  * @throws {CsiError} FAILED_PRECONDITION when it holds something else, naming it
  */
-async function removeLeftover(
-  deps: ReceiveDeps,
+async function inspect(
+  deps: RestoreDeps,
   temp: string,
   chain: readonly SnapshotManifest[],
-): Promise<void> {
-  const tree = await deps.zfs.getTree(temp, 1, ["type", "guid"]);
-  if (!tree) return;
-  const guids = new Set(chain.map((m) => m.guid));
+): Promise<TempState> {
+  const tree = await deps.zfs.getTree(temp, 1, ["type", "guid", "used"]);
+  if (!tree) return { kind: "missing" };
+  const snapshots = [...tree.keys()].filter((name) => name.startsWith(`${temp}@`));
+  const guids = new Set(snapshots.map((name) => tree.get(name)?.get("guid")?.value ?? ""));
+  const count = chain.findIndex((m) => !guids.has(m.guid));
+  const prefix = count < 0 ? chain.length : count;
   const foreign = [...tree.entries()].filter(([name, props]) =>
-    name !== temp && !(name.startsWith(`${temp}@`) && guids.has(props.get("guid")?.value ?? ""))
+    name !== temp && !(name.startsWith(`${temp}@`) && inPrefix(props, chain, prefix))
   ).map(([name]) => name);
   if (tree.get(temp)?.get("type")?.value !== "filesystem" || foreign.length > 0) {
     throw new CsiError(
@@ -92,6 +175,71 @@ async function removeLeftover(
         `(${foreign.join(", ") || "not a filesystem"}): rename or destroy it by hand`,
     );
   }
-  // The whole subtree was just read: only the chain's snapshots are below it.
+  if (snapshots.length === 0) {
+    return { kind: "receiving", used: tree.get(temp)?.get("used")?.value ?? "" };
+  }
+  return { kind: "received", count: prefix };
+}
+
+/** Whether a snapshot is one of the chain's first `count` streams. */
+function inPrefix(props: PropertyMap, chain: readonly SnapshotManifest[], count: number): boolean {
+  const guid = props.get("guid")?.value;
+  return chain.slice(0, count).some((m) => m.guid === guid);
+}
+
+/**
+ * Waits while another receive writes into the temporary dataset, until its first snapshot
+ * appears or the dataset goes.
+ * @throws {CsiError} FAILED_PRECONDITION when its space used has not changed for stallMs
+ */
+async function waitForReceive(
+  deps: RestoreDeps,
+  temp: string,
+  chain: readonly SnapshotManifest[],
+  first: TempState & { kind: "receiving" },
+  signal: AbortSignal | undefined,
+): Promise<TempState> {
+  const stallMs = deps.stallMs ?? STALL_MS;
+  let used = first.used;
+  let changed = performance.now();
+  for (;;) {
+    await sleep(deps.pollMs ?? 1000, signal);
+    const state = await inspect(deps, temp, chain);
+    if (state.kind !== "receiving") return state;
+    if (state.used !== used) {
+      used = state.used;
+      changed = performance.now();
+    } else if (performance.now() - changed >= stallMs) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `"${temp}" holds a receive that has made no progress for ${Math.round(stallMs / 1000)} ` +
+          `s and has no snapshot yet; the restore never destroys it while a receive may be ` +
+          `writing into it: if no zfs receive into it runs on this node, destroy it by hand`,
+      );
+    }
+  }
+}
+
+/** Whether zfs receive refused because its target was there (made by another receive). */
+function tookTheName(err: unknown): err is ZfsError {
+  return err instanceof ZfsError && /\bexists\b|\bbusy\b/.test(reasonText(err.stderr));
+}
+
+/** Destroys the temporary dataset, which was just read to hold only the chain's snapshots. */
+async function destroyTemp(deps: RestoreDeps, temp: string): Promise<void> {
   await deps.zfs.destroy(temp, { recursive: true });
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }

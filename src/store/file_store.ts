@@ -41,6 +41,7 @@ import {
   type ObjectBytes,
   type PutResult,
   type Store,
+  type StoredFile,
   type StoredObject,
   StoreError,
   type TransferOptions,
@@ -235,6 +236,28 @@ export class FileStore implements Store {
       signal: options.signal,
       mapError: (err) => fileStoreError(err, "read", key, this.description),
     });
+  }
+
+  async openFile(key: string): Promise<StoredFile> {
+    this.#checkKey(key);
+    if ((await this.#probe(key, "read")).kind !== "file") {
+      await this.#requireRoot("read", key);
+      throw new StoreError("not_found", `"${key}" is not in ${this.description}`);
+    }
+    // A node:fs handle: its descriptor is what a command can be given as stdin. Objects are
+    // written to a temporary file and renamed into place, never changed in place, so the bytes
+    // of this open file stay what they are while it is read, whatever the key names later.
+    const handle = await this.#io(() => openNode(this.#path(key), "r"), "read", key);
+    return {
+      fd: handle.fd,
+      read: (buffer, position) =>
+        this.#io(
+          async () => (await handle.read(buffer, 0, buffer.length, position)).bytesRead,
+          "read",
+          key,
+        ),
+      close: () => handle.close(),
+    };
   }
 
   async getBytes(key: string): Promise<ObjectBytes | undefined> {

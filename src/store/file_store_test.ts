@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { write } from "node:fs";
+import { readSync, write } from "node:fs";
 import {
   assertRejectsKind,
   INVALID_KEYS,
@@ -380,4 +380,34 @@ Deno.test("FileStore.putWritten keeps nothing when the writer fails or the write
   );
   assert.deepEqual(await store.list(""), []);
   assert.deepEqual(await names(`${dir.path}/.tmp`), []);
+});
+
+Deno.test("FileStore.openFile reads by position, keeps the descriptor at the start, and survives a replaced key", async () => {
+  await using dir = await tempDir();
+  const store = new FileStore(dir.path);
+  const bytes = new Uint8Array(100_000).map((_, i) => (i * 7) % 251);
+  await store.putBytes("v1/s/a.zfs", bytes);
+  const file = await store.openFile("v1/s/a.zfs");
+  try {
+    // The key now names another file (a writer renames over it): the open one is unchanged.
+    await store.putBytes("v1/s/a.zfs", encoder.encode("replaced"));
+    const buf = new Uint8Array(60_000);
+    assert.equal(await file.read(buf, 50_000), 50_000);
+    assert.deepEqual(buf.subarray(0, 50_000), bytes.subarray(50_000));
+    assert.equal(await file.read(buf, 100_000), 0, "0 at the end");
+    // What a command given the descriptor reads: from its offset, still the start.
+    const first = new Uint8Array(10);
+    assert.equal(readSync(file.fd, first, 0, 10, null), 10);
+    assert.deepEqual(first, bytes.subarray(0, 10));
+  } finally {
+    await file.close();
+  }
+  await assert.rejects(
+    store.openFile("v1/s/missing.zfs"),
+    (err) => err instanceof StoreError && err.kind === "not_found",
+  );
+  await assert.rejects(
+    new FileStore(`${dir.path}/gone`).openFile("v1/s/a.zfs"),
+    (err) => err instanceof StoreError && err.kind === "unavailable",
+  );
 });

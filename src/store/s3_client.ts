@@ -1,5 +1,6 @@
 /**
- * One signed S3 request at a time over fetch: the URL (path-style or virtual-hosted), the
+ * One signed S3 request at a time over a fetch-shaped transport (src/store/http1.ts in
+ * production, a fake in unit tests): the URL (path-style or virtual-hosted), the
  * SigV4 headers, a time limit joined with the caller's signal, retries of idempotent requests
  * on transient failures, and failed answers turned into {@linkcode StoreError}s
  * (src/store/s3_errors.ts). Knows nothing of the store's keys or layout.
@@ -50,6 +51,31 @@ export interface RetryPolicy {
 /** Four tries over about 2 s. */
 export const DEFAULT_RETRY: RetryPolicy = { tries: 4, baseDelayMs: 250, maxDelayMs: 4000 };
 
+/** What a request hands its transport: fetch's arguments, narrowed to what is sent. */
+export interface TransportInit {
+  readonly method: string;
+  readonly headers: Headers;
+  /** Sent as it is: the transport neither copies nor keeps it. */
+  readonly body: Uint8Array<ArrayBuffer> | null;
+  readonly signal: AbortSignal;
+  readonly redirect: "manual";
+}
+
+/** Sends one request (fetch fits, and so does {@linkcode Http1Client.fetch}). */
+export type FetchLike = (url: URL, init: TransportInit) => Promise<Response>;
+
+/** How requests go out. */
+export interface Transport {
+  readonly fetch: FetchLike;
+  /** Keeps connections open for reuse until disposed (a multipart upload's run of parts). */
+  hold(): Disposable;
+}
+
+/** A transport over `fetch` (which pools its connections by itself): for tests and fakes. */
+export function fetchTransport(fetchLike: FetchLike): Transport {
+  return { fetch: fetchLike, hold: () => ({ [Symbol.dispose]() {} }) };
+}
+
 /** Options of an {@linkcode S3Client}. */
 export interface S3ClientOptions {
   readonly address: S3Address;
@@ -58,7 +84,7 @@ export interface S3ClientOptions {
   /** Time limit of one request (for a download: of each wait for more bytes). */
   readonly timeoutMs: number;
   readonly retry: RetryPolicy;
-  readonly fetch: typeof fetch;
+  readonly transport: Transport;
 }
 
 /** One request. */
@@ -123,6 +149,11 @@ export class S3Client {
   constructor(options: S3ClientOptions) {
     this.#o = options;
     this.#unsignedAllowed = protectsPayload(options.address.endpoint);
+  }
+
+  /** Keeps the transport's connections open for a run of requests, until disposed. */
+  hold(): Disposable {
+    return this.#o.transport.hold();
   }
 
   /** The URL of an object or the bucket (see {@linkcode s3Url}). */
@@ -196,8 +227,8 @@ export class S3Client {
   /** Turns whatever a try threw into the error to throw: the caller's abort stays as it is. */
   #requestError(request: S3Request, e: unknown): unknown {
     if (request.signal?.aborted) return request.signal.reason;
-    // fetch rejects with a TypeError when the connection fails, and with the signal's reason
-    // (a TimeoutError) when the time limit aborts it.
+    // The transport (like fetch) rejects with a TypeError when the connection fails or the
+    // answer is broken, and with the signal's reason (a TimeoutError) when the limit aborts it.
     if (e instanceof TypeError || (e instanceof DOMException && e.name === "TimeoutError")) {
       return unreachableError(request.what, e);
     }
@@ -221,7 +252,7 @@ export class S3Client {
       },
       this.#o.credentials,
     );
-    const response = await this.#o.fetch(url, {
+    const response = await this.#o.transport.fetch(url, {
       method: request.method,
       headers,
       body: request.body ?? null,

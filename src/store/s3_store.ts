@@ -1,6 +1,7 @@
 /**
  * The {@linkcode Store} in an S3-compatible bucket (AWS S3, MinIO, Ceph RGW, versitygw, …),
- * spoken directly over fetch with SigV4 (src/store/sigv4.ts): no SDK.
+ * spoken directly with SigV4 (src/store/sigv4.ts) over a small HTTP/1.1 client
+ * (src/store/http1.ts): no SDK, and not fetch, which copied each part and sent it slower.
  *
  * S3 requests relied on, and nothing else (an S3 server must support these):
  * - PutObject: small objects, with `If-None-Match: *` or `If-Match: "<etag>"` for conditional
@@ -24,7 +25,14 @@
  * Keys are `<prefix>/<key>` in the bucket (just `<key>` with an empty prefix).
  */
 
-import { DEFAULT_RETRY, type RetryPolicy, S3Client } from "./s3_client.ts";
+import { Http1Client } from "./http1.ts";
+import {
+  DEFAULT_RETRY,
+  type FetchLike,
+  fetchTransport,
+  type RetryPolicy,
+  S3Client,
+} from "./s3_client.ts";
 import { badAnswerError, S3StoreError } from "./s3_errors.ts";
 import { MIN_PART_BYTES, uploadStream } from "./s3_upload.ts";
 import { parseListObjectsV2, unquoteEtag } from "./s3_xml.ts";
@@ -64,8 +72,8 @@ export interface S3StoreOptions {
   /** Time limit of one request (default 60 s). */
   readonly requestTimeoutMs?: number;
   readonly retry?: Partial<RetryPolicy>;
-  /** Replaces fetch: a seam for unit tests. */
-  readonly fetch?: typeof fetch;
+  /** Replaces the HTTP/1.1 client with a fetch-shaped function: a seam for unit tests. */
+  readonly fetch?: FetchLike;
 }
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
@@ -106,7 +114,7 @@ export class S3Store implements Store {
       credentials: options.credentials,
       timeoutMs: options.requestTimeoutMs ?? 60_000,
       retry: { ...DEFAULT_RETRY, ...options.retry },
-      fetch: options.fetch ?? fetch,
+      transport: options.fetch ? fetchTransport(options.fetch) : new Http1Client(),
     });
   }
 
@@ -217,6 +225,8 @@ export class S3Store implements Store {
     const what = `Listing "${prefix}" in ${this.description}`;
     const objects: StoredObject[] = [];
     let token: string | undefined;
+    // The pages come over one connection.
+    using _connection = this.#client.hold();
     do {
       const query: [string, string][] = [["list-type", "2"], ["prefix", root + prefix]];
       if (token !== undefined) query.push(["continuation-token", token]);

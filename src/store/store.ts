@@ -81,6 +81,19 @@ export interface WrittenFile {
   writerError(message: string): StoreError | undefined;
 }
 
+/** A stored object open as a local file ({@linkcode Store.openFile}). */
+export interface StoredFile {
+  /** Its node:fs descriptor, at offset 0: give it to a command as stdin (run.ts). */
+  readonly fd: number;
+  /**
+   * Reads up to `buffer.length` bytes at byte `position` (pread: the descriptor's offset stays
+   * at 0 for the command); 0 at the end of the file.
+   * @throws {StoreError} when the read fails
+   */
+  read(buffer: Uint8Array, position: number): Promise<number>;
+  close(): Promise<void>;
+}
+
 /** Where volumes' streams and manifests are kept. */
 export interface Store {
   /** The store as the operator named it, without credentials: for logs and error messages. */
@@ -127,6 +140,14 @@ export interface Store {
    * @throws {StoreError} not_found, unavailable, denied
    */
   getStream(key: string, options?: TransferOptions): Promise<ReadableStream<Uint8Array>>;
+
+  /**
+   * Only where the store is a local file system (the directory store): opens an object's file
+   * for reading by position and for a command to read as its stdin (`zfs receive < file`), so
+   * its bytes need not pass through this process. The caller closes it.
+   * @throws {StoreError} not_found, unavailable, denied
+   */
+  openFile?(key: string): Promise<StoredFile>;
 
   /**
    * Reads a small object whole, or `undefined` when there is none.
