@@ -13,8 +13,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Code } from "../../src/errors.ts";
 import type { CallError, CsiClient } from "../support/csi_client.ts";
+import { retryWhileBusy } from "../support/csi_client.ts";
 import { claimPaths, type HostMount, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng, seedFrom } from "../support/prng.ts";
@@ -83,17 +83,8 @@ async function waitForOrphans(marks: readonly string[], timeoutMs = 15_000): Pro
 }
 
 /** Calls `fn` until it does not fail with ABORTED or UNAVAILABLE (for a short while). */
-async function retry<T>(fn: () => Promise<T>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      const code = (err as CallError).code;
-      if ((code !== Code.ABORTED && code !== Code.UNAVAILABLE) || Date.now() > deadline) throw err;
-      await sleep(50);
-    }
-  }
+function retry<T>(fn: () => Promise<T>, timeoutMs = 15_000): Promise<T> {
+  return retryWhileBusy(fn, timeoutMs, 50);
 }
 
 /** A short name for an exec log line's argv, e.g. "zfs create" or "mount --bind". */

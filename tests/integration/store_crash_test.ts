@@ -31,9 +31,9 @@
  */
 
 import assert from "node:assert/strict";
-import { Code } from "../../src/errors.ts";
 import { encodeComponent } from "../../src/zfs/names.ts";
 import type { CallError, CsiClient } from "../support/csi_client.ts";
+import { retryWhileBusy } from "../support/csi_client.ts";
 import { claimPaths, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng, seedFrom } from "../support/prng.ts";
@@ -80,17 +80,8 @@ function trialsFrom(variable: string, fallback: number): number {
 }
 
 /** Calls `fn` until it does not fail with ABORTED or UNAVAILABLE (a restart settling). */
-async function retry<T>(fn: () => Promise<T>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      const code = (err as CallError).code;
-      if ((code !== Code.ABORTED && code !== Code.UNAVAILABLE) || Date.now() > deadline) throw err;
-      await sleep(200);
-    }
-  }
+function retry<T>(fn: () => Promise<T>, timeoutMs = 60_000): Promise<T> {
+  return retryWhileBusy(fn, timeoutMs, 200);
 }
 
 /** How a kill is timed. */

@@ -27,9 +27,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Code } from "../../src/errors.ts";
 import { restoreTempDataset } from "../../src/replicate/restore.ts";
-import type { CallError } from "../support/csi_client.ts";
+import { retryWhileBusy } from "../support/csi_client.ts";
 import { claimPaths, createVolumeRequest, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng, seedFrom } from "../support/prng.ts";
@@ -56,17 +55,8 @@ const CAPACITY = Math.max(2048, SOURCE_MIB * 2) * MiB;
 const KILL_POINTS = ["receive started", "during the receive", "receive done", "early"] as const;
 
 /** Calls `fn` until it does not fail with ABORTED or UNAVAILABLE (a restore still running). */
-async function retry<T>(fn: () => Promise<T>, timeoutMs = 180_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      const code = (err as CallError).code;
-      if ((code !== Code.ABORTED && code !== Code.UNAVAILABLE) || Date.now() > deadline) throw err;
-      await sleep(100);
-    }
-  }
+function retry<T>(fn: () => Promise<T>, timeoutMs = 180_000): Promise<T> {
+  return retryWhileBusy(fn, timeoutMs, 100);
 }
 
 /** Datasets and snapshots of the pool outside the parent, with their guids. */

@@ -5,6 +5,7 @@
 
 import * as grpc from "@grpc/grpc-js";
 import assert from "node:assert/strict";
+import { Code } from "../../src/errors.ts";
 import { loadCsiServices } from "../../src/grpc/proto.ts";
 
 /** A failed call: the gRPC code and details. */
@@ -100,4 +101,28 @@ export async function rejects(
     return e.details;
   }
   assert.fail(`expected code ${code}, but the call succeeded`);
+}
+
+/** gRPC ABORTED and UNAVAILABLE: what a plugin answers while a call is still in progress. */
+const BUSY_CODES: readonly number[] = [Code.ABORTED, Code.UNAVAILABLE];
+
+/**
+ * Calls `fn` until it does not fail with ABORTED or UNAVAILABLE (a call still running, a
+ * restarted plugin settling), as Nomad's retries would, for at most `timeoutMs`.
+ */
+export async function retryWhileBusy<T>(
+  fn: () => Promise<T>,
+  timeoutMs: number,
+  pollMs: number,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      const code = (err as CallError).code;
+      if (!BUSY_CODES.includes(code) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+  }
 }
