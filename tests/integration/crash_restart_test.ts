@@ -13,7 +13,7 @@
  */
 
 import assert from "node:assert/strict";
-import type { CallError, CsiClient } from "../support/csi_client.ts";
+import type { CsiClient } from "../support/csi_client.ts";
 import { retryWhileBusy } from "../support/csi_client.ts";
 import { claimPaths, type HostMount, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";

@@ -32,7 +32,7 @@
 
 import assert from "node:assert/strict";
 import { encodeComponent } from "../../src/zfs/names.ts";
-import type { CallError, CsiClient } from "../support/csi_client.ts";
+import type { CsiClient } from "../support/csi_client.ts";
 import { retryWhileBusy } from "../support/csi_client.ts";
 import { claimPaths, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
