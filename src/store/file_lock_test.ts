@@ -55,7 +55,9 @@ Deno.test("FileLock.release leaves a lock that was broken and taken by another",
   const locks = new FileLocks(dir.path);
   const lock = await locks.acquire("k", "k");
   await Deno.remove(`${dir.path}/k`);
-  await sleep(5); // a new directory gets a new mtime even if it reuses the inode
+  // A new directory gets a new mtime even if it reuses the inode, once the kernel's coarse
+  // timestamp clock moved on: one jiffy, 10 ms at HZ=100 (5 ms failed here once).
+  await sleep(30);
   await Deno.mkdir(`${dir.path}/k`);
   await lock.release();
   assert.ok(await exists(`${dir.path}/k`), "the other holder's lock stays");
