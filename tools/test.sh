@@ -38,11 +38,13 @@ if tools/zfs-env.sh ensure; then
     echo "== end to end under a real Nomad agent (tests/e2e)"
     tests/e2e/nomad_e2e.sh 2>&1 | tee -a "$log" || status=1
     # zfs-csi as a dynamic host volume plugin; Nomad agents on one machine take turns (ports).
+    # -o: the lock's descriptor is not passed on, so Nomad's executors, which can outlive a run
+    # that was killed, never keep holding it.
     cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"
     mkdir -p "$cache"
-    flock "$cache/nomad-run.lock" tests/e2e/host_volume_e2e.sh 2>&1 | tee -a "$log" || status=1
+    flock -o "$cache/nomad-run.lock" tests/e2e/host_volume_e2e.sh 2>&1 | tee -a "$log" || status=1
     # One server and two clients: a volume that follows its job between them.
-    flock "$cache/nomad-run.lock" tests/e2e/nomad_cluster.sh 2>&1 | tee -a "$log" || status=1
+    flock -o "$cache/nomad-run.lock" tests/e2e/nomad_cluster.sh 2>&1 | tee -a "$log" || status=1
   fi
 else
   echo "integration tests cannot run: no ZFS on this machine (see above)"
