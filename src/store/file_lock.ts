@@ -3,9 +3,15 @@
  * uses the same directory: a lock is a directory `<dir>/<name>` made with mkdir, which exactly
  * one caller can create (also over NFS, where the server decides).
  *
+ * A lock is told apart from a later one of the same name by a random token its holder writes
+ * into it (`<name>/holder`), not by inode and timestamps: a removed lock's inode can come back
+ * to the next mkdir within the same coarse-clock tick, and a slow holder's release would then
+ * remove the new holder's lock. A lock without a token yet (being made, or its maker died in
+ * between) is told by inode and timestamps.
+ *
  * A holder that dies leaves its lock behind. A waiter breaks a lock only after seeing it
- * unchanged (same inode and mtime) for `staleMs` (30 s) of its OWN monotonic clock, so clocks
- * of different machines are never compared. Breaking happens under a second lock
+ * unchanged (same token) for `staleMs` (30 s) of its OWN monotonic clock, so clocks of
+ * different machines are never compared. Breaking happens under a second lock
  * (`<name>.break`) and re-checks the lock is still the one seen, so two waiters never break a
  * fresh lock. A holder refuses to commit once it has held its lock for `holdMs` (10 s), well
  * before anyone may call it stale: a slow holder (a stalled NFS server) fails with
@@ -61,8 +67,7 @@ export class FileLocks {
     const watch = new StaleWatch(this.#staleMs);
     for (let attempt = 0;; attempt++) {
       if (await this.#tryMake(path)) {
-        const info = await Deno.lstat(path);
-        return new FileLock(path, identity(info), this.#holdMs, what);
+        return new FileLock(path, await writeToken(path), this.#holdMs, what);
       }
       if (await watch.isStale(path) && await this.#breakStale(path, watch)) continue;
       if (performance.now() - start > this.#waitMs) {
@@ -106,7 +111,7 @@ export class FileLocks {
     }
     try {
       if (!await watch.isStale(path)) return false;
-      await removeDir(path);
+      await removeLock(path);
       return true;
     } finally {
       await removeDir(guard);
@@ -150,7 +155,7 @@ export class FileLock implements AsyncDisposable {
     if (this.#released) return;
     this.#released = true;
     try {
-      if (identity(await Deno.lstat(this.#path)) === this.#identity) await removeDir(this.#path);
+      if (await identity(this.#path) === this.#identity) await removeLock(this.#path);
     } catch (err) {
       if (errorCode(err) !== "ENOENT") throw err;
     }
@@ -174,7 +179,7 @@ class StaleWatch {
   async isStale(path: string): Promise<boolean> {
     let id: string;
     try {
-      id = identity(await Deno.lstat(path));
+      id = await identity(path);
     } catch (err) {
       if (errorCode(err) === "ENOENT") return false;
       throw err;
@@ -189,8 +194,46 @@ class StaleWatch {
   }
 }
 
-function identity(info: Deno.FileInfo): string {
-  return `${info.ino}:${info.mtime?.getTime()}:${info.birthtime?.getTime()}`;
+const TOKEN_FILE = "holder";
+
+/**
+ * Writes a fresh token into the lock directory just made; on failure removes the directory.
+ * @returns the lock's identity
+ */
+async function writeToken(path: string): Promise<string> {
+  const token = crypto.randomUUID();
+  try {
+    await Deno.writeTextFile(`${path}/${TOKEN_FILE}`, token, { createNew: true, mode: 0o600 });
+  } catch (err) {
+    await removeLock(path);
+    throw err;
+  }
+  return `token:${token}`;
+}
+
+/**
+ * The identity of the lock at `path`: its holder's token, or, before it has one, its inode and
+ * timestamps. Throws ENOENT when there is no lock.
+ */
+async function identity(path: string): Promise<string> {
+  try {
+    return `token:${await Deno.readTextFile(`${path}/${TOKEN_FILE}`)}`;
+  } catch (err) {
+    if (errorCode(err) !== "ENOENT") throw err;
+  }
+  const info = await Deno.lstat(path);
+  return `dir:${info.ino}:${info.mtime?.getTime()}:${info.birthtime?.getTime()}`;
+}
+
+/** Removes a lock directory with its token, if any. */
+async function removeLock(path: string): Promise<void> {
+  try {
+    await Deno.remove(`${path}/${TOKEN_FILE}`);
+  } catch (err) {
+    const code = errorCode(err);
+    if (code !== "ENOENT" && code !== "ENOTDIR") throw err;
+  }
+  await removeDir(path);
 }
 
 async function removeDir(path: string): Promise<void> {

@@ -52,15 +52,52 @@ Deno.test("FileLock.checkHeld refuses once the lock was held longer than holdMs"
 
 Deno.test("FileLock.release leaves a lock that was broken and taken by another", async () => {
   await using dir = await tempDir();
+  const locks = new FileLocks(dir.path, { staleMs: 1000, holdMs: 50 });
+  // Many rounds with no pause: a removed lock's inode often comes back to the next mkdir within
+  // the same coarse-clock tick, which an identity by inode and mtime could not tell apart.
+  for (let round = 0; round < 50; round++) {
+    const lock = await locks.acquire("k", "k");
+    await Deno.remove(`${dir.path}/k`, { recursive: true });
+    const other = await locks.acquire("k", "k");
+    await lock.release();
+    assert.ok(await exists(`${dir.path}/k`), `round ${round}: the other holder's lock stays`);
+    await other.release();
+    assert.ok(!await exists(`${dir.path}/k`), `round ${round}: released`);
+  }
+});
+
+Deno.test("FileLock.release leaves a lock another process is still making (no token yet)", async () => {
+  await using dir = await tempDir();
   const locks = new FileLocks(dir.path);
   const lock = await locks.acquire("k", "k");
-  await Deno.remove(`${dir.path}/k`);
-  // A new directory gets a new mtime even if it reuses the inode, once the kernel's coarse
-  // timestamp clock moved on: one jiffy, 10 ms at HZ=100 (5 ms failed here once).
-  await sleep(30);
+  await Deno.remove(`${dir.path}/k`, { recursive: true });
   await Deno.mkdir(`${dir.path}/k`);
   await lock.release();
-  assert.ok(await exists(`${dir.path}/k`), "the other holder's lock stays");
+  assert.ok(await exists(`${dir.path}/k`));
+});
+
+Deno.test("FileLocks breaks a lock whose maker died before writing its token", async () => {
+  await using dir = await tempDir();
+  const locks = new FileLocks(dir.path, { staleMs: 100, holdMs: 50, waitMs: 5000 });
+  await Deno.mkdir(`${dir.path}/k`);
+  const start = performance.now();
+  const lock = await locks.acquire("k", "k");
+  assert.ok(performance.now() - start >= 100);
+  assert.ok(await exists(`${dir.path}/k/holder`));
+  await lock.release();
+});
+
+Deno.test("FileLocks breaks a dead holder's lock with its token in it", async () => {
+  await using dir = await tempDir();
+  const locks = new FileLocks(dir.path, { staleMs: 100, holdMs: 50, waitMs: 5000 });
+  const dead = await locks.acquire("k", "k");
+  const token = await Deno.readTextFile(`${dir.path}/k/holder`);
+  const lock = await locks.acquire("k", "k");
+  assert.notEqual(await Deno.readTextFile(`${dir.path}/k/holder`), token, "a new token");
+  await dead.release();
+  assert.ok(await exists(`${dir.path}/k/holder`), "the dead holder's late release removes nothing");
+  await lock.release();
+  assert.ok(!await exists(`${dir.path}/k`));
 });
 
 Deno.test("FileLocks breaks a lock left unchanged for staleMs, but not a changing one", async () => {
