@@ -5,97 +5,36 @@
  */
 
 import assert from "node:assert/strict";
-import { FakePool } from "../../tests/support/fake_pool.ts";
-import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
-import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
-import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { KeyedLock } from "../lock.ts";
+import {
+  alwaysTakeOver,
+  createFollowOwner,
+  DATASET as DS,
+  followHarness,
+  type FollowHarnessOptions,
+  followManifest as manifest,
+  holdAs,
+  PARENT,
+  storeManifests,
+} from "../../tests/support/follow_harness.ts";
+import type { MemoryStore } from "../../tests/support/memory_store.ts";
 import type { BackupOutcome } from "../replicate/backup.ts";
-import { encodeJson } from "../store/chain.ts";
-import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import type { SnapshotManifest } from "../store/layout.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
 import { FollowVolumes } from "./mover.ts";
-import { acquire, createOwner, type Holding, moveHead, readOwner, release } from "./owner.ts";
+import { type Holding, moveHead, readOwner, release } from "./owner.ts";
 
-const PARENT = "tank/nomad";
-const DS = `${PARENT}/pg`;
-const UID = "b".repeat(32);
-const never = () => ({ ok: false as const, message: "held" });
-
-function manifest(guid: string, baseGuid: string | null): SnapshotManifest {
-  return {
-    format: 1,
-    volume: "pg",
-    volumeUid: UID,
-    guid,
-    baseGuid,
-    snapshot: `.backup-${guid}`,
-    kind: "scheduled",
-    createdAt: `2026-01-01T00:00:${guid.padStart(2, "0")}Z`,
-    stream: streamKey("pg", guid, "c".repeat(16)),
-    size: 10,
-    sha256: "0".repeat(64),
-    raw: false,
-    node: "n1",
-    capacityBytes: 0,
-  };
-}
-
-async function setup(
-  opts: { backup?: () => Promise<BackupOutcome>; ttlSeconds?: number } = {},
-) {
-  const runner = new FakeRunner();
-  const pool = new FakePool(runner);
-  // A long timeout: one test holds a command back on purpose.
-  const { zfs, log } = fakeTools(runner, undefined, 10_000);
-  const store = new MemoryStore();
-  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
-  const backups: string[] = [];
-  const follow = new FollowVolumes({
-    zfs,
-    store,
-    locks: new KeyedLock(),
-    trash: {
-      inspect: () => Promise.reject(new Error("nothing is set aside in these tests")),
-      removeVolume: () => Promise.reject(new Error("nothing is set aside in these tests")),
-    },
-    log,
-    parentDataset: PARENT,
-    node: "n1",
-    receive: {
-      streams: new FakeStreamRunner(() => ({ code: 1, stderr: "no receives here" })),
-      zfsPath: "zfs",
-      zfs,
-      store,
-      log,
-    },
-    ...(opts.ttlSeconds === undefined ? {} : { ttlSeconds: opts.ttlSeconds }),
-    backup: (dataset) => {
-      backups.push(dataset);
-      return opts.backup?.() ?? Promise.reject(new Error("no backups expected"));
-    },
-  });
-  await createOwner(store, "pg", {
-    volume: "pg",
-    uid: UID,
-    ttlSeconds: 30,
-    settings: { capacityBytes: 0, properties: {} },
-    nowMs: 0,
-  });
-  for (const m of [manifest("1", null), manifest("2", "1"), manifest("3", null)]) {
-    await store.putBytes(manifestKey("pg", m.guid), encodeJson(m));
-  }
-  return { runner, pool, store, follow, backups };
+/** Node "n1" and volume "pg", released, with stored snapshots 1 ← 2 and 3 (another chain). */
+async function setup(opts: Pick<FollowHarnessOptions, "backup" | "ttlSeconds"> = {}) {
+  const h = followHarness(opts);
+  const follow = new FollowVolumes(h.deps);
+  await createFollowOwner(h.store);
+  await storeManifests(h.store, [manifest("1", null), manifest("2", "1"), manifest("3", null)]);
+  return { ...h, follow };
 }
 
 /** This node holds "pg" under the generation acquire gives, its copy marked so. */
 async function holdHere(s: Awaited<ReturnType<typeof setup>>): Promise<Holding> {
-  const { holding } = await acquire(s.store, "pg", {
-    node: "n1",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: never,
-  });
+  const holding = await holdAs(s.store, "n1");
   s.pool.add(DS, {
     "org.zfs-csi:managed": "yes",
     [FOLLOW_GENERATION_PROPERTY]: String(holding.record.generation),
@@ -108,12 +47,7 @@ async function holdHere(s: Awaited<ReturnType<typeof setup>>): Promise<Holding> 
 
 /** node-b takes "pg" over, as its rule allows. */
 async function nodeBTakesOver(store: MemoryStore, nowMs: number): Promise<void> {
-  await acquire(store, "pg", {
-    node: "node-b",
-    nowMs,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  await holdAs(store, "node-b", { nowMs, mayTakeOver: alwaysTakeOver });
 }
 
 const stored = (m: SnapshotManifest): BackupOutcome => ({
@@ -209,12 +143,7 @@ Deno.test("release of a copy this node no longer holds stores nothing and locks 
 Deno.test("prepareStage hands the volume back when its copy cannot be brought to the head", async () => {
   const s = await setup();
   // Another node released it with a head whose chain the store lacks (a damaged store).
-  const other = (await acquire(s.store, "pg", {
-    node: "node-b",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: never,
-  })).holding;
+  const other = await holdAs(s.store, "node-b");
   await release(s.store, "pg", other, { guid: "9", createdAt: "x" }, 0);
   await assert.rejects(s.follow.prepareStage({ name: "pg", dataset: DS }), (err: unknown) => {
     assert.match(String(err), /cannot be received/);
@@ -229,7 +158,7 @@ Deno.test("prepareStage hands the volume back when its copy cannot be brought to
 
 Deno.test("prepareStage refuses while another node holds the volume, naming it, and joins a running stage", async () => {
   const s = await setup();
-  await acquire(s.store, "pg", { node: "node-b", nowMs: 0, ttlSeconds: 30, mayTakeOver: never });
+  await holdAs(s.store, "node-b");
   const first = s.follow.prepareStage({ name: "pg", dataset: DS });
   const second = s.follow.prepareStage({ name: "pg", dataset: DS });
   assert.equal(first, second, "a repeated stage joins the running one");

@@ -6,26 +6,22 @@
  */
 
 import assert from "node:assert/strict";
-import { FakePool } from "../../tests/support/fake_pool.ts";
-import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
-import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
-import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { assertRejectsCsi, assertThrowsCsi } from "../../tests/support/assert_errors.ts";
+import {
+  alwaysTakeOver,
+  createFollowOwner,
+  DATASET as DS,
+  followHarness,
+  followManifest,
+  holdAs,
+  storeManifests,
+} from "../../tests/support/follow_harness.ts";
+import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { Code } from "../errors.ts";
-import { KeyedLock } from "../lock.ts";
-import { encodeJson } from "../store/chain.ts";
-import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import type { SnapshotManifest } from "../store/layout.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
-import {
-  acquire,
-  createOwner,
-  type FollowSettings,
-  markDeleted,
-  readOwner,
-  release,
-  renew,
-} from "./owner.ts";
+import { type FollowSettings, markDeleted, readOwner, release, renew } from "./owner.ts";
 import {
   recordedSizeChanges,
   resizedSettings,
@@ -34,9 +30,6 @@ import {
 } from "./resize.ts";
 
 const MiB = 1024 * 1024;
-const UID = "c".repeat(32);
-const PARENT = "tank/nomad";
-const DS = `${PARENT}/pg`;
 
 const settings = (refquota: number, extra: Record<string, string> = {}): FollowSettings => ({
   capacityBytes: refquota,
@@ -48,7 +41,7 @@ const settings = (refquota: number, extra: Record<string, string> = {}): FollowS
 });
 
 async function volume(store: MemoryStore, s: FollowSettings): Promise<void> {
-  await createOwner(store, "pg", { volume: "pg", uid: UID, ttlSeconds: 30, settings: s, nowMs: 0 });
+  await createFollowOwner(store, { settings: s });
 }
 
 function props(values: Record<string, string>): PropertyMap {
@@ -92,12 +85,7 @@ Deno.test("resizeFollowVolume writes the store, says whether a node holds it, an
     limitBytes: 0,
   });
   assert.deepEqual(released, { capacityBytes: 96 * MiB, held: false, changed: true });
-  const { holding } = await acquire(store, "pg", {
-    node: "n1",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: false, message: "held" }),
-  });
+  const holding = await holdAs(store, "n1");
   const held = await resizeFollowVolume(store, "pg", "pg@*", {
     requiredBytes: 128 * MiB,
     limitBytes: 0,
@@ -155,62 +143,23 @@ Deno.test("recordedSizeChanges grows a copy to the recorded size, never shrinks 
   assert.deepEqual(recordedSizeChanges(props({ refquota: "none" }), settings(0)), []);
 });
 
+/** A snapshot node "n0" stored before the expansion. */
 function manifest(guid: string, baseGuid: string | null): SnapshotManifest {
-  return {
-    format: 1,
-    volume: "pg",
-    volumeUid: UID,
-    guid,
-    baseGuid,
-    snapshot: `.backup-${guid}`,
-    kind: "scheduled",
-    createdAt: `2026-01-01T00:00:0${guid}Z`,
-    stream: streamKey("pg", guid, "c".repeat(16)),
-    size: 10,
-    sha256: "0".repeat(64),
-    raw: false,
-    node: "n0",
-    capacityBytes: 64 * MiB,
-  };
+  return followManifest(guid, baseGuid, { node: "n0", capacityBytes: 64 * MiB });
+}
+
+/** Node "n1" with SizedFollowVolumes, and "pg" registered with these settings. */
+async function sizedNode(registered: FollowSettings) {
+  const h = followHarness();
+  await volume(h.store, registered);
+  return { ...h, follow: new SizedFollowVolumes(h.deps) };
 }
 
 Deno.test("SizedFollowVolumes: a stage on a warm copy made before an expansion gives it the recorded size", async () => {
-  const runner = new FakeRunner();
-  const pool = new FakePool(runner);
-  const { zfs, log } = fakeTools(runner);
-  const store = new MemoryStore();
-  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
-  const follow = new SizedFollowVolumes({
-    zfs,
-    store,
-    locks: new KeyedLock(),
-    trash: {
-      inspect: () => Promise.reject(new Error("nothing is set aside here")),
-      removeVolume: () => Promise.reject(new Error("nothing is set aside here")),
-    },
-    log,
-    parentDataset: PARENT,
-    node: "n1",
-    receive: {
-      streams: new FakeStreamRunner(() => ({ code: 1, stderr: "no receives here" })),
-      zfsPath: "zfs",
-      zfs,
-      store,
-      log,
-    },
-    backup: () => Promise.reject(new Error("no backups expected")),
-  });
-  await volume(store, settings(64 * MiB));
-  for (const m of [manifest("1", null), manifest("2", "1")]) {
-    await store.putBytes(manifestKey("pg", m.guid), encodeJson(m));
-  }
+  const { pool, store, follow } = await sizedNode(settings(64 * MiB));
+  await storeManifests(store, [manifest("1", null), manifest("2", "1")]);
   // n0 held it and released it at snapshot 2; this node's warm copy is at 2 with the old size.
-  const { holding } = await acquire(store, "pg", {
-    node: "n0",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: true }),
-  });
+  const holding = await holdAs(store, "n0", { mayTakeOver: alwaysTakeOver });
   await release(store, "pg", holding, { guid: "2", createdAt: "2026-01-01T00:00:02Z" }, 0);
   pool.add(DS, {
     "org.zfs-csi:managed": "yes",
@@ -228,32 +177,7 @@ Deno.test("SizedFollowVolumes: a stage on a warm copy made before an expansion g
 });
 
 Deno.test("SizedFollowVolumes never sizes a node-local volume of the same name before a stage", async () => {
-  const runner = new FakeRunner();
-  const pool = new FakePool(runner);
-  const { zfs, log } = fakeTools(runner);
-  const store = new MemoryStore();
-  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
-  const follow = new SizedFollowVolumes({
-    zfs,
-    store,
-    locks: new KeyedLock(),
-    trash: {
-      inspect: () => Promise.reject(new Error("nothing is set aside here")),
-      removeVolume: () => Promise.reject(new Error("nothing is set aside here")),
-    },
-    log,
-    parentDataset: PARENT,
-    node: "n1",
-    receive: {
-      streams: new FakeStreamRunner(() => ({ code: 1, stderr: "no receives here" })),
-      zfsPath: "zfs",
-      zfs,
-      store,
-      log,
-    },
-    backup: () => Promise.reject(new Error("no backups expected")),
-  });
-  await volume(store, settings(128 * MiB));
+  const { pool, follow } = await sizedNode(settings(128 * MiB));
   // This node's own volume "pg" (no follow generation): the stage refuses it, untouched.
   pool.add(DS, { "org.zfs-csi:managed": "yes", refquota: String(64 * MiB) });
   await assertRejectsCsi(

@@ -8,41 +8,36 @@
 
 import assert from "node:assert/strict";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
+import {
+  createFollowOwner,
+  followManifest,
+  holdAs,
+  storeManifests,
+} from "../../tests/support/follow_harness.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { Logger } from "../log.ts";
 import { Code } from "../errors.ts";
-import { encodeJson, parseManifest } from "../store/chain.ts";
-import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import { parseManifest } from "../store/chain.ts";
+import { manifestKey, type SnapshotManifest } from "../store/layout.ts";
 import { retained } from "../store/policy.ts";
 import { parseStoredSnapshotId, storedSnapshotId } from "../store/snapshot_ids.ts";
-import { acquire, createOwner, type Holding, markDeleted, moveHead, release } from "./owner.ts";
+import { type Holding, markDeleted, moveHead, release } from "./owner.ts";
 import { FollowSnapshots } from "./snapshots.ts";
 
-const UID = "d".repeat(32);
 const log = new Logger("error", {}, () => {});
 
+/** Stored snapshot `guid` of `volume`, made on day `guid` of January 2026. */
 function manifest(volume: string, guid: string, baseGuid: string | null): SnapshotManifest {
-  return {
-    format: 1,
+  return followManifest(guid, baseGuid, {
     volume,
-    volumeUid: UID,
-    guid,
-    baseGuid,
-    snapshot: `.backup-${guid}`,
-    kind: "scheduled",
     createdAt: `2026-01-0${guid}T00:00:00.000Z`,
-    stream: streamKey(volume, guid, "e".repeat(16)),
     size: 100 * Number(guid),
-    sha256: "0".repeat(64),
-    raw: false,
-    node: "n1",
-    capacityBytes: 0,
-  };
+  });
 }
 
+/** Stores the manifest and a stream of one byte. */
 async function put(store: MemoryStore, m: SnapshotManifest): Promise<void> {
-  await store.putBytes(manifestKey(m.volume, m.guid), encodeJson(m));
-  await store.putBytes(m.stream, new Uint8Array(1));
+  await storeManifests(store, [m], { stream: () => new Uint8Array(1) });
 }
 
 function read(store: MemoryStore, volume: string, guid: string): SnapshotManifest | undefined {
@@ -53,21 +48,10 @@ function read(store: MemoryStore, volume: string, guid: string): SnapshotManifes
 /** "pg", held by n1, with stored snapshots 1 ← 2 and the head at 2. */
 async function setup(): Promise<{ store: MemoryStore; snaps: FollowSnapshots; held: Holding }> {
   const store = new MemoryStore();
-  await createOwner(store, "pg", {
-    volume: "pg",
-    uid: UID,
-    ttlSeconds: 30,
-    settings: { capacityBytes: 0, properties: {} },
-    nowMs: 0,
-  });
+  await createFollowOwner(store);
   await put(store, manifest("pg", "1", null));
   await put(store, manifest("pg", "2", "1"));
-  const { holding } = await acquire(store, "pg", {
-    node: "n1",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: () => ({ ok: false, message: "held" }),
-  });
+  const holding = await holdAs(store, "n1");
   const held = await moveHead(store, "pg", holding, {
     guid: "2",
     createdAt: "2026-01-02T00:00:00.000Z",
@@ -121,13 +105,7 @@ Deno.test("FollowSnapshots.create refuses a name of another volume, a second nam
     Code.FAILED_PRECONDITION,
     /already is snapshot "first"/,
   );
-  await createOwner(store, "empty", {
-    volume: "empty",
-    uid: UID,
-    ttlSeconds: 30,
-    settings: { capacityBytes: 0, properties: {} },
-    nowMs: 0,
-  });
+  await createFollowOwner(store, { name: "empty" });
   await assertRejectsCsi(
     snaps.create("empty", "empty@*", "x"),
     Code.FAILED_PRECONDITION,

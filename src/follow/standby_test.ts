@@ -7,54 +7,43 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { FakePool } from "../../tests/support/fake_pool.ts";
-import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
-import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
-import { MemoryStore } from "../../tests/support/memory_store.ts";
+import type { FakePool } from "../../tests/support/fake_pool.ts";
+import {
+  createFollowOwner,
+  DATASET as DS,
+  followHarness,
+  followManifest,
+  holdAs,
+  PARENT,
+  storeManifests,
+} from "../../tests/support/follow_harness.ts";
+import type { MemoryStore } from "../../tests/support/memory_store.ts";
 import { KeyedLock } from "../lock.ts";
 import type { Store, TransferOptions } from "../store/store.ts";
-import { encodeJson } from "../store/chain.ts";
-import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.ts";
+import { manifestKey, type SnapshotManifest } from "../store/layout.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
 import { writeMarkers } from "./markers.ts";
 import { FollowVolumes } from "./mover.ts";
-import {
-  acquire,
-  createOwner,
-  type FollowSettings,
-  type Holding,
-  moveHead,
-  release,
-} from "./owner.ts";
+import { type FollowSettings, type Holding, moveHead, release } from "./owner.ts";
 import { StandbyFollower } from "./standby.ts";
-
-const PARENT = "tank/nomad";
-const DS = `${PARENT}/pg`;
-const UID = "b".repeat(32);
-const never = () => ({ ok: false as const, message: "held" });
 
 function bytesOf(guid: string): Uint8Array {
   return new TextEncoder().encode(`stream of ${guid}`.repeat(Number(guid)));
 }
 
+/** A stored snapshot whose stream is {@linkcode bytesOf} its guid. */
 function manifest(guid: string, baseGuid: string | null, volume = "pg"): SnapshotManifest {
   const bytes = bytesOf(guid);
-  return {
-    format: 1,
+  return followManifest(guid, baseGuid, {
     volume,
-    volumeUid: UID,
-    guid,
-    baseGuid,
-    snapshot: `.backup-${guid}`,
-    kind: "scheduled",
-    createdAt: `2026-01-01T00:00:${guid.padStart(2, "0")}Z`,
-    stream: streamKey(volume, guid, "c".repeat(16)),
     size: bytes.length,
     sha256: createHash("sha256").update(bytes).digest("hex"),
-    raw: false,
-    node: "n1",
-    capacityBytes: 0,
-  };
+  });
+}
+
+/** Stores each manifest and its stream. */
+async function put(store: Store, ...manifests: SnapshotManifest[]): Promise<void> {
+  await storeManifests(store, manifests, { stream: (m) => bytesOf(m.guid) });
 }
 
 /** A store whose downloads never send a byte: they end only when aborted. */
@@ -83,71 +72,42 @@ async function setup(
     standbys?: string[];
     hang?: boolean;
     settings?: FollowSettings;
-    onReceive?: (target: string) => void;
+    onReceive?: (target: string, pool: FakePool) => void;
   } = {},
 ) {
-  const runner = new FakeRunner();
-  const pool = new FakePool(runner);
-  const { zfs, log } = fakeTools(runner, undefined, 10_000);
-  const store = new MemoryStore();
-  pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
-  let txg = 100;
-  // zfs receive -u <dataset>: the stream's snapshot appears with the manifest's guid.
-  const streams = new FakeStreamRunner((argv) => {
-    const target = argv.at(-1)!;
-    opts.onReceive?.(target);
-    const m = pending.shift();
-    // A full stream makes its filesystem.
-    if (m && !pool.has(target)) pool.add(target, {});
-    if (m) pool.add(`${target}@${m.snapshot}`, { guid: m.guid, createtxg: String(++txg) });
-    return {};
-  });
   const pending: SnapshotManifest[] = [];
-  const receive = {
-    streams,
-    zfsPath: "zfs",
-    zfs,
-    store: opts.hang ? hangingDownloads(store) : store,
-    log,
-  };
-  const noTrash = {
-    inspect: () => Promise.reject(new Error("nothing is set aside here")),
-    removeVolume: () => Promise.reject(new Error("nothing is set aside here")),
-  };
-  // Each its own locks, as in these tests they always were.
-  const deps = { zfs, store, trash: noTrash, log, parentDataset: PARENT, node: "n2", receive };
-  const follow = new FollowVolumes({
-    ...deps,
-    locks: new KeyedLock(),
-    backup: () => Promise.reject(new Error("no backups expected")),
+  let txg = 100;
+  const h = followHarness({
+    node: "n2",
+    // zfs receive -u <dataset>: the stream's snapshot appears with the manifest's guid.
+    receive: (argv, pool) => {
+      const target = argv.at(-1)!;
+      opts.onReceive?.(target, pool);
+      const m = pending.shift();
+      // A full stream makes its filesystem.
+      if (m && !pool.has(target)) pool.add(target, {});
+      if (m) pool.add(`${target}@${m.snapshot}`, { guid: m.guid, createtxg: String(++txg) });
+      return {};
+    },
+    receiveStore: opts.hang ? hangingDownloads : undefined,
   });
+  const { pool, store, streams } = h;
+  // Each its own locks, as in these tests they always were.
+  const follow = new FollowVolumes(h.deps);
   const standby = new StandbyFollower({
-    ...deps,
+    ...h.copyDeps,
     locks: new KeyedLock(),
     copies: follow,
     intervalSeconds: 60,
   });
-  const standbys = opts.standbys ?? ["n2", "n3"];
-  await createOwner(store, "pg", {
-    volume: "pg",
-    uid: UID,
-    ttlSeconds: 30,
+  await createFollowOwner(store, {
     settings: opts.settings ?? { capacityBytes: 0, properties: { compression: "lz4" } },
-    standbys,
-    nowMs: 0,
+    standbys: opts.standbys ?? ["n2", "n3"],
   });
   await writeMarkers(store, "pg", "pg", ["n2"]);
   const manifests = [manifest("1", null), manifest("2", "1"), manifest("3", "2")];
-  for (const m of manifests) {
-    await store.putBytes(manifestKey("pg", m.guid), encodeJson(m));
-    await store.putBytes(m.stream, bytesOf(m.guid));
-  }
-  const { holding } = await acquire(store, "pg", {
-    node: "n1",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: never,
-  });
+  await put(store, ...manifests);
+  const holding = await holdAs(store, "n1");
   return { pool, store, streams, standby, follow, pending, holding, manifests };
 }
 
@@ -239,9 +199,7 @@ Deno.test("tick never receives a stream off the head's chain (a fenced holder's 
   cleanCopy(s.pool, "2");
   await head(s.store, s.holding, "2");
   // Uploaded after snapshot 2 but never made the head.
-  const late = manifest("4", "2");
-  await s.store.putBytes(manifestKey("pg", late.guid), encodeJson(late));
-  await s.store.putBytes(late.stream, bytesOf("4"));
+  await put(s.store, manifest("4", "2"));
   const report = await s.standby.tick();
   assert.equal(report.received, undefined);
   assert.equal(s.streams.processes.length, 0);
@@ -253,7 +211,7 @@ Deno.test("tick leaves a volume this node holds, or no longer stands by for, alo
   cleanCopy(s.pool, "1");
   const h = await head(s.store, s.holding, "3");
   await release(s.store, "pg", h, undefined, 0);
-  await acquire(s.store, "pg", { node: "n2", nowMs: 0, ttlSeconds: 30, mayTakeOver: never });
+  await holdAs(s.store, "n2");
   await s.standby.tick();
   assert.equal(s.streams.processes.length, 0);
   assert.equal(s.standby.state("pg")?.note, "held by this node");
@@ -341,25 +299,12 @@ Deno.test("tick receives into one volume at most; the next tick starts after it"
   const s = await setup();
   await head(s.store, s.holding, "2");
   // A second volume "qa" that n2 stands by for, with one stored snapshot.
-  await createOwner(s.store, "qa", {
-    volume: "qa",
-    uid: UID,
-    ttlSeconds: 30,
-    settings: { capacityBytes: 0, properties: {} },
-    standbys: ["n2"],
-    nowMs: 0,
-  });
+  await createFollowOwner(s.store, { name: "qa", standbys: ["n2"] });
   await writeMarkers(s.store, "qa", "qa", ["n2"]);
   const qa = manifest("7", null, "qa");
-  await s.store.putBytes(manifestKey("qa", qa.guid), encodeJson(qa));
-  await s.store.putBytes(qa.stream, bytesOf("7"));
-  const held = await acquire(s.store, "qa", {
-    node: "n1",
-    nowMs: 0,
-    ttlSeconds: 30,
-    mayTakeOver: never,
-  });
-  await moveHead(s.store, "qa", held.holding, { guid: "7", createdAt: qa.createdAt }, 0);
+  await put(s.store, qa);
+  const held = await holdAs(s.store, "n1", { name: "qa" });
+  await moveHead(s.store, "qa", held, { guid: "7", createdAt: qa.createdAt }, 0);
 
   s.pending.push(s.manifests[0]!, s.manifests[1]!);
   const first = await s.standby.tick();
@@ -382,13 +327,11 @@ Deno.test("tick receives into one volume at most; the next tick starts after it"
 Deno.test("tick grows a standby copy to the recorded size before it receives increments", async () => {
   const MiB = 1024 * 1024;
   let quotaAtReceive: string | undefined;
-  const late: { pool?: FakePool } = {};
   const s = await setup({
     // The volume was grown to 128 MiB after this node's copy was made at 64 MiB.
     settings: { capacityBytes: 128 * MiB, properties: { refquota: String(128 * MiB) } },
-    onReceive: (target) => quotaAtReceive ??= late.pool?.value(target, "refquota"),
+    onReceive: (target, pool) => quotaAtReceive ??= pool.value(target, "refquota"),
   });
-  late.pool = s.pool;
   cleanCopy(s.pool, "1");
   s.pool.setValue(DS, "refquota", String(64 * MiB));
   await head(s.store, s.holding, "2");
