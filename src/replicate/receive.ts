@@ -84,8 +84,14 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
 }
 
-/** Bytes per read of a stored stream: hashing a local file, or a download into our buffers. */
+/** Bytes per read of a download into our buffers. */
 const READ_BYTES = 1024 * 1024;
+/**
+ * Bytes per positional read when hashing a local file: larger reads cost less CPU per byte (a
+ * 1 GiB file hashed in 4 MiB reads took about 10% less time than in 1 MiB reads), and that CPU
+ * is taken from zfs receive running at the same time.
+ */
+const HASH_READ_BYTES = 4 * 1024 * 1024;
 
 /**
  * {@linkcode receiveFromStore} from a local file: zfs receive gets the open file as its stdin
@@ -139,7 +145,7 @@ async function hashFile(
   stop: () => boolean = () => false,
 ): Promise<void> {
   const digest = new Digest(manifest);
-  const buffer = new Uint8Array(READ_BYTES);
+  const buffer = new Uint8Array(HASH_READ_BYTES);
   for (let position = 0;;) {
     if (stop()) return;
     const n = await file.read(buffer, position);
