@@ -19,27 +19,27 @@
  */
 
 import assert from "node:assert/strict";
+import {
+  createNode,
+  type FollowNode,
+  killNodes,
+  logTail,
+  startPlugin,
+} from "../support/follow_flows.ts";
 import { type Claim, claimVolume, createVolumeRequest } from "../support/nomad.ts";
-import { PluginProcess } from "../support/plugin_process.ts";
 import { fileStoreUnderTest } from "../support/store_flows.ts";
 import { print } from "../support/store_trials.ts";
 import { treeHash } from "../support/tree_hash.ts";
-import { sh, TestPool } from "../support/zfs_pool.ts";
+import { sh } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 const VOLUME = "lifecycle";
 const STAGE_DEADLINE_MS = 180_000;
 
-interface Node {
-  readonly name: string;
-  readonly pool: TestPool;
-  plugin?: PluginProcess;
-}
-
-function logTail(node: Node, n = 25): string {
-  return `\n--- ${node.name}'s last log lines ---\n${
-    node.plugin?.logs().slice(-n).join("\n") ?? ""
-  }`;
+/** How many snapshots `dataset` and its children have. */
+async function snapshotCount(dataset: string): Promise<number> {
+  const out = await sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", dataset);
+  return out.trim().split("\n").filter(Boolean).length;
 }
 
 async function until(what: string, check: () => Promise<boolean>, timeoutMs = 30_000) {
@@ -53,20 +53,12 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 30
 Deno.test("follow: expansion across moves, snapshots, and a deleted volume's copies elsewhere", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "zfs-csi-follow-life-" });
   const store = fileStoreUnderTest(dir);
-  const a: Node = { name: "node-a", pool: await TestPool.create() };
-  const b: Node = { name: "node-b", pool: await TestPool.create() };
-  const start = async (node: Node) => {
-    node.plugin = await PluginProcess.start({
-      parentDataset: node.pool.parent,
-      dir: node.pool.dir,
-      nodeId: node.name,
-      ...store.plugin,
-      extraArgs: [...store.plugin.extraArgs ?? [], "--standby-interval", "1s"],
-    });
-  };
-  const datasetOn = (node: Node, name = VOLUME) => `${node.pool.parent}/${name}`;
+  const a = await createNode("node-a");
+  const b = await createNode("node-b");
+  const start = (node: FollowNode) => startPlugin(node, store, ["--standby-interval", "1s"]);
+  const datasetOn = (node: FollowNode, name = VOLUME) => `${node.pool.parent}/${name}`;
   let allocs = 0;
-  const claim = (node: Node, volumeId: string, name = VOLUME): Promise<Claim> =>
+  const claim = (node: FollowNode, volumeId: string, name = VOLUME): Promise<Claim> =>
     claimVolume(
       () => node.plugin!,
       { volume_id: volumeId, volume_context: {} },
@@ -81,7 +73,7 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
         capacity_range: { required_bytes: String(64 * MiB), limit_bytes: "0" },
       }),
     )).volume.volume_id as string;
-  const setAside = async (node: Node) =>
+  const setAside = async (node: FollowNode) =>
     (await node.pool.datasets()).filter((d) => d.includes("/.deleted-"));
   try {
     await start(a);
@@ -113,7 +105,7 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
     });
 
     await t.step("2: expand while held, move, expand while released, move", async () => {
-      const expand = async (node: Node, bytes: number) =>
+      const expand = async (node: FollowNode, bytes: number) =>
         await node.plugin!.client.controller("ControllerExpandVolume", {
           volume_id: volumeId,
           capacity_range: { required_bytes: String(bytes), limit_bytes: "0" },
@@ -227,17 +219,7 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
     });
 
     await t.step("4: DeleteVolume on A; B's sweep sets its warm copy aside", async () => {
-      const snapshotsBefore = (await sh(
-        "zfs",
-        "list",
-        "-H",
-        "-t",
-        "snapshot",
-        "-o",
-        "name",
-        "-r",
-        datasetOn(b),
-      )).trim().split("\n").filter(Boolean).length;
+      const snapshotsBefore = await snapshotCount(datasetOn(b));
       assert.ok(snapshotsBefore > 0, "B's copy has the snapshots it received");
       const started = performance.now();
       await a.plugin!.client.controller("DeleteVolume", { volume_id: volumeId });
@@ -250,17 +232,7 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
       const aside = await setAside(b);
       assert.equal(aside.length, 1, `one set-aside copy on B: ${aside.join(", ")}`);
       assert.equal(await b.pool.get(aside[0]!, "org.zfs-csi:deleted-name"), datasetOn(b));
-      const snapshotsAfter = (await sh(
-        "zfs",
-        "list",
-        "-H",
-        "-t",
-        "snapshot",
-        "-o",
-        "name",
-        "-r",
-        aside[0]!,
-      )).trim().split("\n").filter(Boolean).length;
+      const snapshotsAfter = await snapshotCount(aside[0]!);
       assert.equal(snapshotsAfter, snapshotsBefore, "nothing of the copy was destroyed");
       assert.ok(
         b.plugin!.records().some((r) =>
@@ -274,10 +246,7 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
       print(`follow: B's warm copy set aside ${ms} ms after DeleteVolume on A`);
     });
   } finally {
-    await a.plugin?.stop("SIGKILL");
-    await b.plugin?.stop("SIGKILL");
-    await a.pool.destroy();
-    await b.pool.destroy();
+    await killNodes([a, b]);
     await Deno.remove(dir, { recursive: true });
   }
 });

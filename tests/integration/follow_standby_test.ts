@@ -20,9 +20,15 @@
 import assert from "node:assert/strict";
 import { NODE_TOPOLOGY_KEY } from "../../src/version.ts";
 import { type Claim, claimVolume, createVolumeRequest } from "../support/nomad.ts";
-import { writeRandom } from "../support/follow_flows.ts";
-import { PluginProcess } from "../support/plugin_process.ts";
-import { fileStoreUnderTest, type StoreUnderTest } from "../support/store_flows.ts";
+import {
+  createNode,
+  type FollowNode,
+  logTail,
+  ownerOf,
+  startPlugin,
+  writeRandom,
+} from "../support/follow_flows.ts";
+import { fileStoreUnderTest } from "../support/store_flows.ts";
 import { print } from "../support/store_trials.ts";
 import { treeHash } from "../support/tree_hash.ts";
 import { sh, TestPool } from "../support/zfs_pool.ts";
@@ -32,18 +38,6 @@ const MiB = 1024 * KiB;
 const VOLUME = "warm";
 /** How long a standby may take to reach the head: a backup pass (5 s) and a tick (1 s), loaded. */
 const CATCH_UP_MS = 90_000;
-
-interface Node {
-  readonly name: string;
-  readonly pool: TestPool;
-  plugin?: PluginProcess;
-}
-
-async function ownerOf(store: StoreUnderTest): Promise<Record<string, unknown>> {
-  const bytes = await store.read(`v1/volumes/${VOLUME}/owner.json`);
-  assert.ok(bytes, "the store holds the owner object");
-  return JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
-}
 
 /** The guid of the newest snapshot of `dataset`, or undefined (no dataset, no snapshot). */
 async function newestGuid(pool: TestPool, dataset: string): Promise<string | undefined> {
@@ -72,19 +66,15 @@ async function newestGuid(pool: TestPool, dataset: string): Promise<string | und
 Deno.test("follow: standby copies follow the head in the background; a move to one costs its delta", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "zfs-csi-standby-" });
   const store = fileStoreUnderTest(dir);
-  const nodes: Node[] = [];
-  for (const name of ["node-a", "node-b", "node-c"]) {
-    nodes.push({ name, pool: await TestPool.create() });
-  }
-  const [a, b, c] = nodes as [Node, Node, Node];
-  const datasetOn = (n: Node) => `${n.pool.parent}/${VOLUME}`;
-  const logTail = (n: Node) =>
-    `\n--- ${n.name}'s last log lines ---\n${n.plugin?.logs().slice(-30).join("\n") ?? ""}`;
+  const nodes: FollowNode[] = [];
+  for (const name of ["node-a", "node-b", "node-c"]) nodes.push(await createNode(name));
+  const [a, b, c] = nodes as [FollowNode, FollowNode, FollowNode];
+  const datasetOn = (n: FollowNode) => `${n.pool.parent}/${VOLUME}`;
   /** Waits until `node`'s copy is at the store's head; returns the head and the ms it took. */
-  const caughtUp = async (node: Node, notBefore?: string): Promise<[string, number]> => {
+  const caughtUp = async (node: FollowNode, notBefore?: string): Promise<[string, number]> => {
     const started = performance.now();
     for (;;) {
-      const head = (await ownerOf(store)).head as string | null;
+      const head = (await ownerOf(store, VOLUME)).head as string | null;
       if (head !== null && head !== notBefore) {
         const guid = await newestGuid(node.pool, datasetOn(node));
         // The receive lands the snapshot first and then moves the release marker (a `zfs set`
@@ -100,15 +90,15 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
       }
       assert.ok(
         performance.now() - started < CATCH_UP_MS,
-        `${node.name}'s copy did not reach the head ${head}${logTail(node)}`,
+        `${node.name}'s copy did not reach the head ${head}${logTail(node, 30)}`,
       );
       await new Promise((r) => setTimeout(r, 250));
     }
   };
-  const records = (node: Node, msg: string, from: number) =>
+  const records = (node: FollowNode, msg: string, from: number) =>
     node.plugin!.records().slice(from).filter((r) => r.msg === msg);
   /** The records once there is one: the plugin logs a receive after its last `zfs set`. */
-  const loggedRecords = async (node: Node, msg: string, from: number) => {
+  const loggedRecords = async (node: FollowNode, msg: string, from: number) => {
     const started = performance.now();
     while (records(node, msg, from).length === 0 && performance.now() - started < 10_000) {
       await new Promise((r) => setTimeout(r, 100));
@@ -117,19 +107,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
   };
   try {
     for (const n of nodes) {
-      n.plugin = await PluginProcess.start({
-        parentDataset: n.pool.parent,
-        dir: n.pool.dir,
-        nodeId: n.name,
-        ...store.plugin,
-        extraArgs: [
-          ...store.plugin.extraArgs ?? [],
-          "--lease-ttl",
-          "3s",
-          "--standby-interval",
-          "1s",
-        ],
-      });
+      await startPlugin(n, store, ["--lease-ttl", "3s", "--standby-interval", "1s"]);
     }
     let volumeId = "";
     let onA: Claim | undefined;
@@ -149,7 +127,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         { segments: { [NODE_TOPOLOGY_KEY]: "node-a" } },
         { segments: { [NODE_TOPOLOGY_KEY]: "node-b" } },
       ]);
-      assert.deepEqual((await ownerOf(store)).standbys, ["node-a", "node-b"]);
+      assert.deepEqual((await ownerOf(store, VOLUME)).standbys, ["node-a", "node-b"]);
     });
 
     await t.step(
@@ -159,7 +137,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         for (let i = 0; i < 4; i++) await writeRandom(`${onA.target}/f${i}.bin`, MiB);
         const [first, fullMs] = await caughtUp(b);
         const full = await loggedRecords(b, "standby copy received", 0);
-        assert.equal(full[0]?.kind, "full", `B's first receive is full${logTail(b)}`);
+        assert.equal(full[0]?.kind, "full", `B's first receive is full${logTail(b, 30)}`);
         assert.ok(Number(full[0]?.bytes) > 4 * MiB, "B received A's 4 MiB");
         print(`standby: B reached the head (full, ${full[0]?.bytes} bytes) in ${fullMs} ms`);
 
@@ -167,7 +145,7 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         await writeRandom(`${onA.target}/more.bin`, 256 * KiB);
         const [, incMs] = await caughtUp(b, first);
         const inc = await loggedRecords(b, "standby copy received", mark);
-        assert.ok(inc.length > 0 && inc.every((r) => r.kind === "increment"), logTail(b));
+        assert.ok(inc.length > 0 && inc.every((r) => r.kind === "increment"), logTail(b, 30));
         const bytes = inc.reduce((n, r) => n + Number(r.bytes), 0);
         assert.ok(bytes < 2 * MiB, `B received only the increment (${bytes} bytes)`);
         print(`standby: B followed an increment (${bytes} bytes) in ${incMs} ms`);
@@ -191,7 +169,10 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
         .reduce((n, r) => n + Number(r.bytes), 0);
       assert.ok(staged + background < 2 * MiB, `only the delta moved (${staged} + ${background})`);
       const planned = records(b, "follow volume held here", mark)[0]?.plan;
-      assert.ok(planned === "increment" || planned === "current", `plan ${planned}${logTail(b)}`);
+      assert.ok(
+        planned === "increment" || planned === "current",
+        `plan ${planned}${logTail(b, 30)}`,
+      );
       print(
         `standby: move A→B received ${staged} bytes in the stage (${background} in the ` +
           `background since the release), stage took ${stageMs} ms, plan ${planned}`,
@@ -227,12 +208,12 @@ Deno.test("follow: standby copies follow the head in the background; a move to o
     await t.step(
       "5: A, the former holder, follows B's increments onto its released copy",
       async () => {
-        const before = (await ownerOf(store)).head as string;
+        const before = (await ownerOf(store, VOLUME)).head as string;
         const mark = a.plugin!.records().length;
         await writeRandom(`${onB!.target}/on-b.bin`, 128 * KiB);
         await caughtUp(a, before);
         const got = await loggedRecords(a, "standby copy received", mark);
-        assert.ok(got.length > 0 && got.every((r) => r.kind === "increment"), logTail(a));
+        assert.ok(got.length > 0 && got.every((r) => r.kind === "increment"), logTail(a, 30));
         await onB!.release();
         onB = undefined;
       },

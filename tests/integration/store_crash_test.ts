@@ -38,6 +38,9 @@ import { claimPaths, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng, seedFrom } from "../support/prng.ts";
 import { S3Server } from "../support/s3_server.ts";
+import { BACKUP_LAST, startWithStore, stopWithBackupDue } from "../support/store_trial_plugin.ts";
+import { type TrialVolume, volumeManifests } from "../support/store_trial_volumes.ts";
+import type { StoreUnderTest } from "../support/store_trials.ts";
 import {
   auditStore,
   datasetsBelow,
@@ -49,14 +52,13 @@ import {
   recordsOf,
   s3StoreUnderTest,
   sleep,
-  type StoreUnderTest,
   waitFor,
   waitForOrphans,
   writeRandomFile,
   zfsGet,
 } from "../support/store_trials.ts";
 import { treeHash } from "../support/tree_hash.ts";
-import { sh, TestPool } from "../support/zfs_pool.ts";
+import { TestPool } from "../support/zfs_pool.ts";
 
 const SEED = seedFrom(Deno.env.get("ZFS_CSI_STORE_CRASH_SEED"), 20261124);
 const FILE_TRIALS = trialsFrom("ZFS_CSI_STORE_CRASH_TRIALS", 6);
@@ -69,7 +71,6 @@ const VERBOSE = Deno.env.get("ZFS_CSI_STORE_CRASH_VERBOSE") === "1";
 const PLAN_TURNS = ["transfer", "after", "transfer", "delay", "transfer"] as const;
 const NODE = "node-a";
 const MANAGED = "org.zfs-csi:managed";
-const BACKUP_LAST = "org.zfs-csi:backup-last";
 
 function trialsFrom(variable: string, fallback: number): number {
   const n = Number(Deno.env.get(variable) || fallback);
@@ -77,6 +78,20 @@ function trialsFrom(variable: string, fallback: number): number {
     throw new RangeError(`${variable} must be a whole number, got ${Deno.env.get(variable)}`);
   }
   return n;
+}
+
+/**
+ * Where an upload to the store was, from the log records of its snapshot: the manifest written,
+ * the stream stored, uploading, or not started.
+ */
+function uploadPhase(recs: readonly Record<string, unknown>[]): string {
+  return recs.some((x) => x.msg === "backup stored")
+    ? "manifest written"
+    : recs.some((x) => x.msg === "send stored")
+    ? "stream stored, manifest not yet"
+    : recs.some((x) => x.msg === "send started")
+    ? "uploading"
+    : "before the upload";
 }
 
 /** Calls `fn` until it does not fail with ABORTED or UNAVAILABLE (a restart settling). */
@@ -118,12 +133,7 @@ interface KillRecord {
 }
 
 /** A volume of the trials, with its staging path and the publish kept for it. */
-interface Vol {
-  readonly name: string;
-  readonly id: string;
-  readonly ctx: Record<string, string>;
-  readonly dataset: string;
-  readonly staging: string;
+interface Vol extends TrialVolume {
   /** Where it stays published, or undefined when not staged. */
   target: string | undefined;
   /** Tree hash of its data as last written. */
@@ -179,15 +189,7 @@ class StoreTrials {
   }
 
   async start(): Promise<PluginProcess> {
-    const extraArgs = [...this.#sut.plugin.extraArgs ?? [], "--deleted-retention", "0"];
-    this.#plugin = await PluginProcess.start({
-      parentDataset: this.#pool.parent,
-      dir: this.#pool.dir,
-      nodeId: NODE,
-      extraArgs,
-      ...(this.#sut.plugin.scope ? { scope: this.#sut.plugin.scope } : {}),
-      ...(this.#sut.plugin.env ? { env: this.#sut.plugin.env } : {}),
-    });
+    this.#plugin = await startWithStore(this.#pool, this.#sut, NODE);
     return this.#plugin;
   }
 
@@ -600,16 +602,7 @@ class StoreTrials {
       call: (c) =>
         c.controller("CreateSnapshot", { source_volume_id: vol.id, name, parameters: {} }, 120_000),
       mine: isMine,
-      phaseOf: (recs, answered) =>
-        answered
-          ? "answered"
-          : recs.some((x) => x.msg === "backup stored")
-          ? "manifest written"
-          : recs.some((x) => x.msg === "send stored")
-          ? "stream stored, manifest not yet"
-          : recs.some((x) => x.msg === "send started")
-          ? "uploading"
-          : "before the upload",
+      phaseOf: (recs, answered) => answered ? "answered" : uploadPhase(recs),
       watch: [vol, this.#sched],
     });
     try {
@@ -622,8 +615,7 @@ class StoreTrials {
       assert.equal(s.snapshot_id, id);
       assert.equal(s.ready_to_use, true, "ready when repeated");
       assert.equal(s.source_volume_id, vol.id);
-      const audit = await auditStore(this.#sut.store, this.#checked);
-      const mine = audit.manifests.filter((m) => m.dir === `v1/volumes/${volkey}`);
+      const mine = await volumeManifests(this.#sut.store, vol.name, this.#checked);
       assert.equal(mine.length, 1, `one manifest of ${vol.name}: ${JSON.stringify(mine)}`);
       assert.equal(mine[0]!.guid, guid);
       assert.equal(mine[0]!.csiName, name);
@@ -723,12 +715,9 @@ class StoreTrials {
       await this.#write(sched, "data.bin", mib);
     }
     const vol = sched;
-    const volkey = encodeComponent("Volume name", vol.name);
-    await this.#plugin.stop("SIGTERM");
-    await sh("zfs", "set", `${BACKUP_LAST}=0`, vol.dataset);
+    await stopWithBackupDue(this.#plugin, vol.dataset);
     const before = new Set(
-      (await auditStore(this.#sut.store, this.#checked)).manifests
-        .filter((m) => m.dir === `v1/volumes/${volkey}`).map((m) => m.guid),
+      (await volumeManifests(this.#sut.store, vol.name, this.#checked)).map((m) => m.guid),
     );
     this.#phase("prepare");
     const victim = await this.start();
@@ -781,13 +770,7 @@ class StoreTrials {
           ? "local prune"
           : ran(/^zfs set org\.zfs-csi:backup-last=/)
           ? "backup-last set"
-          : recs.some((x) => x.msg === "backup stored")
-          ? "manifest written"
-          : recs.some((x) => x.msg === "send stored")
-          ? "stream stored, manifest not yet"
-          : recs.some((x) => x.msg === "send started")
-          ? "uploading"
-          : "before the upload";
+          : uploadPhase(recs);
         this.#phase("prepare");
         const orphanPolls = await this.#kill();
         this.#phase("kill");
@@ -832,7 +815,6 @@ class StoreTrials {
    * @returns the new manifest and how many `.backup-*` snapshots are left
    */
   async #backupDone(vol: Vol, before: ReadonlySet<string>, pruned: boolean) {
-    const dir = `v1/volumes/${encodeComponent("Volume name", vol.name)}`;
     return await waitFor(
       `the backup of ${vol.name} to complete`,
       async () => {
@@ -843,8 +825,7 @@ class StoreTrials {
           .sort((a, b) => Number(a.split("@.backup-")[1]) - Number(b.split("@.backup-")[1]));
         if (backups.length === 0 || (pruned && backups.length !== 1)) return undefined;
         const guids = await Promise.all(backups.map((b) => zfsGet(b, "guid")));
-        const mine = (await auditStore(this.#sut.store, this.#checked)).manifests
-          .filter((m) => m.dir === dir);
+        const mine = await volumeManifests(this.#sut.store, vol.name, this.#checked);
         if (!guids.every((g) => mine.some((m) => m.guid === g))) return undefined;
         const manifest = mine.find((m) =>
           m.guid === guids.at(-1) && m.kind === "scheduled" && !before.has(m.guid)
@@ -870,8 +851,7 @@ class StoreTrials {
       // One more backup, not killed: it prunes what killed ones left, down to its base.
       const vol = this.#sched;
       await this.#write(vol, "data.bin", 1);
-      await this.#plugin.stop("SIGTERM");
-      await sh("zfs", "set", `${BACKUP_LAST}=0`, vol.dataset);
+      await stopWithBackupDue(this.#plugin, vol.dataset);
       await this.start();
       const { left } = await this.#backupDone(vol, new Set(), true);
       assert.equal(left, 1);

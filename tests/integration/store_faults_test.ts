@@ -18,12 +18,13 @@
 
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
-import { encodeComponent } from "../../src/zfs/names.ts";
 import { type CallError, rejects } from "../support/csi_client.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
 import { claimPaths, mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { S3Server } from "../support/s3_server.ts";
+import { BACKUP_LAST, startWithStore, stopWithBackupDue } from "../support/store_trial_plugin.ts";
+import { type TrialVolume, volumeManifests } from "../support/store_trial_volumes.ts";
 import {
   auditStore,
   datasetsBelow,
@@ -45,30 +46,73 @@ import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 const NODE = "node-a";
 const CAPACITY = 128 * MiB;
-const BACKUP_LAST = "org.zfs-csi:backup-last";
 
-function startPlugin(
-  pool: TestPool,
-  sut: StoreUnderTest,
-  nodeId = NODE,
-): Promise<PluginProcess> {
-  return PluginProcess.start({
-    parentDataset: pool.parent,
-    dir: pool.dir,
-    nodeId,
-    extraArgs: [...sut.plugin.extraArgs ?? [], "--deleted-retention", "0"],
-    ...(sut.plugin.scope ? { scope: sut.plugin.scope } : {}),
-    ...(sut.plugin.env ? { env: sut.plugin.env } : {}),
+/** What the plugin reaches versitygw through: a switch that takes it down, or a fault proxy. */
+type Front = AsyncDisposable & { readonly endpoint: URL };
+
+/** The setup of a test against versitygw behind a front: the plugin runs on a pool of its own. */
+interface S3Rig<F extends Front> extends AsyncDisposable {
+  readonly server: S3Server;
+  readonly front: F;
+  readonly pool: TestPool;
+  readonly sut: StoreUnderTest;
+  /** The plugin started last (by `s3Rig` or `restartDue`). */
+  readonly plugin: PluginProcess;
+  /** Restarts the plugin with `dataset` due for a backup: its first tick backs the volume up. */
+  restartDue(dataset: string): Promise<PluginProcess>;
+}
+
+/**
+ * Starts versitygw, `front` before it, a pool and the plugin, in that order; disposing the rig
+ * kills the plugin (SIGKILL) and then takes the rest down in the reverse order.
+ */
+async function s3Rig<F extends Front>(front: (target: URL) => F): Promise<S3Rig<F>> {
+  // Whatever started is taken down again if a later start fails.
+  await using stack = new AsyncDisposableStack();
+  const server = stack.use(await S3Server.start());
+  const f = stack.use(front(server.endpoint));
+  const pool = stack.use(await TestPool.create());
+  const sut = s3StoreUnderTest(server, f.endpoint);
+  let plugin = await startWithStore(pool, sut, NODE);
+  stack.defer(async () => {
+    await plugin.stop("SIGKILL");
+  });
+  const all = stack.move();
+  return {
+    server,
+    front: f,
+    pool,
+    sut,
+    get plugin() {
+      return plugin;
+    },
+    async restartDue(dataset: string) {
+      await stopWithBackupDue(plugin, dataset);
+      plugin = await startWithStore(pool, sut, NODE);
+      return plugin;
+    },
+    [Symbol.asyncDispose]: () => all.disposeAsync(),
+  };
+}
+
+/**
+ * Registers a test of this file. Sanitizers off, as in the other store trials: the plugin's
+ * process, its gRPC client and the servers are long-lived resources each test ends itself.
+ */
+function faultTest(name: string, fn: () => Promise<void>): void {
+  Deno.test({ name, sanitizeOps: false, sanitizeResources: false, fn });
+}
+
+/** Registers a test of this file against versitygw behind a fault proxy (`rig.front`). */
+function proxyTest(name: string, fn: (rig: S3Rig<FaultProxy>) => Promise<void>): void {
+  faultTest(name, async () => {
+    await using rig = await s3Rig((target) => new FaultProxy(target));
+    await fn(rig);
   });
 }
 
 /** A volume of a test: staged at `staging`, published at `target`, its data's tree hash. */
-interface Vol {
-  readonly name: string;
-  readonly id: string;
-  readonly ctx: Record<string, string>;
-  readonly dataset: string;
-  readonly staging: string;
+interface Vol extends TrialVolume {
   readonly target: string;
   readonly hash: string;
 }
@@ -128,8 +172,8 @@ async function stagePublish(
 }
 
 /**
- * Publishes `v` at a fresh target (staging it again: a repeat), checks its data there, takes
- * that publish down; returns the milliseconds stage+publish took.
+ * Publishes `v` at a fresh target (staging it again: a repeat when it is staged), checks its
+ * data there, takes that publish down; returns the milliseconds stage+publish took.
  */
 async function usable(plugin: PluginProcess, v: Vol): Promise<number> {
   const p = await claimPaths(plugin.baseDir, {
@@ -149,23 +193,29 @@ async function condition(plugin: PluginProcess, v: Vol) {
   return res.status.volume_condition as { abnormal: boolean; message: string };
 }
 
-/** The store's manifests of volume `name` (the audit checks every stream of the store). */
-async function manifestsOf(sut: StoreUnderTest, name: string) {
-  const dir = `v1/volumes/${encodeComponent("Volume name", name)}`;
-  return (await auditStore(sut.store)).manifests.filter((m) => m.dir === dir);
+/** Polls `v`'s condition until it is abnormal, or healthy (`abnormal` false); returns it. */
+function conditionTurns(
+  plugin: PluginProcess,
+  v: Vol,
+  until: { readonly abnormal: boolean; readonly what: string; readonly timeoutMs: number },
+) {
+  return waitFor(
+    until.what,
+    async () => {
+      const c = await condition(plugin, v);
+      return Boolean(c.abnormal) === until.abnormal ? c : undefined;
+    },
+    until.timeoutMs,
+    500,
+  );
 }
 
-Deno.test({
-  name: "store faults: a store that is down fails CreateSnapshot UNAVAILABLE and the volume's " +
+faultTest(
+  "store faults: a store that is down fails CreateSnapshot UNAVAILABLE and the volume's " +
     "condition, not stage/publish or Probe; the next backup after it is back clears it",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    await using server = await S3Server.start();
-    await using sw = TcpSwitch.start(server.endpoint);
-    await using pool = await TestPool.create();
-    const sut = s3StoreUnderTest(server, sw.endpoint);
-    await using plugin = await startPlugin(pool, sut);
+  async () => {
+    await using rig = await s3Rig((target) => TcpSwitch.start(target));
+    const { server, front: sw, pool, sut, plugin } = rig;
     const t0 = performance.now();
     const v = await volume(plugin, pool, "v", 4, { backup_interval: "5s", backup_keep: "last=2" });
     await sw.down();
@@ -187,15 +237,11 @@ Deno.test({
     print(`  stage+publish with the store down: ${stageMs.toFixed(0)} ms (and a new volume)`);
 
     // The scheduler ticks every 30 s; the volume is due from its creation.
-    const abnormal = await waitFor(
-      "the volume's condition to turn abnormal",
-      async () => {
-        const c = await condition(plugin, v);
-        return c.abnormal ? c : undefined;
-      },
-      45_000,
-      500,
-    );
+    const abnormal = await conditionTurns(plugin, v, {
+      abnormal: true,
+      what: "the volume's condition to turn abnormal",
+      timeoutMs: 45_000,
+    });
     print(
       `  condition abnormal ${((performance.now() - down) / 1000).toFixed(1)} s after the ` +
         `store went down (${((performance.now() - t0) / 1000).toFixed(1)} s after the plugin ` +
@@ -224,21 +270,17 @@ Deno.test({
 
     sw.up();
     const up = performance.now();
-    const cleared = await waitFor(
-      "the condition to clear",
-      async () => {
-        const c = await condition(plugin, v);
-        return c.abnormal ? undefined : c;
-      },
-      100_000,
-      500,
-    );
+    const cleared = await conditionTurns(plugin, v, {
+      abnormal: false,
+      what: "the condition to clear",
+      timeoutMs: 100_000,
+    });
     print(
       `  condition cleared ${((performance.now() - up) / 1000).toFixed(1)} s after the store ` +
         `came back (the retry waits out a 30 s backoff and the next 30 s tick)`,
     );
     assert.equal(cleared.message, "Volume is healthy");
-    const stored = await manifestsOf(sut, "v");
+    const stored = await volumeManifests(sut.store, "v");
     assert.ok(stored.some((m) => m.kind === "scheduled"), JSON.stringify(stored));
     assert.notEqual(await zfsGet(v.dataset, BACKUP_LAST), "-");
     const s1 = await plugin.client.controller("CreateSnapshot", {
@@ -247,124 +289,102 @@ Deno.test({
     });
     assert.equal(s1.snapshot.ready_to_use, true);
   },
-});
+);
 
-Deno.test({
-  name: "store faults: 500s and a lost manifest answer are retried; the backup completes whole",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    await using server = await S3Server.start();
-    await using proxy = new FaultProxy(server.endpoint);
-    await using pool = await TestPool.create();
-    const sut = s3StoreUnderTest(server, proxy.endpoint);
-    let plugin = await startPlugin(pool, sut);
-    try {
-      // Every other request of a stream's upload (its start, parts, end) answered 500, three
-      // in all: parts are sent again, beside the other part in flight.
-      let streamRequests = 0;
-      const everyOther = (r: Request) =>
-        new URL(r.url).pathname.includes("/streams/") && streamRequests++ % 2 === 1;
-      proxy.set({ kind: "error", status: 500, code: "InternalError", count: 3 }, everyOther);
-      const v = await volume(plugin, pool, "v", 24, { backup_interval: "1h" });
-      // The scheduler's first tick after a start backs up the volume, due since its creation
-      // (made due by hand too, in case a tick of the first start backed it up already).
-      await plugin.stop();
-      await sh("zfs", "set", `${BACKUP_LAST}=0`, v.dataset);
-      plugin = await startPlugin(pool, sut);
-      const m = await waitFor(
-        "the scheduled backup",
-        async () => {
-          const all = await manifestsOf(sut, "v");
-          return all.find((x) => x.kind === "scheduled");
-        },
-        60_000,
-        250,
-      );
-      const errors = proxy.seen.filter((s) => s.outcome === "error");
-      const what = (t: string) =>
-        /partNumber=/.test(t)
-          ? "part"
-          : /uploads/.test(t)
-          ? "start"
-          : /uploadId/.test(t)
-          ? "end"
-          : t;
-      print(
-        `  scheduled backup of 24 MiB through 3 injected 500s: stored (${m.size} bytes); ` +
-          `${proxy.seen.length} requests, failed: ` +
-          errors.map((s) => `${s.method} ${what(s.target)}`).join(", "),
-      );
-      assert.equal(errors.length, 3);
-      assert.equal(
-        recordsOf(plugin.logs()).filter((r) => r.msg === "backup failed; retrying later").length,
-        0,
-      );
-      assert.equal((await condition(plugin, v)).abnormal, false);
+proxyTest(
+  "store faults: 500s and a lost manifest answer are retried; the backup completes whole",
+  async (rig) => {
+    const { front: proxy, pool, sut } = rig;
+    let plugin = rig.plugin;
+    // Every other request of a stream's upload (its start, parts, end) answered 500, three
+    // in all: parts are sent again, beside the other part in flight.
+    let streamRequests = 0;
+    const everyOther = (r: Request) =>
+      new URL(r.url).pathname.includes("/streams/") && streamRequests++ % 2 === 1;
+    proxy.set({ kind: "error", status: 500, code: "InternalError", count: 3 }, everyOther);
+    const v = await volume(plugin, pool, "v", 24, { backup_interval: "1h" });
+    // The scheduler's first tick after a start backs up the volume, due since its creation
+    // (made due by hand too, in case a tick of the first start backed it up already).
+    plugin = await rig.restartDue(v.dataset);
+    const m = await waitFor(
+      "the scheduled backup",
+      async () => {
+        const all = await volumeManifests(sut.store, "v");
+        return all.find((x) => x.kind === "scheduled");
+      },
+      60_000,
+      250,
+    );
+    const errors = proxy.seen.filter((s) => s.outcome === "error");
+    const what = (t: string) =>
+      /partNumber=/.test(t) ? "part" : /uploads/.test(t) ? "start" : /uploadId/.test(t) ? "end" : t;
+    print(
+      `  scheduled backup of 24 MiB through 3 injected 500s: stored (${m.size} bytes); ` +
+        `${proxy.seen.length} requests, failed: ` +
+        errors.map((s) => `${s.method} ${what(s.target)}`).join(", "),
+    );
+    assert.equal(errors.length, 3);
+    assert.equal(
+      recordsOf(plugin.logs()).filter((r) => r.msg === "backup failed; retrying later").length,
+      0,
+    );
+    assert.equal((await condition(plugin, v)).abnormal, false);
 
-      // 500s on every kind of request, then a manifest write that lands but whose answer is
-      // lost: CreateSnapshot still answers ready, and its manifest names a stream that is there.
-      await writeRandomFile(`${v.target}/more.bin`, 9 * MiB, 99);
-      let requests = 0;
-      proxy.set(
-        { kind: "error", status: 500, code: "InternalError", count: 3 },
-        () => requests++ % 2 === 1,
-      );
-      const before = proxy.seen.length;
-      const pending = plugin.client.controller("CreateSnapshot", {
-        source_volume_id: v.id,
-        name: "s1",
-      }, 120_000);
-      await waitFor(
-        "the injected 500s to be used up",
-        () => {
-          const used = proxy.seen.slice(before).filter((s) => s.outcome === "error").length;
-          return Promise.resolve(used >= 3 ? true : undefined);
-        },
-        30_000,
-        5,
-      );
-      proxy.set(
-        { kind: "lose", count: 1 },
-        (r) =>
-          r.method === "PUT" && /\/snapshots\/[0-9a-f]{16}\.json$/.test(new URL(r.url).pathname),
-      );
-      const s1 = await pending;
-      assert.equal(s1.snapshot.ready_to_use, true);
-      const lost = proxy.seen.slice(before).filter((s) => s.outcome === "lose");
-      const failedToo = proxy.seen.slice(before).filter((s) => s.outcome === "error");
-      print(
-        `  CreateSnapshot through 3 injected 500s (` +
-          failedToo.map((s) => `${s.method} ${what(s.target)}`).join(", ") +
-          `) and ${lost.length} lost manifest answer: ready (${
-            proxy.seen.length - before
-          } requests)`,
-      );
-      assert.equal(lost.length, 1, "the manifest's answer was lost once");
-      const hex = String(s1.snapshot.snapshot_id).split(":")[2];
-      const all = await manifestsOf(sut, "v");
-      const mine = all.find((x) => guidHex(x.guid) === hex);
-      assert.ok(mine, `a manifest of ${s1.snapshot.snapshot_id}`);
-      assert.equal(mine.csiName, "s1");
-      assert.equal((await auditStore(sut.store)).orphanStreams.length, 0, "no stream left over");
-    } finally {
-      await plugin.stop("SIGKILL");
-    }
+    // 500s on every kind of request, then a manifest write that lands but whose answer is
+    // lost: CreateSnapshot still answers ready, and its manifest names a stream that is there.
+    await writeRandomFile(`${v.target}/more.bin`, 9 * MiB, 99);
+    let requests = 0;
+    proxy.set(
+      { kind: "error", status: 500, code: "InternalError", count: 3 },
+      () => requests++ % 2 === 1,
+    );
+    const before = proxy.seen.length;
+    const pending = plugin.client.controller("CreateSnapshot", {
+      source_volume_id: v.id,
+      name: "s1",
+    }, 120_000);
+    await waitFor(
+      "the injected 500s to be used up",
+      () => {
+        const used = proxy.seen.slice(before).filter((s) => s.outcome === "error").length;
+        return Promise.resolve(used >= 3 ? true : undefined);
+      },
+      30_000,
+      5,
+    );
+    proxy.set(
+      { kind: "lose", count: 1 },
+      (r) => r.method === "PUT" && /\/snapshots\/[0-9a-f]{16}\.json$/.test(new URL(r.url).pathname),
+    );
+    const s1 = await pending;
+    assert.equal(s1.snapshot.ready_to_use, true);
+    const lost = proxy.seen.slice(before).filter((s) => s.outcome === "lose");
+    const failedToo = proxy.seen.slice(before).filter((s) => s.outcome === "error");
+    print(
+      `  CreateSnapshot through 3 injected 500s (` +
+        failedToo.map((s) => `${s.method} ${what(s.target)}`).join(", ") +
+        `) and ${lost.length} lost manifest answer: ready (${proxy.seen.length - before} requests)`,
+    );
+    assert.equal(lost.length, 1, "the manifest's answer was lost once");
+    const hex = String(s1.snapshot.snapshot_id).split(":")[2];
+    const all = await volumeManifests(sut.store, "v");
+    const mine = all.find((x) => guidHex(x.guid) === hex);
+    assert.ok(mine, `a manifest of ${s1.snapshot.snapshot_id}`);
+    assert.equal(mine.csiName, "s1");
+    assert.equal((await auditStore(sut.store)).orphanStreams.length, 0, "no stream left over");
   },
-});
+);
 
-Deno.test({
-  name: "store faults: a full store fails CreateSnapshot RESOURCE_EXHAUSTED and shows nothing",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
+faultTest(
+  "store faults: a full store fails CreateSnapshot RESOURCE_EXHAUSTED and shows nothing",
+  async () => {
     await using pool = await TestPool.create();
     const dir = `${pool.dir}/store`;
     await Deno.mkdir(dir);
     await sh("mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", dir);
     try {
       const sut = await fileStoreUnderTest(dir);
-      await using plugin = await startPlugin(pool, sut);
+      await using plugin = await startWithStore(pool, sut, NODE);
       const v = await volume(plugin, pool, "big", 8);
       const details = await rejects(
         plugin.client.controller("CreateSnapshot", { source_volume_id: v.id, name: "s1" }),
@@ -394,22 +414,20 @@ Deno.test({
         name: "s2",
       });
       assert.equal(ok.snapshot.ready_to_use, true);
-      assert.equal((await manifestsOf(sut, "small")).length, 1);
-      assert.equal((await manifestsOf(sut, "big")).length, 0);
+      assert.equal((await volumeManifests(sut.store, "small")).length, 1);
+      assert.equal((await volumeManifests(sut.store, "big")).length, 0);
       const local = [...(await datasetsBelow(v.dataset)).keys()].filter((n) => n.includes("@"));
       print(`  left on the node for the retry: ${local.join(", ")}`);
     } finally {
       await tryRun("umount", dir);
     }
   },
-});
+);
 
-Deno.test({
-  name: "store faults: a restore bigger than the pool's free space fails RESOURCE_EXHAUSTED and " +
+faultTest(
+  "store faults: a restore bigger than the pool's free space fails RESOURCE_EXHAUSTED and " +
     "leaves nothing",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
+  async () => {
     await using server = await S3Server.start();
     await using a = await TestPool.create();
     // zfs-fuse's smallest pool: well below the snapshot's size.
@@ -418,14 +436,14 @@ Deno.test({
     let source: PluginProcess | undefined;
     let target: PluginProcess | undefined;
     try {
-      source = await startPlugin(a, sut, "node-a");
+      source = await startWithStore(a, sut, "node-a");
       const v = await volume(source, a, "v", 96);
       const snap = await source.client.controller("CreateSnapshot", {
         source_volume_id: v.id,
         name: "s1",
       }, 120_000);
       assert.equal(snap.snapshot.ready_to_use, true);
-      target = await startPlugin(b, sut, "node-b");
+      target = await startWithStore(b, sut, "node-b");
       const free = await zfsGet(b.parent, "available");
       const before = [...(await datasetsBelow(b.pool)).keys()];
       const t0 = performance.now();
@@ -460,83 +478,65 @@ Deno.test({
       await source?.stop("SIGKILL");
     }
   },
-});
+);
 
-Deno.test({
-  name: "store faults: a slow store does not slow stage/publish while a backup runs",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    await using server = await S3Server.start();
-    await using proxy = new FaultProxy(server.endpoint);
-    await using pool = await TestPool.create();
-    const sut = s3StoreUnderTest(server, proxy.endpoint);
-    let plugin = await startPlugin(pool, sut);
-    try {
-      const x = await volume(plugin, pool, "x", 48, { backup_interval: "1h" });
-      const y = await volume(plugin, pool, "y", 2);
-      // Unstaged, so that the measured calls mount for real.
-      await plugin.client.node("NodeUnpublishVolume", { volume_id: y.id, target_path: y.target });
+proxyTest(
+  "store faults: a slow store does not slow stage/publish while a backup runs",
+  async (rig) => {
+    const { front: proxy, pool, sut } = rig;
+    let plugin = rig.plugin;
+    const x = await volume(plugin, pool, "x", 48, { backup_interval: "1h" });
+    const y = await volume(plugin, pool, "y", 2);
+    // Unstaged, so that the measured calls mount for real.
+    await plugin.client.node("NodeUnpublishVolume", { volume_id: y.id, target_path: y.target });
+    await plugin.client.node("NodeUnstageVolume", {
+      volume_id: y.id,
+      staging_target_path: y.staging,
+    });
+    const cycle = async () => {
+      const ms = await usable(plugin, y);
       await plugin.client.node("NodeUnstageVolume", {
         volume_id: y.id,
         staging_target_path: y.staging,
       });
-      const cycle = async () => {
-        const p = await claimPaths(plugin.baseDir, { volumeId: "y", allocId: `y-a${allocs++}` });
-        const t0 = performance.now();
-        await stagePublish(plugin, y, y.staging, p.target);
-        const ms = performance.now() - t0;
-        assert.equal(await treeHash(p.target), y.hash);
-        await plugin.client.node("NodeUnpublishVolume", { volume_id: y.id, target_path: p.target });
-        await plugin.client.node("NodeUnstageVolume", {
-          volume_id: y.id,
-          staging_target_path: y.staging,
-        });
-        return ms;
-      };
-      const idle = [await cycle(), await cycle(), await cycle()];
-      proxy.set({ kind: "delay", ms: 1_500 });
-      // The first tick after a start backs up x, due since its creation (and made due by hand).
-      await plugin.stop();
-      await sh("zfs", "set", `${BACKUP_LAST}=0`, x.dataset);
-      plugin = await startPlugin(pool, sut);
-      const started = await waitFor(
-        "the backup's upload to start",
-        () => {
-          const r = recordsOf(plugin.logs()).find((r) =>
-            r.msg === "send started" && String(r.snapshot).startsWith(`${x.dataset}@`)
-          );
-          return Promise.resolve(r ? performance.now() : undefined);
-        },
-        30_000,
-        5,
-      );
-      const busy = [await cycle(), await cycle(), await cycle()];
-      const xMs = await usable(plugin, x);
-      const storedYet = recordsOf(plugin.logs()).some((r) =>
-        r.msg === "send stored" && String(r.snapshot).startsWith(`${x.dataset}@`)
-      );
-      assert.equal(storedYet, false, "the backup still ran while stage/publish were measured");
-      const done = await waitFor(
-        "the backup",
-        async () => {
-          const m = (await manifestsOf(sut, "x")).find((m) => m.kind === "scheduled");
-          return m ? performance.now() : undefined;
-        },
-        120_000,
-        250,
-      );
-      const fmt = (xs: number[]) => xs.map((n) => n.toFixed(0)).join(", ");
-      print(
-        `  stage+publish of another volume: idle ${fmt(idle)} ms; during a backup through a ` +
-          `store delaying each request 1.5 s: ${fmt(busy)} ms; of the volume being backed up ` +
-          `${xMs.toFixed(0)} ms; the backup's upload took ${
-            ((done - started) / 1000).toFixed(1)
-          } s`,
-      );
-      for (const ms of [...busy, xMs]) assert.ok(ms < 5_000, `stage+publish took ${ms} ms`);
-    } finally {
-      await plugin.stop("SIGKILL");
-    }
+      return ms;
+    };
+    const idle = [await cycle(), await cycle(), await cycle()];
+    proxy.set({ kind: "delay", ms: 1_500 });
+    // The first tick after a start backs up x, due since its creation (and made due by hand).
+    plugin = await rig.restartDue(x.dataset);
+    const started = await waitFor(
+      "the backup's upload to start",
+      () => {
+        const r = recordsOf(plugin.logs()).find((r) =>
+          r.msg === "send started" && String(r.snapshot).startsWith(`${x.dataset}@`)
+        );
+        return Promise.resolve(r ? performance.now() : undefined);
+      },
+      30_000,
+      5,
+    );
+    const busy = [await cycle(), await cycle(), await cycle()];
+    const xMs = await usable(plugin, x);
+    const storedYet = recordsOf(plugin.logs()).some((r) =>
+      r.msg === "send stored" && String(r.snapshot).startsWith(`${x.dataset}@`)
+    );
+    assert.equal(storedYet, false, "the backup still ran while stage/publish were measured");
+    const done = await waitFor(
+      "the backup",
+      async () => {
+        const m = (await volumeManifests(sut.store, "x")).find((m) => m.kind === "scheduled");
+        return m ? performance.now() : undefined;
+      },
+      120_000,
+      250,
+    );
+    const fmt = (xs: number[]) => xs.map((n) => n.toFixed(0)).join(", ");
+    print(
+      `  stage+publish of another volume: idle ${fmt(idle)} ms; during a backup through a ` +
+        `store delaying each request 1.5 s: ${fmt(busy)} ms; of the volume being backed up ` +
+        `${xMs.toFixed(0)} ms; the backup's upload took ${((done - started) / 1000).toFixed(1)} s`,
+    );
+    for (const ms of [...busy, xMs]) assert.ok(ms < 5_000, `stage+publish took ${ms} ms`);
   },
-});
+);

@@ -17,6 +17,9 @@
  * 6. DeleteVolume is refused while B holds it, then marks the volume deleted in the store.
  *
  * Throughout, at most one node has the volume's dataset mounted read-write.
+ *
+ * The other follow tests (follow_lifecycle_test.ts, follow_standby_test.ts) build their nodes
+ * with the same pieces: createNode, startPlugin, killNodes, logTail, ownerOf.
  */
 
 import assert from "node:assert/strict";
@@ -67,9 +70,12 @@ async function manifestsOf(store: StoreUnderTest): Promise<SnapshotManifest[]> {
   return out;
 }
 
-/** The owner object, read without the plugin's code. */
-async function ownerOf(store: StoreUnderTest): Promise<Record<string, unknown>> {
-  const bytes = await store.read(`v1/volumes/${VOLUME}/owner.json`);
+/** The owner object of `volume`, read without the plugin's code. */
+export async function ownerOf(
+  store: StoreUnderTest,
+  volume: string,
+): Promise<Record<string, unknown>> {
+  const bytes = await store.read(`v1/volumes/${volume}/owner.json`);
   assert.ok(bytes, "the store holds the owner object");
   return JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
 }
@@ -84,14 +90,44 @@ function chainOf(manifests: readonly SnapshotManifest[], head: string): string[]
   return out;
 }
 
-/** A node: its pool and the plugin that runs on it now. */
-interface Node {
+/** A node of the follow tests: its pool and the plugin that runs on it now. */
+export interface FollowNode {
   readonly name: string;
   readonly pool: TestPool;
   plugin?: PluginProcess;
 }
 
-function logTail(node: Node, n = 25): string {
+/** A node named `name` on a new file-backed pool, with no plugin running yet. */
+export async function createNode(name: string): Promise<FollowNode> {
+  return { name, pool: await TestPool.create() };
+}
+
+/**
+ * Starts the plugin as it ships on `node` (its pool's parent dataset, its name as node id),
+ * given `store`, with `flags` after the store's own.
+ */
+export async function startPlugin(
+  node: FollowNode,
+  store: StoreUnderTest,
+  flags: readonly string[],
+): Promise<void> {
+  node.plugin = await PluginProcess.start({
+    parentDataset: node.pool.parent,
+    dir: node.pool.dir,
+    nodeId: node.name,
+    ...store.plugin,
+    extraArgs: [...store.plugin.extraArgs ?? [], ...flags],
+  });
+}
+
+/** Kills every node's plugin (SIGKILL), then destroys every node's pool. */
+export async function killNodes(nodes: readonly FollowNode[]): Promise<void> {
+  for (const node of nodes) await node.plugin?.stop("SIGKILL");
+  for (const node of nodes) await node.pool.destroy();
+}
+
+/** The last `n` log lines of `node`'s plugin, for failure messages. */
+export function logTail(node: FollowNode, n = 25): string {
   return `\n--- ${node.name}'s last log lines ---\n${
     node.plugin?.logs().slice(-n).join("\n") ?? ""
   }`;
@@ -106,30 +142,22 @@ async function writableMounts(dataset: string): Promise<string[]> {
 
 /** The follow flows against `store`; see the module doc. */
 export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): Promise<void> {
-  const a: Node = { name: "node-a", pool: await TestPool.create() };
-  const b: Node = { name: "node-b", pool: await TestPool.create() };
-  const start = async (node: Node) => {
-    node.plugin = await PluginProcess.start({
-      parentDataset: node.pool.parent,
-      dir: node.pool.dir,
-      nodeId: node.name,
-      ...store.plugin,
-      extraArgs: [
-        ...store.plugin.extraArgs ?? [],
-        "--lease-ttl",
-        `${LEASE_TTL_S}s`,
-        "--takeover-after",
-        `${TAKEOVER_AFTER_S}s`,
-      ],
-    });
-  };
-  const client = (node: Node): CsiClient => node.plugin!.client;
-  const datasetOn = (node: Node) => `${node.pool.parent}/${VOLUME}`;
+  const a = await createNode("node-a");
+  const b = await createNode("node-b");
+  const start = (node: FollowNode) =>
+    startPlugin(node, store, [
+      "--lease-ttl",
+      `${LEASE_TTL_S}s`,
+      "--takeover-after",
+      `${TAKEOVER_AFTER_S}s`,
+    ]);
+  const client = (node: FollowNode): CsiClient => node.plugin!.client;
+  const datasetOn = (node: FollowNode) => `${node.pool.parent}/${VOLUME}`;
   let volumeId = "";
   let allocs = 0;
 
   /** Stages and publishes the volume on `node` as Nomad does for a new alloc there. */
-  const claim = (node: Node): Promise<Claim> =>
+  const claim = (node: FollowNode): Promise<Claim> =>
     claimVolume(
       () => node.plugin!,
       { volume_id: volumeId, volume_context: {} },
@@ -138,7 +166,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
     );
 
   /** At most one node has the volume mounted writable, and `holder` is that node (or none). */
-  const checkOneWriter = async (holder: Node | undefined, when: string) => {
+  const checkOneWriter = async (holder: FollowNode | undefined, when: string) => {
     const onA = await writableMounts(datasetOn(a));
     const onB = await writableMounts(datasetOn(b));
     if (holder !== a) assert.deepEqual(onA, [], `${when}: nothing of node-a's copy is writable`);
@@ -152,7 +180,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
   };
 
   /** The bytes the plugin of `node` logged receiving for the volume since `from` lines. */
-  const receivedBytes = (node: Node, from: number) =>
+  const receivedBytes = (node: FollowNode, from: number) =>
     node.plugin!.records().slice(from).filter((r) => r.msg === "follow volume received")
       .reduce((n, r) => n + Number(r.bytes), 0);
 
@@ -197,7 +225,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
       volumeId = res.volume.volume_id;
       assert.equal(volumeId, `${VOLUME}@*`);
       assert.deepEqual(res.volume.accessible_topology, [], "no topology: any node may stage it");
-      const owner = await ownerOf(store);
+      const owner = await ownerOf(store, VOLUME);
       assert.equal(owner.state, "released");
       assert.equal(owner.head, null);
       assert.equal(
@@ -217,7 +245,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
       await checkOneWriter(a, "A holds it");
       await onA.release();
       await checkOneWriter(undefined, "after A's unstage");
-      const owner = await ownerOf(store);
+      const owner = await ownerOf(store, VOLUME);
       assert.equal(owner.state, "released");
       assert.equal(owner.holder, "node-a");
       assert.equal(await a.pool.get(datasetOn(a), "readonly"), "on", "A's warm copy is read-only");
@@ -252,7 +280,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
     await t.step("3: A is lost; B is refused until the rule allows, then takes over", async () => {
       // What the store has now is the last copy; A writes more, which the store never gets.
       lastCopy = hash;
-      headBeforeKill = String((await ownerOf(store)).head);
+      headBeforeKill = String((await ownerOf(store, VOLUME)).head);
       await writeRandom(`${onA!.target}/lost.bin`, 256 * KiB);
       await a.plugin!.stop("SIGKILL");
       const started = performance.now();
@@ -295,7 +323,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
         target_path: pb.target,
       });
       assert.equal(await treeHash(pb.target), lastCopy, "B has the last copy in the store");
-      const owner = await ownerOf(store);
+      const owner = await ownerOf(store, VOLUME);
       assert.equal(owner.holder, "node-b");
       assert.equal(owner.state, "held");
       assert.equal(owner.head, headBeforeKill, "the head is the last copy A stored");
@@ -312,7 +340,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
         await sh("zfs", "inherit", "org.zfs-csi:backup-last", datasetOn(a));
         await restartFenced();
         await checkOneWriter(b, "A is back, B holds it");
-        const owner = await ownerOf(store);
+        const owner = await ownerOf(store, VOLUME);
         assert.equal(owner.holder, "node-b");
         assert.equal(owner.head, headBeforeKill, "the head is still the last copy A released");
         const after = await manifestsOf(store);
@@ -350,7 +378,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
       "5: an explicit takeover (zfs-csi takeover) frees a lost holder's volume at once",
       async () => {
         hash = await treeHash(onA!.target);
-        const ownerBefore = await ownerOf(store);
+        const ownerBefore = await ownerOf(store, VOLUME);
         await a.plugin!.stop("SIGKILL");
         const pb = await claimPaths(b.plugin!.baseDir, { volumeId: VOLUME, allocId: "alloc-b3" });
         const req = {
@@ -383,7 +411,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
         );
         assert.equal(cli.code, 0, cli.stderr);
         assert.match(cli.stdout, /was taken from node "node-a"/);
-        const owner = await ownerOf(store);
+        const owner = await ownerOf(store, VOLUME);
         assert.equal(owner.state, "released");
         assert.equal(owner.generation, Number(ownerBefore.generation) + 1, "the takeover fences A");
         assert.match(String(owner.releasedBy), /takeover by zfs-csi takeover on node "node-b"/);
@@ -408,7 +436,7 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
         await onB!.release();
         await checkOneWriter(undefined, "at the end");
         await client(b).controller("DeleteVolume", { volume_id: volumeId });
-        assert.equal((await ownerOf(store)).state, "deleted");
+        assert.equal((await ownerOf(store, VOLUME)).state, "deleted");
         const record = JSON.parse(
           new TextDecoder().decode(await store.read(`v1/volumes/${VOLUME}/volume.json`)),
         );
@@ -421,9 +449,6 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
       },
     );
   } finally {
-    await a.plugin?.stop("SIGKILL");
-    await b.plugin?.stop("SIGKILL");
-    await a.pool.destroy();
-    await b.pool.destroy();
+    await killNodes([a, b]);
   }
 }
