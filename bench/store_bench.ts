@@ -20,6 +20,7 @@
  *   deno run --frozen --allow-all bench/store_bench.ts   # this section alone
  *   ZFS_CSI_BENCH_QUICK=1 …                              # 64 MiB, one trial
  *   ZFS_CSI_BENCH_STORE=file …                           # the directory store's rows only
+ *   ZFS_CSI_BENCH_TRIALS=9 …                             # 9 trials a row instead of 3
  */
 
 import { createHash } from "node:crypto";
@@ -873,7 +874,13 @@ async function sha256Of(store: FileStore, key: string): Promise<string> {
 }
 
 if (import.meta.main) {
+  // ZFS_CSI_BENCH_TRIALS: more trials per row when three leave the medians too noisy to judge.
+  const trials = Number(Deno.env.get("ZFS_CSI_BENCH_TRIALS") ?? "");
   await runSectionAlone((o) =>
-    storeBench({ ...o, fileOnly: Deno.env.get("ZFS_CSI_BENCH_STORE") === "file" })
+    storeBench({
+      ...o,
+      fileOnly: Deno.env.get("ZFS_CSI_BENCH_STORE") === "file",
+      ...Number.isInteger(trials) && trials > 0 ? { trials } : {},
+    })
   );
 }
