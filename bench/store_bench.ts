@@ -140,6 +140,18 @@ class Times {
   push(side: string, ms: number): void {
     this.#m.set(side, [...(this.#m.get(side) ?? []), ms]);
   }
+  /** A row of section 8: the median of `side` against the median of `floor`. */
+  row(what: string, side: string, floor: string, rest: Pick<Row, "target" | "note">): Row {
+    const [plugin, base] = [this.median(side), this.median(floor)];
+    return {
+      section: SECTION,
+      what,
+      plugin: formatMs(plugin),
+      base: formatMs(base),
+      ratio: ratio(plugin, base),
+      ...rest,
+    };
+  }
   median(side: string): number {
     const xs = this.#m.get(side);
     if (!xs || xs.length === 0) throw new Error(`store bench: no "${side}" trial ran`);
@@ -451,30 +463,30 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   ]);
   const keptFileManifest = await fileManifest(fileStore, keptFile);
   rows.push(
-    {
-      section: SECTION,
-      what: `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
-      plugin: formatMs(times.median("file plugin")),
-      base: formatMs(times.median("file floor")),
-      ratio: ratio(times.median("file plugin"), times.median("file floor")),
-      target: 1.1,
-      note: `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
-        `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
-        `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
-        `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
-        `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
-          cfg.trials === 1 ? "" : "s"
-        } each`,
-    },
-    {
-      section: SECTION,
-      what: "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
-      plugin: formatMs(times.median("file engine")),
-      base: formatMs(times.median("file floor")),
-      ratio: ratio(times.median("file engine"), times.median("file floor")),
-      target: 1.1,
-      note: "send.ts without gRPC or the plugin's process: the engine's own cost",
-    },
+    times.row(
+      `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
+      "file plugin",
+      "file floor",
+      {
+        target: 1.1,
+        note: `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
+          `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
+          `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
+          `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
+          `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
+            cfg.trials === 1 ? "" : "s"
+          } each`,
+      },
+    ),
+    times.row(
+      "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
+      "file engine",
+      "file floor",
+      {
+        target: 1.1,
+        note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+      },
+    ),
   );
 
   // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
@@ -535,54 +547,51 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     },
   ]);
   rows.push(
-    {
-      section: SECTION,
-      what: `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
-      plugin: formatMs(times.median("file restore plugin")),
-      base: formatMs(times.median("file restore floor")),
-      ratio: ratio(times.median("file restore plugin"), times.median("file restore floor")),
-      target: 1.1,
-      note: `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
-        `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
-        `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
-        `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
-        `itself (plugin's log) ${formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))}`,
-    },
-    {
-      section: SECTION,
-      what: "  same engine in this process (receiveFromStore) vs zfs receive < file",
-      plugin: formatMs(times.median("file restore engine")),
-      base: formatMs(times.median("file restore floor")),
-      ratio: ratio(times.median("file restore engine"), times.median("file restore floor")),
-      target: 1.1,
-      note: "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
-        "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
-    },
-    {
-      section: SECTION,
-      what: "  the check alone (SHA-256 of the stored file, in this process) vs the same",
-      plugin: formatMs(times.median("file restore check")),
-      base: formatMs(times.median("file restore floor")),
-      ratio: ratio(times.median("file restore check"), times.median("file restore floor")),
-      note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
-        `from the page cache (${rate(keptFileManifest.size, times.median("file restore check"))})`,
-    },
-    {
-      section: SECTION,
-      what: "  same engine through a pipe (as from S3) vs the same",
-      plugin: formatMs(times.median("file restore engine pipe")),
-      base: formatMs(times.median("file restore floor")),
-      ratio: ratio(times.median("file restore engine pipe"), times.median("file restore floor")),
-      note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
-    },
-    {
-      section: SECTION,
-      what: "  cat file | zfs receive vs the same",
-      plugin: formatMs(times.median("file restore cat")),
-      base: formatMs(times.median("file restore floor")),
-      ratio: ratio(times.median("file restore cat"), times.median("file restore floor")),
+    times.row(
+      `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
+      "file restore plugin",
+      "file restore floor",
+      {
+        target: 1.1,
+        note: `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
+          `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
+          `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
+          `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
+          `itself (plugin's log) ${formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))}`,
+      },
+    ),
+    times.row(
+      "  same engine in this process (receiveFromStore) vs zfs receive < file",
+      "file restore engine",
+      "file restore floor",
+      {
+        target: 1.1,
+        note: "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
+          "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
+      },
+    ),
+    times.row(
+      "  the check alone (SHA-256 of the stored file, in this process) vs the same",
+      "file restore check",
+      "file restore floor",
+      {
+        note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
+          `from the page cache (${
+            rate(keptFileManifest.size, times.median("file restore check"))
+          })`,
+      },
+    ),
+    times.row(
+      "  same engine through a pipe (as from S3) vs the same",
+      "file restore engine pipe",
+      "file restore floor",
+      {
+        note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
+      },
+    ),
+    times.row("  cat file | zfs receive vs the same", "file restore cat", "file restore floor", {
       note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
-    },
+    }),
   );
 
   // 4. Incremental: a small change, stored on top of the kept full backup.
@@ -629,15 +638,17 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       fileBase = await pluginSide();
     }
   }
-  rows.push({
-    section: SECTION,
-    what: `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
-    plugin: formatMs(times.median("file inc plugin")),
-    base: formatMs(times.median("file inc floor")),
-    ratio: ratio(times.median("file inc plugin"), times.median("file inc floor")),
-    note: `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
-      `sync, ${mib(median(incFloorBytes))}`,
-  });
+  rows.push(
+    times.row(
+      `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
+      "file inc plugin",
+      "file inc floor",
+      {
+        note: `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
+          `sync, ${mib(median(incFloorBytes))}`,
+      },
+    ),
+  );
   rows.push(
     rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
     rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
@@ -735,30 +746,25 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   ]);
   const keptS3Manifest = await s3Manifest(s3, keptS3);
   rows.push(
-    {
-      section: SECTION,
-      what: `backup of a ${size} volume to S3 (plugin) vs one PutObject by curl`,
-      plugin: formatMs(times.median("s3 plugin")),
-      base: formatMs(times.median("s3 floor")),
-      ratio: ratio(times.median("s3 plugin"), times.median("s3 floor")),
-      target: 1.1,
-      note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload (8 MiB ` +
-        `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback, by its own HTTP/1.1 client on ` +
-        `Deno.connect); floor: ` +
-        `${curl} --aws-sigv4 -T file of the zfs send output already on disk (upload only; ` +
-        `versitygw refuses a body without Content-Length, so no pipe); ` +
-        `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
-        `${rate(streamBytes, times.median("s3 floor"))}; the send itself (plugin's log) ` +
-        `${formatMs(loggedMs(ps, "send stored", "@.stored-bench-s3-"))}`,
-    },
-    {
-      section: SECTION,
-      what: "  same vs zfs send > file, then curl -T file",
-      plugin: formatMs(times.median("s3 plugin")),
-      base: formatMs(times.median("s3 script")),
-      ratio: ratio(times.median("s3 plugin"), times.median("s3 script")),
+    times.row(
+      `backup of a ${size} volume to S3 (plugin) vs one PutObject by curl`,
+      "s3 plugin",
+      "s3 floor",
+      {
+        target: 1.1,
+        note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload (8 MiB ` +
+          `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback, by its own HTTP/1.1 client on ` +
+          `Deno.connect); floor: ` +
+          `${curl} --aws-sigv4 -T file of the zfs send output already on disk (upload only; ` +
+          `versitygw refuses a body without Content-Length, so no pipe); ` +
+          `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
+          `${rate(streamBytes, times.median("s3 floor"))}; the send itself (plugin's log) ` +
+          `${formatMs(loggedMs(ps, "send stored", "@.stored-bench-s3-"))}`,
+      },
+    ),
+    times.row("  same vs zfs send > file, then curl -T file", "s3 plugin", "s3 script", {
       note: "what a script does that cannot stream into one PutObject",
-    },
+    }),
   );
 
   // 3. Restore from S3: the plugin against curl's download piped into zfs receive.
@@ -784,18 +790,20 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       await destroyTree(target);
     },
   ]);
-  rows.push({
-    section: SECTION,
-    what: `restore of a ${size} volume from S3 (plugin) vs curl piped into zfs receive`,
-    plugin: formatMs(times.median("s3 restore plugin")),
-    base: formatMs(times.median("s3 restore floor")),
-    ratio: ratio(times.median("s3 restore plugin"), times.median("s3 restore floor")),
-    target: 1.1,
-    note: `floor: ${curl} --aws-sigv4 GET of the stored stream piped into zfs receive -u ds; ` +
-      `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
-      `${rate(keptS3Manifest.size, times.median("s3 restore floor"))}; the receive itself ` +
-      `(plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,
-  });
+  rows.push(
+    times.row(
+      `restore of a ${size} volume from S3 (plugin) vs curl piped into zfs receive`,
+      "s3 restore plugin",
+      "s3 restore floor",
+      {
+        target: 1.1,
+        note: `floor: ${curl} --aws-sigv4 GET of the stored stream piped into zfs receive -u ds; ` +
+          `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
+          `${rate(keptS3Manifest.size, times.median("s3 restore floor"))}; the receive itself ` +
+          `(plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,
+      },
+    ),
+  );
 
   // 4. Incremental to S3, on top of the kept full backup.
   let s3Base = keptS3Manifest;
