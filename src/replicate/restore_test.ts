@@ -6,6 +6,7 @@ import type { SpawnOptions, StreamedCommand, StreamedExit, StreamRunner } from "
 import type { SnapshotManifest } from "../store/layout.ts";
 import { FileStore } from "../store/file_store.ts";
 import { fails, FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import { joinChunks } from "../../tests/support/fake_stream_runner.ts";
 import { ReplicateError } from "./errors.ts";
 import { restoreTempDataset, restoreVolume } from "./restore.ts";
 
@@ -81,7 +82,7 @@ class FakeReceives implements StreamRunner {
         if (n === 0) break;
         chunks.push(buf.subarray(0, n));
       }
-      const bytes = join(chunks);
+      const bytes = joinChunks(chunks);
       this.seen.push({ stdin: "fd", bytes });
       const exit = received(bytes);
       return { stdin: null, stdout: null, exit: Promise.resolve(exit), kill: () => {} };
@@ -91,7 +92,7 @@ class FakeReceives implements StreamRunner {
     const stdin = new WritableStream<Uint8Array>({
       write: (chunk) => void chunks.push(chunk.slice()),
       close: () => {
-        const bytes = join(chunks);
+        const bytes = joinChunks(chunks);
         this.seen.push({ stdin: "piped", bytes });
         done.resolve(received(bytes));
       },
@@ -99,16 +100,6 @@ class FakeReceives implements StreamRunner {
     });
     return { stdin, stdout: null, exit: done.promise, kill: () => {} };
   }
-}
-
-function join(chunks: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
 }
 
 /** zfs get/set/rename/destroy over the fake pool; `beforeGet` may change the pool first. */

@@ -52,13 +52,7 @@ export class FakeProcess {
 
   /** Every byte written to stdin so far. */
   get stdinBytes(): Uint8Array {
-    const out = new Uint8Array(this.#stdin.reduce((n, c) => n + c.length, 0));
-    let at = 0;
-    for (const c of this.#stdin) {
-      out.set(c, at);
-      at += c.length;
-    }
-    return out;
+    return joinChunks(this.#stdin);
   }
 
   get killed(): boolean {

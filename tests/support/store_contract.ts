@@ -11,6 +11,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { type Store, StoreError, type StoreErrorKind } from "../../src/store/store.ts";
+import { joinChunks } from "./fake_stream_runner.ts";
 
 const MiB = 1024 * 1024;
 /** Longer than one S3 part (8 MiB) and not a multiple of any chunk size. */
@@ -68,7 +69,7 @@ async function streamRoundTrip(store: Store, base: string): Promise<void> {
   const key = `${base}streams/0011223344556677-abcdef01.zfs`;
   const parts = ["first chunk,", " second,", "", " and the last"].map((s) => encoder.encode(s));
   const put = await store.putStream(key, streamOf(parts));
-  const expected = concat(parts);
+  const expected = joinChunks(parts);
   assert.equal(put.size, expected.length);
   assert.deepEqual(await readAll(await store.getStream(key)), expected);
   const got = await store.getBytes(key);
@@ -397,20 +398,10 @@ function streamOf(chunks: readonly Uint8Array[]): ReadableStream<Uint8Array> {
   return ReadableStream.from(chunks.map((c) => c.slice()));
 }
 
-function concat(chunks: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
-
 async function readAll(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   for await (const c of stream) chunks.push(c);
-  return concat(chunks);
+  return joinChunks(chunks);
 }
 
 /** `size` pseudo-random bytes from `seed`, in chunks of uneven sizes, hashed into `hash`. */
