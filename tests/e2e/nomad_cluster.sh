@@ -385,6 +385,20 @@ wait_writer_on() {
   done
   return 1
 }
+# drain_to from to what: drains client <from> right after <what> and checks that the writer then
+# runs on client <to> within 300 s (sets alloc, as wait_writer_on does).
+drain_to() {
+  local t0
+  t0=$(date +%s)
+  check "nomad node drain -enable cluster-$1, $3" \
+    nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[$1]}"
+  if wait_writer_on "$2" 300; then
+    pass "the writer runs on cluster-$2 (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
+  else
+    fail "the writer runs on cluster-$2 after the drain"
+    writer_failures
+  fi
+}
 # last_write tag: through the running allocation, the job writes 1 MiB to /data/last-<tag> (what
 # no periodic copy can have yet, just before a move); prints its "sha256 ./last-<tag>".
 last_write() {
@@ -481,15 +495,7 @@ released_a=$(logged a "$msg_released")
 taken_b=$(logged b "$msg_taken")
 last2=$(last_write 2)
 expect2=$(with "$after1" "$last2")
-t0=$(date +%s)
-check "nomad node drain -enable cluster-a, right after the job wrote /data/last-2 (${last2:0:12}...)" \
-  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[a]}"
-if wait_writer_on b 300; then
-  pass "the writer runs on cluster-b (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
-else
-  fail "the writer runs on cluster-b after the drain"
-  writer_failures
-fi
+drain_to a b "right after the job wrote /data/last-2 (${last2:0:12}...)"
 check "it read the same SHA-256s as cluster-a wrote, /data/last-2 included ($(wc -l <<<"$expect2") files)" \
   same "$expect2" "$(listed "$alloc" before)"
 after2=$(listed "$alloc" after)
@@ -516,15 +522,7 @@ released_b=$(logged b "$msg_released")
 taken_a=$(logged a "$msg_taken")
 last3=$(last_write 3)
 expect3=$(with "$after2" "$last3")
-t0=$(date +%s)
-check "nomad node drain -enable cluster-b, right after the job wrote /data/last-3 (${last3:0:12}...)" \
-  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[b]}"
-if wait_writer_on a 300; then
-  pass "the writer runs on cluster-a (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
-else
-  fail "the writer runs on cluster-a after the drain"
-  writer_failures
-fi
+drain_to b a "right after the job wrote /data/last-3 (${last3:0:12}...)"
 t3=$(date +%s)
 check "it read every file cluster-b had, /data/last-3 included ($(wc -l <<<"$expect3") files)" \
   same "$expect3" "$(listed "$alloc" before)"
@@ -605,15 +603,7 @@ check "and not published: no mount on cluster-a uses it" \
 
 last4=$(last_write 4)
 expect4=$(with "$after4" "$last4")
-t0=$(date +%s)
-check "nomad node drain -enable cluster-b (after the job wrote /data/last-4): back to cluster-a" \
-  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[b]}"
-if wait_writer_on a 300; then
-  pass "the writer runs on cluster-a (alloc ${alloc:0:8}), $(($(date +%s) - t0))s after the drain"
-else
-  fail "the writer runs on cluster-a again"
-  writer_failures
-fi
+drain_to b a "after the job wrote /data/last-4: back to cluster-a"
 check "it reads the current data (cluster-b's, /data/last-4 included), not the diverged copy" \
   same "$expect4" "$(listed "$alloc" before)"
 check "cluster-a's plugin logged its copy set aside as diverged" \
@@ -658,14 +648,7 @@ check "the store's owner object records it (settings.capacityBytes)" \
 check "the plugin is healthy on both clients" wait_until 180 plugin_healthy 2 2
 last5=$(last_write 5)
 expect5=$(with "$(listed "$alloc" after)" "$last5")
-check "nomad node drain -enable cluster-a (after the job wrote /data/last-5): the job moves to cluster-b" \
-  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[a]}"
-if wait_writer_on b 300; then
-  pass "the writer runs on cluster-b (alloc ${alloc:0:8})"
-else
-  fail "the writer runs on cluster-b"
-  writer_failures
-fi
+drain_to a b "after the job wrote /data/last-5: the job moves to cluster-b"
 check "it read every file cluster-a had, /data/last-5 included ($(wc -l <<<"$expect5") files)" \
   same "$expect5" "$(listed "$alloc" before)"
 after5=$(listed "$alloc" after)
