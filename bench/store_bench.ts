@@ -7,7 +7,9 @@
  * the plugin's trials:
  *
  * - file store: `zfs send ds@snap > DIR/file && sync` (same disk) and `zfs receive -u ds < file`
- *   of the plugin's own stored stream;
+ *   of the plugin's own stored stream, and (with openssl on PATH) the same receive with
+ *   `openssl dgst -sha256` hashing the file beside it: what any restore that checks the stream
+ *   while zfs reads it costs on this machine's cores, with no plugin;
  * - S3: one PutObject of the same bytes (the zfs send output, already on disk) by curl
  *   `--aws-sigv4 -T file`, a plain client that is not the plugin's; and a plain download
  *   `curl … | zfs receive -u ds`.
@@ -325,6 +327,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   };
   const size = sizeLabel(cfg.volumeMiB);
   const curl = await checkCurl();
+  const hashTool = await programPath("openssl");
   progress(`store: a ${size} volume on its own pool`);
   await using pool = await TestPool.create(Math.max(1024, cfg.volumeMiB * 4));
   const parent = pool.parent;
@@ -545,6 +548,16 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
       times.push("file restore check", ms);
     },
+    async () => {
+      if (!hashTool) return;
+      await syncDisks();
+      const target = `${parent}/hashed-recv`;
+      times.push(
+        "file restore hashed floor",
+        await timedBash(checkedReceiveScript(hashTool, storedFile, target)),
+      );
+      await destroyTree(target);
+    },
   ]);
   rows.push(
     times.row(
@@ -593,6 +606,28 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
     }),
   );
+  if (hashTool) {
+    rows.push(
+      times.row(
+        "  zfs receive < file with the file hashed beside it by openssl vs the same",
+        "file restore hashed floor",
+        "file restore floor",
+        {
+          note: "no plugin: `openssl dgst -sha256 file` in its own process while zfs receive " +
+            "reads the same file, what any restore that checks the SHA-256 while zfs reads costs " +
+            "on this machine's cores",
+        },
+      ),
+      times.row(
+        "  restore (plugin) vs that checked floor",
+        "file restore plugin",
+        "file restore hashed floor",
+        { note: "the plugin's cost above a check made beside the receive" },
+      ),
+    );
+  } else {
+    progress("store: no openssl on PATH: the checked floor's rows are left out");
+  }
 
   // 4. Incremental: a small change, stored on top of the kept full backup.
   progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
@@ -861,6 +896,28 @@ function manifestKeyOf(snapshotId: string): string {
 async function changeData(dataFile: string, cfg: Config, t: number): Promise<void> {
   const regions = Math.floor(cfg.volumeMiB / cfg.changedMiB);
   await overwriteRandom(dataFile, cfg.changedMiB, (t % regions) * cfg.changedMiB);
+}
+
+/** Where `name` is on PATH, or undefined when it is not there. */
+async function programPath(name: string): Promise<string | undefined> {
+  const res = await new Deno.Command("bash", {
+    args: ["-c", `command -v ${shellQuote(name)}`],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  const path = new TextDecoder().decode(res.stdout).trim();
+  return res.success && path !== "" ? path : undefined;
+}
+
+/**
+ * `zfs receive -u target < file` with `openssl dgst -sha256 file` running beside it in its own
+ * process: a restore that checks the stream while zfs reads it, with no plugin. Fails when
+ * either fails.
+ */
+function checkedReceiveScript(openssl: string, file: string, target: string): string {
+  const [f, t] = [shellQuote(file), shellQuote(target)];
+  return `${shellQuote(openssl)} dgst -sha256 ${f} > /dev/null & hashing=$!\n` +
+    `zfs receive -u ${t} < ${f}\nwait "$hashing"`;
 }
 
 /** Size and SHA-256 of a stored object read through {@linkcode FileStore.openFile}. */

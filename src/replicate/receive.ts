@@ -13,6 +13,7 @@ import { createHash } from "node:crypto";
 import type { ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { StreamedExit, StreamRunner } from "../run.ts";
+import { updateInSlices } from "../store/hash_slices.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import type { Store, StoredFile } from "../store/store.ts";
 import { receiveArgs } from "../zfs/args.ts";
@@ -150,7 +151,7 @@ async function hashFile(
     if (stop()) return;
     const n = await file.read(buffer, position);
     if (n === 0) break;
-    digest.update(buffer.subarray(0, n));
+    await digest.update(buffer.subarray(0, n));
     position += n;
   }
   digest.check();
@@ -298,7 +299,7 @@ async function pump(
     if (value === undefined) break;
     // An empty chunk must not push out the held one: the held chunk holds the last byte.
     if (value.length === 0) continue;
-    digest.update(value);
+    await digest.update(value);
     if (held !== undefined) await toZfs(writer.write(held));
     held = value;
   }
@@ -320,7 +321,7 @@ async function damagedInstead(
 ): Promise<ReplicateError | undefined> {
   if (zfsError.kind !== "invalid" && zfsError.kind !== "unknown") return undefined;
   try {
-    for (let value; (value = await reader.read()) !== undefined;) digest.update(value);
+    for (let value; (value = await reader.read()) !== undefined;) await digest.update(value);
     digest.check();
     return undefined;
   } catch (err) {
@@ -343,11 +344,14 @@ class Digest {
     this.#manifest = manifest;
   }
 
-  /** Adds a chunk; a download longer than the manifest's size fails at once. */
-  update(chunk: Uint8Array): void {
-    this.#hash.update(chunk);
+  /**
+   * Adds a chunk, hashed in slices (hash_slices.ts); a download longer than the manifest's size
+   * fails at once.
+   */
+  async update(chunk: Uint8Array): Promise<void> {
     this.#size += chunk.length;
     if (this.#size > this.#manifest.size) this.#fail(`more than ${this.#manifest.size} bytes`);
+    await updateInSlices(this.#hash, chunk);
   }
 
   /** Checks the whole download. */

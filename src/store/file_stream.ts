@@ -1,6 +1,7 @@
 /** Streaming an open file out, and writing chunks into one, for the directory store. */
 
 import { createHash } from "node:crypto";
+import { updateInSlices } from "./hash_slices.ts";
 
 /** Options of {@linkcode fileReadable}. */
 export interface FileReadableOptions {
@@ -124,7 +125,7 @@ export async function followFile(
         await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
         continue;
       }
-      hash.update(buffer.subarray(0, n));
+      await updateInSlices(hash, buffer.subarray(0, n));
       size += n;
     }
     return { size, sha256: hash.digest("hex") };

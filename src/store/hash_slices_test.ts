@@ -1,0 +1,28 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { HASH_SLICE_BYTES, updateInSlices } from "./hash_slices.ts";
+
+Deno.test("updateInSlices gives the digest of the whole chunk, at every size around a slice", async () => {
+  const bytes = new Uint8Array(3 * HASH_SLICE_BYTES + 17).map((_, i) => (i * 31 + 7) & 0xff);
+  for (
+    const n of [0, 1, HASH_SLICE_BYTES - 1, HASH_SLICE_BYTES, HASH_SLICE_BYTES + 1, bytes.length]
+  ) {
+    const chunk = bytes.subarray(0, n);
+    const sliced = createHash("sha256");
+    await updateInSlices(sliced, chunk);
+    assert.equal(sliced.digest("hex"), createHash("sha256").update(chunk).digest("hex"), `${n}`);
+  }
+});
+
+Deno.test("updateInSlices lets a timer run between the slices of one large chunk", async () => {
+  const chunk = new Uint8Array(64 * HASH_SLICE_BYTES);
+  let ticks = 0;
+  const timer = setInterval(() => ticks++, 0);
+  try {
+    await updateInSlices(createHash("sha256"), chunk);
+  } finally {
+    clearInterval(timer);
+  }
+  // Hashed in one piece, the 8 MiB would let no timer run before the hash ends.
+  assert.ok(ticks > 0, "no timer ran while 64 slices were hashed");
+});
