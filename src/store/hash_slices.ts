@@ -14,7 +14,7 @@ import { setImmediate } from "node:timers";
 export const HASH_SLICE_BYTES = 128 * 1024;
 
 /** Resolves after the event loop had a turn (timers, sockets, child processes). */
-export function nextTurn(): Promise<void> {
+function nextTurn(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
