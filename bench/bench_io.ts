@@ -63,9 +63,44 @@ export async function timedBash(
   return Number(m[1]) / 1000;
 }
 
-/** Flushes dirty pages before a trial, so no trial pays for the one before (not timed). */
+/** How long the disk must have written nothing before a trial starts. */
+const QUIET_MS = 1000;
+/** The most a trial waits for a quiet disk; a disk busy with other work is then left busy. */
+const QUIET_LIMIT_MS = 20_000;
+
+/**
+ * Flushes dirty pages before a trial, then waits until the disk under `/tmp` (where the bench
+ * pools, stores and floor files live) has written nothing for a second, so that no trial pays
+ * for the one before: deleting a 1 GiB file, or zfs freeing a destroyed dataset's blocks, goes
+ * on writing after `sync` returns, and moved the next transfer by up to a third here. Not timed.
+ */
 export async function syncDisks(): Promise<void> {
   await sh("sync");
+  const stat = await diskStatPath("/tmp");
+  if (!stat) return;
+  const started = Date.now();
+  let last = await sectorsWritten(stat);
+  let quietSince = Date.now();
+  while (Date.now() - quietSince < QUIET_MS && Date.now() - started < QUIET_LIMIT_MS) {
+    await sleep(100);
+    const now = await sectorsWritten(stat);
+    if (now !== last) [last, quietSince] = [now, Date.now()];
+  }
+}
+
+/** `/sys/dev/block/MAJ:MIN/stat` of the block device holding `path`, if it has one. */
+async function diskStatPath(path: string): Promise<string | undefined> {
+  const dev = (await Deno.stat(path)).dev;
+  // Linux's dev_t: the major number in bits 8-19 (and 32 up), the minor in 0-7 and 20-31.
+  const major = ((dev >> 8) & 0xfff) | (Math.floor(dev / 2 ** 32) & ~0xfff);
+  const minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+  const stat = `/sys/dev/block/${major}:${minor}/stat`;
+  return await Deno.stat(stat).then(() => stat, () => undefined);
+}
+
+/** Sectors written to a block device since boot (field 7 of its stat file). */
+async function sectorsWritten(stat: string): Promise<string> {
+  return (await Deno.readTextFile(stat)).trim().split(/\s+/)[6] ?? "";
 }
 
 /** Checks that curl can sign S3 requests; returns its version ("curl 8.5.0"). */

@@ -6,10 +6,10 @@
  * snapshot until it answers. Floors, run by bash with nothing else around them, alternate with
  * the plugin's trials:
  *
- * - file store: `zfs send ds@snap > DIR/file && sync` (same disk) and `zfs receive -u ds < file`
- *   of the plugin's own stored stream, and (with openssl on PATH) the same receive with
- *   `openssl dgst -sha256` hashing the file beside it: what any restore that checks the stream
- *   while zfs reads it costs on this machine's cores, with no plugin;
+ * - file store: `zfs send ds@snap > DIR/file && sync` (same disk, a new file each time) and
+ *   `zfs receive -u ds < file` of the plugin's own stored stream, and (with openssl on PATH) each
+ *   with `openssl dgst -sha256` hashing as many bytes beside it: what any backup or restore that
+ *   hashes the stream costs on this machine's cores, with no plugin;
  * - S3: one PutObject of the same bytes (the zfs send output, already on disk) by curl
  *   `--aws-sigv4 -T file`, a plain client that is not the plugin's; and a plain download
  *   `curl … | zfs receive -u ds`.
@@ -377,6 +377,18 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     "conv=fsync",
     "status=none",
   );
+  // What the checked backup floor hashes beside its send: as many bytes, in the page cache.
+  const besideFile = `${floorDir}/beside.bin`;
+  if (hashTool) {
+    await sh(
+      "dd",
+      "if=/dev/urandom",
+      `of=${besideFile}`,
+      "bs=1M",
+      `count=${cfg.volumeMiB}`,
+      "status=none",
+    );
+  }
   // The floors send this one snapshot of the same data.
   const floorSnap = `${dataset}@bench-floor`;
   await sh("zfs", "snapshot", floorSnap);
@@ -447,12 +459,25 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       else await file.deleteSnapshot(id);
     },
     async () => {
+      // A new file, as the store writes: overwriting the last trial's 1 GiB file made the
+      // floor free its blocks while timed (about 250 ms here).
+      await Deno.remove(floorFile).catch(() => {});
       await syncDisks();
       times.push(
         "file floor",
         await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
       );
       streamBytes = (await Deno.stat(floorFile)).size;
+    },
+    async () => {
+      if (!hashTool) return;
+      const out = `${floorDir}/checked.zfs`;
+      await syncDisks();
+      times.push(
+        "file hashed floor",
+        await timedBash(checkedSendScript(hashTool, floorSnap, out, besideFile)),
+      );
+      await Deno.remove(out);
     },
     async () => {
       await syncDisks();
@@ -491,6 +516,23 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       },
     ),
   );
+  if (hashTool) {
+    rows.push(
+      times.row(
+        "  zfs send > file with as many bytes hashed beside it by openssl vs the same",
+        "file hashed floor",
+        "file floor",
+        {
+          note: "no plugin: `openssl dgst -sha256` of a file of the stream's size (in the page " +
+            "cache) in its own process while zfs send writes: what any backup that hashes its " +
+            "stream costs on this machine's cores, without even waiting for the bytes",
+        },
+      ),
+      times.row("  backup (plugin) vs that checked floor", "file plugin", "file hashed floor", {
+        note: "the plugin's cost above a hash made beside the send",
+      }),
+    );
+  }
 
   // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
   // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
@@ -768,6 +810,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       );
     },
     async () => {
+      await Deno.remove(floorFile).catch(() => {});
       await syncDisks();
       times.push(
         "s3 script",
@@ -918,6 +961,16 @@ function checkedReceiveScript(openssl: string, file: string, target: string): st
   const [f, t] = [shellQuote(file), shellQuote(target)];
   return `${shellQuote(openssl)} dgst -sha256 ${f} > /dev/null & hashing=$!\n` +
     `zfs receive -u ${t} < ${f}\nwait "$hashing"`;
+}
+
+/**
+ * `zfs send snap > out && sync` with `openssl dgst -sha256 beside` running in its own process at
+ * the same time: a backup that hashes as many bytes as it sends, with no plugin. Fails when
+ * either fails.
+ */
+function checkedSendScript(openssl: string, snap: string, out: string, beside: string): string {
+  return `${shellQuote(openssl)} dgst -sha256 ${shellQuote(beside)} > /dev/null & hashing=$!\n` +
+    `zfs send ${shellQuote(snap)} > ${shellQuote(out)}\nwait "$hashing"\nsync`;
 }
 
 /** Size and SHA-256 of a stored object read through {@linkcode FileStore.openFile}. */

@@ -6,6 +6,7 @@
 import type * as grpc from "@grpc/grpc-js";
 import { runInCall } from "../call_context.ts";
 import { Code, codeName, CsiError, toGrpcStatus, ZfsError } from "../errors.ts";
+import { VOLUME_CALL_METHODS, volumeCalls } from "../foreground.ts";
 import type { Logger } from "../log.ts";
 
 /** An async handler of one RPC. */
@@ -77,12 +78,15 @@ export function unary(
     };
     // Logged only for calls that had to wait for another call on the same volume.
     const waitField = () => lockWaitMs > 0 ? { lockWaitMs: Math.round(lockWaitMs * 10) / 10 } : {};
+    // Backups and restores hash more slowly while it runs (src/foreground.ts).
+    const ended = VOLUME_CALL_METHODS.has(method) ? volumeCalls.begin() : () => {};
     let result: Promise<unknown>;
     try {
       result = runInCall(ctx, () => (fn as (r: unknown) => Promise<unknown>)(req));
     } catch (err) {
       result = Promise.reject(err);
     }
+    result.finally(ended).catch(() => {});
     result.then(
       (response) => {
         const durationMs = Math.round((performance.now() - started) * 10) / 10;

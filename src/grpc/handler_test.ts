@@ -3,6 +3,7 @@ import { EventEmitter } from "node:events";
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import { KeyedLock, withLock } from "../lock.ts";
 import { Logger } from "../log.ts";
+import { volumeCalls } from "../foreground.ts";
 import { unary } from "./handler.ts";
 
 type Handler = ReturnType<typeof unary>;
@@ -206,4 +207,28 @@ Deno.test("unary tells its observer each call's method, status name and seconds"
   );
   assert.deepEqual(seen.map(([m, c]) => [m, c]), [["Probe", "OK"], ["DeleteVolume", "NOT_FOUND"]]);
   assert.ok(seen.every(([, , s]) => s >= 0 && s < 10));
+});
+
+Deno.test("unary counts volume calls as in flight while their handler runs, answered or failed", async () => {
+  const { log } = logger();
+  const seen: Record<string, boolean> = {};
+  const watch = (method: string, fails: boolean) =>
+    unary(method, () => {
+      seen[method] = volumeCalls.busy;
+      return fails ? Promise.reject(new CsiError(Code.INTERNAL, "no")) : Promise.resolve({});
+    }, log);
+  assert.equal(volumeCalls.busy, false);
+  await invoke(watch("NodeStageVolume", false), { volume_id: "v1" });
+  assert.equal(volumeCalls.busy, false, "still counted after the answer");
+  await invoke(watch("NodePublishVolume", true), { volume_id: "v1" });
+  assert.equal(volumeCalls.busy, false, "still counted after the error");
+  await invoke(watch("Probe", false), {});
+  await invoke(watch("CreateSnapshot", false), { name: "s" });
+  assert.deepEqual(seen, {
+    NodeStageVolume: true,
+    NodePublishVolume: true,
+    // Not volume calls: a CreateSnapshot waits for its own upload's hash.
+    Probe: false,
+    CreateSnapshot: false,
+  });
 });

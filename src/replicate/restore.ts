@@ -119,7 +119,10 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
         });
       }
       const props = spec.properties.filter(([name]) => name !== MANAGED_PROPERTY);
-      await deps.zfs.setProperties(temp, [[MANAGED_PROPERTY, MANAGED_VALUE], ...props]);
+      // The temporary dataset is nobody's until renamed: the order of its properties is free.
+      await deps.zfs.setProperties(temp, [[MANAGED_PROPERTY, MANAGED_VALUE], ...props], {
+        inAnyOrder: true,
+      });
       await deps.zfs.rename(temp, spec.target);
       break;
     } catch (err) {

@@ -97,39 +97,89 @@ export interface FileDigest {
 /** How long {@linkcode followFile} waits at the end of a file that is still being written. */
 const FOLLOW_POLL_MS = 5;
 
+/** Options of {@linkcode followFile}. */
+export interface FollowOptions {
+  /** Bytes per read; two buffers of this size are held. */
+  readonly chunkBytes: number;
+  /**
+   * Start writing the file's pages to disk (fdatasync, one at a time, not waited for) each time
+   * this many more bytes were hashed, so that the writer's final fsync finds little left to do
+   * instead of the whole file. Off when absent.
+   */
+  readonly writeBackEvery?: number;
+}
+
+/** One read of {@linkcode followFile}, and whether the writer had ended before it began. */
+interface FollowRead {
+  readonly n: number;
+  readonly afterEnd: boolean;
+}
+
 /**
  * Hashes the file at `path` while another process appends to it (a command writing it as its
- * stdout), reading behind the writer in `chunkBytes` reads into one buffer, until `writerEnded`
- * has settled and the end of the file is reached. Nothing is written and nothing is held but
- * that buffer. The writer must only append (as `zfs send > file` does).
+ * stdout), reading behind the writer, until `writerEnded` has settled and the end of the file is
+ * reached. The next read runs while the last one is hashed (two buffers taken in turn), so the
+ * copy from the page cache costs the hash no time of its own. Nothing is written and nothing is
+ * held but the two buffers. The writer must only append (as `zfs send > file` does).
+ * @throws the error of a failed read or write-back
  */
 export async function followFile(
   path: string,
   writerEnded: Promise<unknown>,
-  chunkBytes: number,
+  options: FollowOptions,
 ): Promise<FileDigest> {
+  const { chunkBytes, writeBackEvery } = options;
   let ended = false;
   const settled = () => ended = true;
   writerEnded.then(settled, settled);
   const file = await Deno.open(path, { read: true });
+  // The buffer the pending read fills, and the other one.
+  let filling = new Uint8Array(chunkBytes);
+  let spare = new Uint8Array(chunkBytes);
+  // A read begun after the writer ended that finds the end of the file found the end of its
+  // output.
+  const readInto = (buffer: Uint8Array): Promise<FollowRead> => {
+    const afterEnd = ended;
+    return file.read(buffer).then((n) => ({ n: n ?? 0, afterEnd }));
+  };
+  let pending = readInto(filling);
+  let writingBack: Promise<void> | undefined;
+  let writeBackFailed: unknown;
   try {
     const hash = createHash("sha256");
-    const buffer = new Uint8Array(chunkBytes);
     let size = 0;
+    let writtenBackTo = 0;
     for (;;) {
-      // Read after the writer ended: an end of file then is the end of its output.
-      const last = ended;
-      const n = await file.read(buffer);
-      if (n === null || n === 0) {
-        if (last) break;
+      const { n, afterEnd } = await pending;
+      if (n === 0) {
+        if (afterEnd) break;
         await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+        pending = readInto(filling);
         continue;
       }
-      await updateInSlices(hash, buffer.subarray(0, n));
+      const bytes = filling.subarray(0, n);
+      [filling, spare] = [spare, filling];
+      pending = readInto(filling);
+      await updateInSlices(hash, bytes);
       size += n;
+      if (writeBackEvery !== undefined && !writingBack && size - writtenBackTo >= writeBackEvery) {
+        writtenBackTo = size;
+        writingBack = file.syncData().then(
+          () => writingBack = undefined,
+          (err) => {
+            writeBackFailed ??= err;
+            writingBack = undefined;
+          },
+        );
+      }
+      if (writeBackFailed !== undefined) throw writeBackFailed;
     }
+    await writingBack;
+    if (writeBackFailed !== undefined) throw writeBackFailed;
     return { size, sha256: hash.digest("hex") };
   } finally {
+    // Neither a read nor a write-back may still use the file when it closes.
+    await Promise.allSettled([pending, writingBack]);
     file.close();
   }
 }

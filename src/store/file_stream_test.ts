@@ -25,7 +25,10 @@ Deno.test("followFile hashes what a writer appends, through pauses, until it end
     ended();
   })();
   // A buffer smaller than a chunk: reads end mid-chunk too.
-  const digest = await followFile(f.path, writerEnded, 4096);
+  const digest = await followFile(f.path, writerEnded, {
+    chunkBytes: 4096,
+    writeBackEvery: 10_000,
+  });
   await writer;
   const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
   chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
@@ -36,6 +39,8 @@ Deno.test("followFile hashes what a writer appends, through pauses, until it end
 Deno.test("followFile reads to the end of what the writer wrote before a failed exit", async () => {
   await using f = await tempFile();
   await Deno.writeFile(f.path, new Uint8Array(10_000).fill(5));
-  const digest = await followFile(f.path, Promise.reject(new Error("killed")), 1024);
+  const digest = await followFile(f.path, Promise.reject(new Error("killed")), {
+    chunkBytes: 1024,
+  });
   assert.equal(digest.size, 10_000);
 });

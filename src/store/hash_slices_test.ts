@@ -26,3 +26,19 @@ Deno.test("updateInSlices lets a timer run between the slices of one large chunk
   // Hashed in one piece, the 8 MiB would let no timer run before the hash ends.
   assert.ok(ticks > 0, "no timer ran while 64 slices were hashed");
 });
+
+Deno.test("updateInSlices pauses before each slice while a volume call is in flight", async () => {
+  const chunk = new Uint8Array(8 * HASH_SLICE_BYTES).map((_, i) => i & 0xff);
+  const t0 = performance.now();
+  const calm = createHash("sha256");
+  await updateInSlices(calm, chunk, { busy: false });
+  const calmMs = performance.now() - t0;
+  const t1 = performance.now();
+  const stepping = createHash("sha256");
+  await updateInSlices(stepping, chunk, { busy: true });
+  const steppingMs = performance.now() - t1;
+  assert.equal(stepping.digest("hex"), calm.digest("hex"));
+  // Eight pauses of at least a millisecond each.
+  assert.ok(steppingMs >= 8, `hashed 8 slices in ${steppingMs.toFixed(1)} ms while busy`);
+  assert.ok(steppingMs > calmMs, `${steppingMs} ms busy, ${calmMs} ms calm`);
+});

@@ -267,10 +267,17 @@ export class Zfs {
    * applies them in order and tries a refused one again after the others), else one at a time
    * in the order given, so give them in an order that is safe one by one. Whether it takes
    * several is learnt from the first try and remembered. Not atomic either way: a caller that
-   * fails half way reads the state again and sets what still differs.
+   * fails half way reads the state again and sets what still differs. With `inAnyOrder` (a
+   * dataset nobody else sees yet, such as a restore's temporary one), the one-at-a-time sets run
+   * at once: zfs-fuse then commits them together instead of waiting for a transaction group
+   * each (5 sets: 45 against 23 ms here).
    * @throws {ZfsError} classified, for the first property zfs refused
    */
-  async setProperties(dataset: string, props: PropertyList): Promise<void> {
+  async setProperties(
+    dataset: string,
+    props: PropertyList,
+    options: { readonly inAnyOrder?: boolean } = {},
+  ): Promise<void> {
     if (props.length > 1 && this.#setsSeveral !== false) {
       try {
         await this.#zfs(setManyArgs(dataset, props));
@@ -284,6 +291,14 @@ export class Zfs {
           dataset,
         });
       }
+    }
+    if (options.inAnyOrder) {
+      const settled = await Promise.allSettled(
+        props.map(([name, value]) => this.set(dataset, name, value)),
+      );
+      const refused = settled.find((r) => r.status === "rejected");
+      if (refused) throw refused.reason;
+      return;
     }
     for (const [name, value] of props) await this.set(dataset, name, value);
   }

@@ -801,6 +801,46 @@ Deno.test("Zfs.setProperties falls back to one at a time on a zfs that takes one
   );
 });
 
+Deno.test("Zfs.setProperties in any order runs the one-at-a-time sets at once", async () => {
+  const { runner, zfs } = setup();
+  const refused = (await fixture("stderr_set_many_one_at_a_time.txt"))
+    .replace("refquota=80M", "refquota=104857600");
+  runner.when((argv) => argv[1] === "set" && argv.length > 4, fails(refused));
+  // Each single set takes a few milliseconds: count how many were running together.
+  let running = 0;
+  let most = 0;
+  runner.on(["/sbin/zfs", "set"], async () => {
+    most = Math.max(most, ++running);
+    await new Promise((r) => setTimeout(r, 5));
+    running--;
+    return {};
+  });
+  await zfs.setProperties("tpool/nomad/v", SIZES, { inAnyOrder: true });
+  assert.equal(most, SIZES.length);
+  assert.deepEqual(
+    runner.argvs.slice(1).map((a) => a[2]).sort(),
+    SIZES.map(([n, v]) => `${n}=${v}`).sort(),
+  );
+});
+
+Deno.test("Zfs.setProperties in any order throws the first property zfs refused", async () => {
+  const { runner, zfs } = setup();
+  const refused = (await fixture("stderr_set_many_one_at_a_time.txt"))
+    .replace("refquota=80M", "refquota=104857600");
+  runner.when((argv) => argv[1] === "set" && argv.length > 4, fails(refused));
+  runner.on(
+    ["/sbin/zfs", "set", "refreservation=104857600"],
+    fails(await fixture("stderr_set_busy_refreservation_no_space.txt")),
+  );
+  runner.on(["/sbin/zfs", "set"], {});
+  await assertRejectsZfs(
+    zfs.setProperties("tpool/nomad/v", SIZES, { inAnyOrder: true }),
+    "no_space",
+  );
+  // The others were still set.
+  assert.equal(runner.argvs.length, 1 + SIZES.length);
+});
+
 Deno.test("Zfs.setProperties throws what zfs refused, without falling back", async () => {
   for (
     const file of [
