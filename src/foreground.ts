@@ -5,24 +5,22 @@
  * need, and a stage+publish during a 1 GiB backup took twice its time during a plain zfs send.
  */
 
-/** A count of calls in flight. */
+/** The calls in flight, each known by its call context (src/call_context.ts). */
 export class CallsInFlight {
-  #count = 0;
+  readonly #calls = new Set<object>();
 
-  /** Counts a call until the returned function is called (later calls of it change nothing). */
-  begin(): () => void {
-    this.#count++;
-    let ended = false;
-    return () => {
-      if (ended) return;
-      ended = true;
-      this.#count--;
-    };
+  /** Counts `call` until the returned function is called. */
+  begin(call: object): () => void {
+    this.#calls.add(call);
+    return () => void this.#calls.delete(call);
   }
 
-  /** Whether any call is in flight. */
-  get busy(): boolean {
-    return this.#count > 0;
+  /**
+   * Whether a call other than `own` is in flight: work a call does for itself (a follow
+   * volume's stage receiving its data) does not step aside for that same call.
+   */
+  busyBesides(own: object | undefined): boolean {
+    return this.#calls.size > (own !== undefined && this.#calls.has(own) ? 1 : 0);
   }
 }
 

@@ -79,7 +79,7 @@ export function unary(
     // Logged only for calls that had to wait for another call on the same volume.
     const waitField = () => lockWaitMs > 0 ? { lockWaitMs: Math.round(lockWaitMs * 10) / 10 } : {};
     // Backups and restores hash more slowly while it runs (src/foreground.ts).
-    const ended = VOLUME_CALL_METHODS.has(method) ? volumeCalls.begin() : () => {};
+    const ended = VOLUME_CALL_METHODS.has(method) ? volumeCalls.begin(ctx) : () => {};
     let result: Promise<unknown>;
     try {
       result = runInCall(ctx, () => (fn as (r: unknown) => Promise<unknown>)(req));

@@ -9,6 +9,7 @@
 
 import type { Hash } from "node:crypto";
 import { setImmediate } from "node:timers";
+import { currentCall } from "../call_context.ts";
 import { type CallsInFlight, volumeCalls } from "../foreground.ts";
 
 /** Bytes hashed between two turns of the event loop: about 0.1 ms of SHA-256 here. */
@@ -27,15 +28,17 @@ function nextTurn(): Promise<void> {
 
 /**
  * Adds `bytes` to `hash` slice by slice, letting the event loop run between slices, and pausing
- * between them while `calls` has a call in flight (src/foreground.ts).
+ * between them while `calls` has a call in flight other than the one this runs for
+ * (src/foreground.ts).
  */
 export async function updateInSlices(
   hash: Hash,
   bytes: Uint8Array,
-  calls: Pick<CallsInFlight, "busy"> = volumeCalls,
+  calls: Pick<CallsInFlight, "busyBesides"> = volumeCalls,
 ): Promise<void> {
+  const own = currentCall();
   for (let offset = 0; offset < bytes.length; offset += HASH_SLICE_BYTES) {
-    if (calls.busy) await new Promise((r) => setTimeout(r, STEP_ASIDE_MS));
+    if (calls.busyBesides(own)) await new Promise((r) => setTimeout(r, STEP_ASIDE_MS));
     else if (offset > 0) await nextTurn();
     hash.update(bytes.subarray(offset, Math.min(bytes.length, offset + HASH_SLICE_BYTES)));
   }
