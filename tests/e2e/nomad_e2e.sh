@@ -198,7 +198,15 @@ node_ready() {
   nomad node status -self -json 2>/dev/null | jq -e '.Status == "ready"
     and .Drivers.raw_exec.Healthy and .Drivers.exec.Healthy' >/dev/null
 }
-wait_until 60 node_ready || abort "dev agent up on $NOMAD_ADDR with raw_exec and exec healthy (log: $tmp/agent.log)"
+if ! wait_until 120 node_ready; then
+  # The log goes with the temporary directory: show why here (once in CI the agent did not come
+  # up in 60 s, and the next run passed; it now has 120 s).
+  say "the agent's node, then the end of its log:"
+  nomad node status -self -json 2>&1 |
+    jq -c '{Status, Drivers: (.Drivers // {} | map_values(.HealthDescription))}' 2>&1 | sed 's/^/  /'
+  tail -n 40 "$tmp/agent.log" | sed 's/^/  /'
+  abort "dev agent up on $NOMAD_ADDR with raw_exec and exec healthy"
+fi
 pass "dev agent up on $NOMAD_ADDR, node \"$node_name\", raw_exec and exec drivers healthy"
 
 # ---------------------------------------------------------------------------------------------
