@@ -368,27 +368,11 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   }
   const dataFile = `${mountpoint}/data`;
   progress(`store: writing ${size} of random data`);
-  await sh(
-    "dd",
-    "if=/dev/urandom",
-    `of=${dataFile}`,
-    "bs=1M",
-    `count=${cfg.volumeMiB}`,
-    "conv=fsync",
-    "status=none",
-  );
+  // A new file written whole: the same as overwriting its whole length.
+  await overwriteRandom(dataFile, cfg.volumeMiB);
   // What the checked backup floor hashes beside its send: as many bytes, in the page cache.
   const besideFile = `${floorDir}/beside.bin`;
-  if (hashTool) {
-    await sh(
-      "dd",
-      "if=/dev/urandom",
-      `of=${besideFile}`,
-      "bs=1M",
-      `count=${cfg.volumeMiB}`,
-      "status=none",
-    );
-  }
+  if (hashTool) await overwriteRandom(besideFile, cfg.volumeMiB);
   // The floors send this one snapshot of the same data.
   const floorSnap = `${dataset}@bench-floor`;
   await sh("zfs", "snapshot", floorSnap);
