@@ -229,17 +229,21 @@ Deno.test("follow: expansion across moves, snapshots, and a deleted volume's cop
         async () => !(await b.pool.datasets()).includes(datasetOn(b)),
       );
       const ms = Math.round(performance.now() - started);
+      // The copy leaves its name at the sweep's rename; the sweep logs once its properties are set.
+      await until(
+        `B's sweep never said it set the copy aside${logTail(b)}`,
+        () =>
+          Promise.resolve(
+            b.plugin!.records().some((r) =>
+              r.msg === "copy of a deleted follow volume set aside" && r.volume === VOLUME
+            ),
+          ),
+      );
       const aside = await setAside(b);
       assert.equal(aside.length, 1, `one set-aside copy on B: ${aside.join(", ")}`);
       assert.equal(await b.pool.get(aside[0]!, "org.zfs-csi:deleted-name"), datasetOn(b));
       const snapshotsAfter = await snapshotCount(aside[0]!);
       assert.equal(snapshotsAfter, snapshotsBefore, "nothing of the copy was destroyed");
-      assert.ok(
-        b.plugin!.records().some((r) =>
-          r.msg === "copy of a deleted follow volume set aside" && r.volume === VOLUME
-        ),
-        logTail(b),
-      );
       for (const other of ["kept", "seeded"]) {
         assert.ok((await b.pool.datasets()).includes(datasetOn(b, other)), `${other} stays`);
       }

@@ -51,6 +51,30 @@ function zfsArgvs(plugin: PluginProcess): string[][] {
     .map((r) => (r.argv as unknown[]).map(String));
 }
 
+/**
+ * Waits until the plugin's start-up purge (src/csi/trash.ts, begun once the first Probe is
+ * answered) has listed the parent, and then until the plugin has started no command for 300 ms:
+ * a purge still running would count as commands of the refused call that follows (it did once
+ * in CI).
+ */
+async function startupPurgeDone(plugin: PluginProcess): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  const execs = () => plugin.records().filter((r) => r.msg === "exec").length;
+  const listed = () =>
+    plugin.records().some((r) =>
+      r.msg === "exec done" && Array.isArray(r.argv) &&
+      r.argv.some((a) => String(a).includes(":deleted-at"))
+    );
+  let seen = -1;
+  for (;;) {
+    const now = execs();
+    if (listed() && now === seen) return;
+    if (Date.now() > deadline) throw new Error("the plugin's start-up purge did not end in 20 s");
+    seen = now;
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
 /** Asserts that `create` is refused with INVALID_ARGUMENT and `message`, touching nothing. */
 async function assertRefusedUntouched(
   pool: TestPool,
@@ -59,6 +83,7 @@ async function assertRefusedUntouched(
   parameters: Record<string, string>,
   message: RegExp,
 ): Promise<void> {
+  await startupPurgeDone(plugin);
   const before = await ourState(pool);
   assert.ok(before.some((l) => l.startsWith(`${pool.parent}\t`)), "the state lists the parent");
   const ran = zfsArgvs(plugin).length;
