@@ -56,6 +56,7 @@ import {
   timedBash,
 } from "./bench_io.ts";
 import { shellQuote } from "./commands.ts";
+import { which } from "./shims.ts";
 import { formatMs, median, percentile, ratio, type Row } from "./stats.ts";
 
 const SECTION = "8";
@@ -327,7 +328,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   };
   const size = sizeLabel(cfg.volumeMiB);
   const curl = await checkCurl();
-  const hashTool = await programPath("openssl");
+  const hashTool = await which("openssl").catch(() => undefined);
   progress(`store: a ${size} volume on its own pool`);
   await using pool = await TestPool.create(Math.max(1024, cfg.volumeMiB * 4));
   const parent = pool.parent;
@@ -923,17 +924,6 @@ function manifestKeyOf(snapshotId: string): string {
 async function changeData(dataFile: string, cfg: Config, t: number): Promise<void> {
   const regions = Math.floor(cfg.volumeMiB / cfg.changedMiB);
   await overwriteRandom(dataFile, cfg.changedMiB, (t % regions) * cfg.changedMiB);
-}
-
-/** Where `name` is on PATH, or undefined when it is not there. */
-async function programPath(name: string): Promise<string | undefined> {
-  const res = await new Deno.Command("bash", {
-    args: ["-c", `command -v ${shellQuote(name)}`],
-    stdout: "piped",
-    stderr: "null",
-  }).output();
-  const path = new TextDecoder().decode(res.stdout).trim();
-  return res.success && path !== "" ? path : undefined;
 }
 
 /**
