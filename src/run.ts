@@ -50,6 +50,7 @@ export class DenoCommandRunner implements CommandRunner {
     }).spawn();
     let timedOut = false;
     const timeoutMs = options.timeoutMs ?? this.#defaultTimeoutMs;
+    const grace = graceAfterKill();
     const timer = setTimeout(() => {
       timedOut = true;
       try {
@@ -57,9 +58,15 @@ export class DenoCommandRunner implements CommandRunner {
       } catch {
         // Already gone.
       }
+      grace.start();
     }, timeoutMs);
+    const ended = childOutput(child); // not child.output(): see src/child_output.ts
     try {
-      const out = await childOutput(child); // not child.output(): see src/child_output.ts
+      const out = await Promise.race([ended, grace.promise]);
+      if (out === undefined) {
+        ended.catch(() => {}); // it may still end, long after; nobody waits for it then
+        return { code: -1, stdout: "", stderr: unkillable(program, child.pid), timedOut: true };
+      }
       return {
         code: out.code,
         stdout: decoder.decode(out.stdout),
@@ -70,6 +77,35 @@ export class DenoCommandRunner implements CommandRunner {
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * How long a command killed with SIGKILL gets to end before its runner stops waiting. A process
+ * blocked in the kernel (an OpenZFS ioctl on a suspended pool, a FUSE request zfs-fuse never
+ * answers) cannot die, and a process it started can keep its output open: waiting on would hold
+ * a CSI call, and its volume's lock, for ever, and Nomad sends NodeStage with no deadline.
+ */
+export const KILL_GRACE_MS = 5_000;
+
+/** The stderr given for a killed command that did not end within {@linkcode KILL_GRACE_MS}. */
+function unkillable(program: string, pid: number): string {
+  return `${program} (pid ${pid}) did not end within ${KILL_GRACE_MS} ms of SIGKILL: ` +
+    `it is blocked in the kernel (see its wchan in ps) or a process it started holds its output`;
+}
+
+/** Resolves to `undefined` {@linkcode KILL_GRACE_MS} after `kill` was called. */
+function graceAfterKill(): { readonly promise: Promise<undefined>; start(): void } {
+  const { promise, resolve } = Promise.withResolvers<undefined>();
+  let started = false;
+  return {
+    promise,
+    start() {
+      if (started) return;
+      started = true;
+      // Unref'd: a command that ends in time must not keep the process alive for the grace.
+      Deno.unrefTimer(setTimeout(() => resolve(undefined), KILL_GRACE_MS));
+    },
+  };
 }
 
 /** What a streamed command left behind once it ended. */
@@ -153,6 +189,7 @@ export class DenoStreamRunner implements StreamRunner {
       env: { LC_ALL: "C", LANG: "C" },
     }).spawn();
     let killed = false;
+    const grace = graceAfterKill();
     const kill = () => {
       killed = true;
       try {
@@ -160,18 +197,25 @@ export class DenoStreamRunner implements StreamRunner {
       } catch {
         // Already gone.
       }
+      grace.start();
     };
     const signal = options.signal;
     if (signal?.aborted) kill();
     signal?.addEventListener("abort", kill, { once: true });
-    const exit = (async (): Promise<StreamedExit> => {
+    const ended = (async (): Promise<StreamedExit> => {
       // Keep only the tail of stderr: a misbehaving command cannot grow our memory.
       const tail = new Tail();
       for await (const chunk of child.stderr) tail.add(chunk);
       const status = await child.status;
-      signal?.removeEventListener("abort", kill);
       return { code: status.code, stderr: tail.text(), killed };
     })();
+    const exit = settleAfterKill(
+      ended,
+      grace,
+      program,
+      child.pid,
+      () => signal?.removeEventListener("abort", kill),
+    );
     return {
       stdin: options.stdin === "piped" ? child.stdin : null,
       stdout: options.stdout === "piped" ? child.stdout : null,
@@ -262,25 +306,51 @@ function spawnWithFiles(program: string, args: string[], options: SpawnOptions):
     env: { LC_ALL: "C", LANG: "C" },
   });
   let killed = false;
+  const grace = graceAfterKill();
   const kill = () => {
     killed = true;
     // false once it has ended.
     child.kill("SIGKILL");
+    grace.start();
   };
   const signal = options.signal;
   if (signal?.aborted) kill();
   signal?.addEventListener("abort", kill, { once: true });
   const tail = new Tail();
   child.stderr?.on("data", (chunk: Uint8Array) => tail.add(chunk));
-  const exit = new Promise<StreamedExit>((resolve) => {
-    const done = (code: number, failure?: string) => {
-      signal?.removeEventListener("abort", kill);
+  const ended = new Promise<StreamedExit>((resolve) => {
+    const done = (code: number, failure?: string) =>
       resolve({ code, stderr: failure ?? tail.text(), killed });
-    };
     // A command that could not start (not found, not allowed) ends here, like one that failed.
     child.once("error", (err) => done(127, `cannot run ${program}: ${err.message}`));
     // "close": stderr has been read to its end.
     child.once("close", (code, sig) => done(code ?? 128 + (sig ? constants.signals[sig] : 0)));
   });
+  const exit = settleAfterKill(
+    ended,
+    grace,
+    program,
+    child.pid ?? -1,
+    () => signal?.removeEventListener("abort", kill),
+  );
   return { stdin: null, stdout: null, exit, kill };
+}
+
+/**
+ * A streamed command's end: when it ends, or {@linkcode KILL_GRACE_MS} after it was killed if it
+ * cannot end (code -1, killed). `cleanup` runs once, either way.
+ */
+function settleAfterKill(
+  ended: Promise<StreamedExit>,
+  grace: ReturnType<typeof graceAfterKill>,
+  program: string,
+  pid: number,
+  cleanup: () => void,
+): Promise<StreamedExit> {
+  const abandoned = grace.promise.then((): StreamedExit => ({
+    code: -1,
+    stderr: unkillable(program, pid),
+    killed: true,
+  }));
+  return Promise.race([ended, abandoned]).finally(cleanup);
 }

@@ -91,7 +91,7 @@ export class Mounter {
     const res = await this.#runner.run(argv, { timeoutMs: this.#opts.timeoutMs });
     if (res.code === 0 && !res.timedOut) return res.stdout;
     const detail = res.timedOut
-      ? `timed out after ${this.#opts.timeoutMs}ms`
+      ? `timed out after ${this.#opts.timeoutMs}ms${res.code === -1 ? `; ${res.stderr}` : ""}`
       : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300);
     const code = /busy/i.test(res.stderr) ? Code.FAILED_PRECONDITION : Code.INTERNAL;
     throw new CsiError(code, `Cannot ${what}: ${detail || `exit code ${res.code}`}`);

@@ -154,6 +154,17 @@ Deno.test("Mounter.unmount reports a time-out with the time limit", async () => 
   );
 });
 
+Deno.test("Mounter.unmount says why when the runner gave up on an umount that could not die", async () => {
+  const { runner, mounter } = setup();
+  const stuck = "umount (pid 9) did not end within 5000 ms of SIGKILL";
+  runner.on(["/bin/umount"], { code: -1, timedOut: true, stderr: stuck });
+  await rejectsWithCode(
+    mounter.unmount("/t"),
+    Code.INTERNAL,
+    /^Cannot unmount "\/t": timed out after 3000ms; umount \(pid 9\) did not end/,
+  );
+});
+
 Deno.test("Mounter.unmount names the exit code when umount prints nothing", async () => {
   const { runner, mounter } = setup();
   runner.on(["/bin/umount"], { code: 1 });

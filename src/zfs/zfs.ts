@@ -141,7 +141,11 @@ export class Zfs {
       code: res.code,
       durationMs: Math.round(performance.now() - started),
     });
-    if (res.timedOut) throw new ZfsError("timeout", argv, `timed out after ${limitMs}ms`);
+    if (res.timedOut) {
+      // Code -1: the runner gave up on a command that could not be killed; its stderr says why.
+      const stuck = res.code === -1 ? `; ${res.stderr}` : "";
+      throw new ZfsError("timeout", argv, `timed out after ${limitMs}ms${stuck}`);
+    }
     if (res.code === 0) return res;
     const kind = classifyZfsError(res.stderr);
     if (kind === "unavailable") {

@@ -194,6 +194,15 @@ Deno.test("Zfs turns a timed-out command into ZfsError timeout", async () => {
   assert.equal(toGrpcStatus(err).code, Code.DEADLINE_EXCEEDED);
 });
 
+Deno.test("Zfs says why when the runner gave up on a command that could not be killed", async () => {
+  const { runner, zfs } = setup();
+  const stuck = "zfs (pid 7) did not end within 5000 ms of SIGKILL: it is blocked in the kernel";
+  runner.on(GET_PREFIX, { code: -1, timedOut: true, stderr: stuck });
+  const err = await assertRejectsZfs(zfs.getProperties("tpool/nomad", ["type"]), "timeout");
+  assert.equal(err.stderr, `timed out after 5000ms; ${stuck}`);
+  assert.equal(toGrpcStatus(err).code, Code.DEADLINE_EXCEEDED);
+});
+
 Deno.test("Zfs reports the time limit it passed when a call with its own limit times out", async () => {
   const { runner, zfs } = setup();
   runner.on(["/sbin/zpool", "list"], { code: 137, timedOut: true });
