@@ -2,7 +2,10 @@
 # Makes sure this machine can run ZFS commands, for the dev task and the integration tests.
 # - If zfs already works (OpenZFS kernel module, or a running zfs-fuse), nothing is changed.
 # - Otherwise Debian's zfs-fuse is installed (apt-get, needs root) and its daemon started.
-# Usage: tools/zfs-env.sh ensure
+# - recover: ends a deadlocked zfs-fuse daemon (tools/fuse_watchdog.ts calls it): aborts its
+#   FUSE connections, so every process waiting on them gets an error instead of sleeping for
+#   ever, kills it, drops its mounts and starts it again (it imports its pools again itself).
+# Usage: tools/zfs-env.sh ensure|recover
 set -euo pipefail
 
 zfs_works() {
@@ -44,7 +47,32 @@ ensure() {
   exit 1
 }
 
+# zfs-fuse's mounts: FUSE mounts of type plain "fuse" (other FUSE filesystems name a subtype,
+# "fuse.sshfs"); prints "device mountpoint" lines, deepest first.
+zfs_fuse_mounts() {
+  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "fuse") print $3, $5; break } }' \
+    /proc/self/mountinfo | sort -k2 -r
+}
+
+recover() {
+  mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
+  local dev mnt
+  while read -r dev mnt; do
+    # The connection's number is the minor device number of its mounts.
+    echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort" 2>/dev/null || true
+  done < <(zfs_fuse_mounts)
+  pkill -9 -x zfs-fuse || true
+  for _ in $(seq 1 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+  while read -r dev mnt; do
+    umount -l "$(printf '%b' "$mnt")" 2>/dev/null || true # mountinfo escapes spaces as \040
+  done < <(zfs_fuse_mounts)
+  rm -f /run/zfs-fuse.pid
+  echo "zfs-env: zfs-fuse was restarted after a deadlock" >&2
+  ensure
+}
+
 case "${1:-}" in
   ensure) ensure ;;
-  *) echo "usage: $0 ensure" >&2; exit 2 ;;
+  recover) recover ;;
+  *) echo "usage: $0 ensure|recover" >&2; exit 2 ;;
 esac
