@@ -5,11 +5,11 @@
  * Every process that then looks at that filesystem sleeps in the kernel, SIGKILL cannot end it,
  * and the test run hangs until CI's time runs out, with nothing said.
  *
- * A process is stuck when, for `--stuck-seconds`, it waits on FUSE (its wchan) without being
- * scheduled once (its context-switch counts do not move); a process doing many quick requests is
- * scheduled between them. On the first stuck process this prints what waits on what, appends it
- * to `--report`, and runs `tools/zfs-env.sh recover`: the waits fail, the daemon restarts, and
- * the test that met the deadlock fails in seconds instead of hanging. tools/test.sh then runs
+ * A process is stuck when, for `--stuck-seconds`, it waits on the daemon (a FUSE request, or a
+ * zfs or zpool command reading the daemon's socket; its wchan says) without being scheduled once (its context-switch counts do not move); a process doing many quick requests is
+ * scheduled between them. On the first stuck process this prints what waits on what, runs
+ * `tools/zfs-env.sh recover` (the waits fail, the daemon restarts, and the test that met the
+ * deadlock fails in seconds instead of hanging), then appends the same text to `--report`. tools/test.sh then runs
  * that test file once more (only when this report says a recovery happened).
  *
  * Usage: deno run --allow-write=<report> --allow-run=ps,cat,tools/zfs-env.sh
@@ -42,9 +42,14 @@ export interface Stuck {
   readonly seconds: number;
 }
 
-/** Kernel wait channels of a process waiting for a FUSE daemon (or for another such waiter). */
-export function waitsOnFuse(wchan: string): boolean {
-  return wchan.startsWith("fuse_") || wchan === "request_wait_answer";
+/**
+ * Whether a process waits on zfs-fuse's daemon: any process in a FUSE wait (or waiting for
+ * another one's FUSE request on the same inode), or a zfs or zpool command waiting for the
+ * daemon's answer on its socket.
+ */
+export function waitsOnDaemon(comm: string, wchan: string): boolean {
+  if (wchan.startsWith("fuse_") || wchan === "request_wait_answer") return true;
+  return (comm === "zfs" || comm === "zpool") && wchan.startsWith("unix_stream_");
 }
 
 /**
@@ -64,7 +69,7 @@ export class StuckTracker {
     const next = new Map<string, Waiting>();
     const stuck: Stuck[] = [];
     for (const s of samples) {
-      if (!waitsOnFuse(s.wchan)) continue;
+      if (!waitsOnDaemon(s.comm, s.wchan)) continue;
       const key = `${s.pid}/${s.startTime}`;
       const seen = this.#waiting.get(key);
       const w = seen && seen.switches === s.switches
@@ -119,9 +124,9 @@ async function output(program: string, ...args: string[]): Promise<string> {
  */
 async function sampleWaiters(): Promise<ProcSample[]> {
   const out: ProcSample[] = [];
-  for (const line of (await output("ps", "-e", "-o", "pid=,wchan:64=")).split("\n")) {
-    const [pid, wchan] = line.trim().split(/\s+/);
-    if (pid === undefined || wchan === undefined || !waitsOnFuse(wchan)) continue;
+  for (const line of (await output("ps", "-e", "-o", "pid=,wchan:64=,comm=")).split("\n")) {
+    const [pid, wchan, comm] = line.trim().split(/\s+/);
+    if (pid === undefined || wchan === undefined || !waitsOnDaemon(comm ?? "", wchan)) continue;
     const [stat, status, cmdline] = await Promise.all(
       ["stat", "status", "cmdline"].map((f) => output("cat", `/proc/${pid}/${f}`)),
     );
@@ -161,11 +166,12 @@ async function main(): Promise<void> {
     if (stuck.length > 0) {
       const text = describe(stuck, new Date());
       await Deno.stderr.write(enc.encode(text));
-      await Deno.writeTextFile(values.report, text, { append: true });
+      // Its output goes where ours goes, not through us: it finishes even if we are killed.
       const dir = new URL(".", import.meta.url).pathname;
-      const r = await new Deno.Command(`${dir}zfs-env.sh`, { args: ["recover"] }).output();
-      const said = new TextDecoder().decode(r.stderr);
-      await Deno.stderr.write(enc.encode(`fuse-watchdog: recover exited ${r.code}\n${said}`));
+      const r = await new Deno.Command(`${dir}zfs-env.sh`, { args: ["recover"] }).spawn().status;
+      await Deno.stderr.write(enc.encode(`fuse-watchdog: recover exited ${r.code}\n`));
+      // Written once the daemon runs again: a report means a deadlock was met and recovered.
+      await Deno.writeTextFile(values.report, text, { append: true });
       tracker.observe([], Date.now()); // the old waiters are gone or no longer count
     }
     await new Promise((r) => setTimeout(r, everyMs));

@@ -4,7 +4,7 @@ import {
   parseSample,
   type ProcSample,
   StuckTracker,
-  waitsOnFuse,
+  waitsOnDaemon,
 } from "./fuse_watchdog.ts";
 
 const STAT = "6000 (umount) D 5999 6000 2193 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 " +
@@ -32,13 +32,16 @@ Deno.test("fuse watchdog: a /proc sample is read, comm with spaces and parenthes
   assert.equal(parseSample(7, STAT, "Name:\tx\n", "0", ""), undefined, "no switch counts");
 });
 
-Deno.test("fuse watchdog: only FUSE wait channels count", () => {
+Deno.test("fuse watchdog: FUSE waits count, and zfs or zpool waiting on the daemon's socket", () => {
   for (const w of ["request_wait_answer", "fuse_get_req", "fuse_lock_inode"]) {
-    assert.ok(waitsOnFuse(w), w);
+    assert.ok(waitsOnDaemon("stat", w), w);
   }
   for (const w of ["0", "futex_do_wait", "do_epoll_wait", "pipe_read", "refuse_x"]) {
-    assert.ok(!waitsOnFuse(w), w);
+    assert.ok(!waitsOnDaemon("zfs", w), w);
   }
+  assert.ok(waitsOnDaemon("zfs", "unix_stream_read_generic"));
+  assert.ok(waitsOnDaemon("zpool", "unix_stream_data_wait"));
+  assert.ok(!waitsOnDaemon("nomad", "unix_stream_read_generic"), "other programs' sockets");
 });
 
 Deno.test("fuse watchdog: a waiter is stuck only after waiting unscheduled for the whole time", () => {
