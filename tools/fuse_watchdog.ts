@@ -1,19 +1,22 @@
 /**
- * Watches, while the ZFS tests run on zfs-fuse, for the daemon's own deadlock: now and then
- * (about once in twenty CI runs, and by a stress of concurrent `zfs create`, stats and bind
- * mounts in 2 of 5 tries here) zfs-fuse stops answering FUSE requests on a dataset for good.
- * Every process that then looks at that filesystem sleeps in the kernel, SIGKILL cannot end it,
- * and the test run hangs until CI's time runs out, with nothing said.
+ * Watches zfs-fuse's daemon while the ZFS tests run on it, for its two failures seen in CI:
+ * - It deadlocks: now and then (one CI run; a stress of concurrent `zfs create`, stats and bind
+ *   mounts did it 2 times in 5 here) it stops answering FUSE requests for good. Every process
+ *   that then touches one of its filesystems sleeps in the kernel, SIGKILL cannot end it, and the
+ *   test run hangs until CI's time runs out, with nothing said.
+ * - It dies (one CI run, in a crash trial): every later test fails at once.
  *
  * A process is stuck when, for `--stuck-seconds`, it waits on the daemon (a FUSE request, or a
- * zfs or zpool command reading the daemon's socket; its wchan says) without being scheduled once (its context-switch counts do not move); a process doing many quick requests is
- * scheduled between them. On the first stuck process this prints what waits on what, runs
- * `tools/zfs-env.sh recover` (the waits fail, the daemon restarts, and the test that met the
- * deadlock fails in seconds instead of hanging), then appends the same text to `--report`. tools/test.sh then runs
- * that test file once more (only when this report says a recovery happened).
+ * zfs or zpool command reading the daemon's socket; its wchan says) without being scheduled once
+ * (its context-switch counts do not move); a process doing many quick requests is scheduled
+ * between them. The daemon is gone when two looks in a row do not find it. Either way this
+ * prints what it found, runs `tools/zfs-env.sh recover` (waiters get an error, the daemon starts
+ * again, and the test that met it fails in seconds instead of hanging), then appends the same
+ * text to `--report`. tools/test.sh runs a part, or the test files, that failed meanwhile once
+ * more; nothing is run again without such a report.
  *
  * Usage: deno run --allow-write=<report> --allow-run=ps,cat,tools/zfs-env.sh
- *   tools/fuse_watchdog.ts --report FILE [--stuck-seconds 90] [--every-seconds 10]
+ *   tools/fuse_watchdog.ts --report FILE [--stuck-seconds 90] [--every-seconds 3]
  */
 
 import { parseArgs } from "node:util";
@@ -118,22 +121,49 @@ async function output(program: string, ...args: string[]): Promise<string> {
   return r.success ? new TextDecoder().decode(r.stdout) : "";
 }
 
+/** One look at the machine: whether zfs-fuse's daemon runs, and who waits on it. */
+interface Look {
+  readonly daemonRuns: boolean;
+  readonly waiters: ProcSample[];
+}
+
 /**
- * Samples the processes waiting on FUSE now. Deno lets no program without --allow-all read
- * /proc/PID, so ps finds them and cat reads their files (seldom: usually none waits).
+ * Looks at the processes now. Deno lets no program without --allow-all read /proc/PID, so ps
+ * lists them and cat reads the files of the waiters (seldom: usually none waits).
  */
-async function sampleWaiters(): Promise<ProcSample[]> {
-  const out: ProcSample[] = [];
+async function look(): Promise<Look> {
+  const waiters: ProcSample[] = [];
+  let daemonRuns = false;
   for (const line of (await output("ps", "-e", "-o", "pid=,wchan:64=,comm=")).split("\n")) {
     const [pid, wchan, comm] = line.trim().split(/\s+/);
+    if (comm === "zfs-fuse") daemonRuns = true;
     if (pid === undefined || wchan === undefined || !waitsOnDaemon(comm ?? "", wchan)) continue;
     const [stat, status, cmdline] = await Promise.all(
       ["stat", "status", "cmdline"].map((f) => output("cat", `/proc/${pid}/${f}`)),
     );
     const s = parseSample(Number(pid), stat!, status!, wchan, cmdline!);
-    if (s) out.push(s);
+    if (s) waiters.push(s);
   }
-  return out;
+  return { daemonRuns, waiters };
+}
+
+/**
+ * Tells when the daemon is gone: absent from `looks` looks in a row (one look can fall between
+ * a restart's kill and start, tools/zfs-env.sh's or a test's).
+ */
+export class GoneTracker {
+  readonly #looks: number;
+  #absent = 0;
+
+  constructor(looks: number) {
+    this.#looks = looks;
+  }
+
+  /** Takes one look's answer; true once the daemon has been absent `looks` times in a row. */
+  observe(daemonRuns: boolean): boolean {
+    this.#absent = daemonRuns ? 0 : this.#absent + 1;
+    return this.#absent >= this.#looks;
+  }
 }
 
 /** What is printed and reported when stuck processes are found. */
@@ -149,30 +179,40 @@ export function describe(stuck: readonly Stuck[], at: Date): string {
   ].join("\n");
 }
 
+/** What is printed and reported when the daemon has died. */
+export function describeGone(at: Date): string {
+  return `fuse-watchdog ${at.toISOString()}: the zfs-fuse daemon is gone (it died); ` +
+    `starting it again (tools/zfs-env.sh recover)\n`;
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       report: { type: "string" },
       "stuck-seconds": { type: "string", default: "90" },
-      "every-seconds": { type: "string", default: "10" },
+      "every-seconds": { type: "string", default: "3" },
     },
   });
   if (!values.report) throw new Error("--report FILE is required");
-  const tracker = new StuckTracker(Number(values["stuck-seconds"]) * 1000);
+  const stuckTracker = new StuckTracker(Number(values["stuck-seconds"]) * 1000);
+  const goneTracker = new GoneTracker(2);
   const everyMs = Number(values["every-seconds"]) * 1000;
   const enc = new TextEncoder();
   for (;;) {
-    const stuck = tracker.observe(await sampleWaiters(), Date.now());
-    if (stuck.length > 0) {
-      const text = describe(stuck, new Date());
+    const now = await look();
+    const stuck = stuckTracker.observe(now.waiters, Date.now());
+    const gone = goneTracker.observe(now.daemonRuns);
+    if (stuck.length > 0 || gone) {
+      const text = stuck.length > 0 ? describe(stuck, new Date()) : describeGone(new Date());
       await Deno.stderr.write(enc.encode(text));
       // Its output goes where ours goes, not through us: it finishes even if we are killed.
       const dir = new URL(".", import.meta.url).pathname;
       const r = await new Deno.Command(`${dir}zfs-env.sh`, { args: ["recover"] }).spawn().status;
       await Deno.stderr.write(enc.encode(`fuse-watchdog: recover exited ${r.code}\n`));
-      // Written once the daemon runs again: a report means a deadlock was met and recovered.
+      // Written once the daemon runs again: a report means a deadlock or death was recovered.
       await Deno.writeTextFile(values.report, text, { append: true });
-      tracker.observe([], Date.now()); // the old waiters are gone or no longer count
+      stuckTracker.observe([], Date.now()); // the old waiters are gone or no longer count
+      goneTracker.observe(true);
     }
     await new Promise((r) => setTimeout(r, everyMs));
   }

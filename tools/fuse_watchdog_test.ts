@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import {
   describe,
+  describeGone,
+  GoneTracker,
   parseSample,
   type ProcSample,
   StuckTracker,
@@ -82,4 +84,15 @@ Deno.test("fuse watchdog: the report names each stuck process and what it runs",
     text.includes("\n  pid 42 (zfs) waits in fuse_get_req for 95s: zfs create p/v42\n"),
     text,
   );
+});
+
+Deno.test("fuse watchdog: the daemon is gone only when two looks in a row miss it", () => {
+  const t = new GoneTracker(2);
+  assert.equal(t.observe(true), false);
+  assert.equal(t.observe(false), false, "one look can fall inside a restart");
+  assert.equal(t.observe(true), false);
+  assert.equal(t.observe(false), false);
+  assert.equal(t.observe(false), true);
+  assert.equal(t.observe(true), false, "started again");
+  assert.match(describeGone(new Date(0)), /^fuse-watchdog 1970-01-01T00:00:00.000Z: the zfs-fuse/);
 });

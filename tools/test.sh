@@ -29,8 +29,8 @@ limit() {
   return "$rc"
 }
 
-# zfs-fuse's daemon now and then deadlocks for good (tools/fuse_watchdog.ts says how it is
-# seen); the watchdog restarts it and notes it in $fuse_report. A part that failed while that
+# zfs-fuse's daemon now and then deadlocks for good or dies (tools/fuse_watchdog.ts says how it
+# is seen); the watchdog restarts it and notes it in $fuse_report. A part that failed while that
 # happened runs once more; a part that failed without it does not.
 start_watchdog() {
   pgrep -x zfs-fuse >/dev/null || return 0
@@ -48,7 +48,8 @@ part() {
   "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   if [ "$rc" != 0 ] && [ "$(deadlocks)" != "$before" ]; then
-    echo "== zfs-fuse deadlocked during this part (see fuse-watchdog above); running it once more"
+    echo "== zfs-fuse deadlocked or died during this part (see fuse-watchdog above);" \
+      "running it once more"
     "$@" 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
   fi
@@ -71,7 +72,7 @@ integration() {
   # Deno lists each failed test as "name => ./tests/dir/file_test.ts:line:col".
   files=$(grep -oE '=> \./tests/[^:]+_test\.ts' "$out" | sed 's/^=> //' | sort -u)
   if [ "$rc" != 0 ] && [ "$(deadlocks)" != "$before" ] && [ -n "$files" ]; then
-    echo "== zfs-fuse deadlocked during the integration tests (see fuse-watchdog above);" \
+    echo "== zfs-fuse deadlocked or died during the integration tests (see fuse-watchdog above);" \
       "running the files with a failed test once more:" $files
     local again
     again=$(mktemp)
@@ -133,7 +134,7 @@ else
 fi
 
 n=$(deadlocks)
-[ "$n" = 0 ] || echo "zfs-fuse: deadlocked $n time(s) and was restarted (tools/fuse_watchdog.ts)"
+[ "$n" = 0 ] || echo "zfs-fuse: deadlocked or died $n time(s), restarted (tools/fuse_watchdog.ts)"
 grep -E '^csi-sanity: ([0-9]|not run)' "$log" | tail -n 1
 grep -E '^nomad-e2e: ' "$log" | tail -n 1
 grep -E '^host-volume-e2e: ' "$log" | tail -n 1

@@ -2,9 +2,10 @@
 # Makes sure this machine can run ZFS commands, for the dev task and the integration tests.
 # - If zfs already works (OpenZFS kernel module, or a running zfs-fuse), nothing is changed.
 # - Otherwise Debian's zfs-fuse is installed (apt-get, needs root) and its daemon started.
-# - recover: ends a deadlocked zfs-fuse daemon (tools/fuse_watchdog.ts calls it): aborts its
-#   FUSE connections, so every process waiting on them gets an error instead of sleeping for
-#   ever, kills it, drops its mounts and starts it again (it imports its pools again itself).
+# - recover: ends a deadlocked or dead zfs-fuse daemon (tools/fuse_watchdog.ts calls it): aborts
+#   its FUSE connections, so every process waiting on them gets an error instead of sleeping for
+#   ever, kills it, drops its mounts, starts it again (it imports its pools itself) and mounts
+#   their datasets.
 # Usage: tools/zfs-env.sh ensure|recover
 set -euo pipefail
 
@@ -47,11 +48,15 @@ ensure() {
   exit 1
 }
 
-# zfs-fuse's mounts: FUSE mounts of type plain "fuse" (other FUSE filesystems name a subtype,
-# "fuse.sshfs"); prints "device mountpoint" lines, deepest first.
+# zfs-fuse's mounts: its datasets ("fuse.zfs") and its kstat filesystem (plain "fuse", source
+# "kstat"); prints "device mountpoint" lines, deepest first.
 zfs_fuse_mounts() {
-  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "fuse") print $3, $5; break } }' \
-    /proc/self/mountinfo | sort -k2 -r
+  awk '{
+    for (i = 7; i <= NF; i++) if ($i == "-") {
+      if ($(i + 1) == "fuse.zfs" || ($(i + 1) == "fuse" && $(i + 2) == "kstat")) print $3, $5
+      break
+    }
+  }' /proc/self/mountinfo | sort -k2 -r
 }
 
 recover() {
@@ -67,8 +72,10 @@ recover() {
     umount -l "$(printf '%b' "$mnt")" 2>/dev/null || true # mountinfo escapes spaces as \040
   done < <(zfs_fuse_mounts)
   rm -f /run/zfs-fuse.pid
-  echo "zfs-env: zfs-fuse was restarted after a deadlock" >&2
+  echo "zfs-env: restarting zfs-fuse after its deadlock or death" >&2
   ensure
+  # It imports its pools again but mounts nothing its dead self had mounted.
+  zfs mount -a || true
 }
 
 case "${1:-}" in

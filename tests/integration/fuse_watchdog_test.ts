@@ -59,6 +59,10 @@ Deno.test({
     try {
       // Give the watchdog time to start before anything waits.
       await new Promise((r) => setTimeout(r, 1500));
+      // fsync: the daemon is killed, and zfs-fuse keeps only what its log or a txg holds.
+      using f = await Deno.open(`${pool.mountRoot}/nomad/before`, { write: true, create: true });
+      await f.write(new TextEncoder().encode("written before"));
+      await f.sync();
       Deno.kill(stopped, "SIGSTOP");
       // A directory listing on one of its filesystems, and a zfs command on its socket.
       for (const [program, ...args] of [["ls", `${pool.mountRoot}/nomad`], ["zfs", "list"]]) {
@@ -82,10 +86,11 @@ Deno.test({
       assert.match(said, /\(zfs\) waits in unix_stream\S+ for \d+s: \S*zfs list/, said);
       const restarted = await daemonPid();
       assert.ok(restarted !== undefined && restarted !== stopped, "a new daemon runs");
-      // The new daemon imported the pool again: zfs answers about it.
-      const r = await tryRun("zfs", "list", "-H", "-o", "name", pool.parent);
+      // The new daemon imported the pool again and mounted it: zfs answers, the files are there.
+      const r = await tryRun("zfs", "list", "-H", "-o", "name,mounted", pool.parent);
       assert.equal(r.code, 0, r.stderr);
-      assert.equal(r.stdout.trim(), pool.parent);
+      assert.equal(r.stdout, `${pool.parent}\tyes\n`);
+      assert.equal(await Deno.readTextFile(`${pool.mountRoot}/nomad/before`), "written before");
     } finally {
       // If the test failed before the watchdog acted, the daemon must not stay stopped.
       if ((await daemonPid()) === stopped) Deno.kill(stopped, "SIGCONT");
