@@ -1,7 +1,7 @@
 /**
  * Watches zfs-fuse's daemon while the ZFS tests run on it, for its two failures seen in CI:
  * - It deadlocks: now and then (one CI run; a stress of concurrent `zfs create`, stats and bind
- *   mounts did it 2 times in 5 here) it stops answering FUSE requests for good. Every process
+ *   mounts did it in 2 runs of 4 here) it stops answering FUSE requests for good. Every process
  *   that then touches one of its filesystems sleeps in the kernel, SIGKILL cannot end it, and the
  *   test run hangs until CI's time runs out, with nothing said.
  * - It dies (one CI run, in a crash trial): every later test fails at once.
