@@ -138,6 +138,60 @@ variable "metrics_service_provider" {
   description = "Who registers the metrics service: nomad (Nomad's own service discovery) or consul."
 }
 
+variable "store" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
+    ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
+    variable.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.store, "^(file:///.+|s3://[a-z0-9][a-z0-9.-]+[a-z0-9](/.*)?)?$", "") == ""
+    error_message = "The store must be empty, file:///absolute/dir or s3://bucket[/prefix]."
+  }
+}
+
+variable "store_endpoint" {
+  type        = string
+  default     = ""
+  description = "S3 only: the endpoint, https://host[:port]; empty, AWS's for the region."
+}
+
+variable "store_region" {
+  type        = string
+  default     = ""
+  description = "S3 only: the region; empty, us-east-1."
+}
+
+variable "store_path_style" {
+  type        = bool
+  default     = false
+  description = "S3 only: address the bucket as endpoint/bucket (MinIO, Garage, versitygw, IPs)."
+}
+
+variable "store_keys_from_variable" {
+  type        = bool
+  default     = false
+  description = <<-EOT
+    S3 only: read the keys from the Nomad Variable nomad/jobs/<job id> (the job may read it with
+    no policy), items aws_access_key_id and aws_secret_access_key, into the task's environment.
+    Put them there first, e.g. nomad var put nomad/jobs/zfs-csi-node-a aws_access_key_id=...
+    aws_secret_access_key=... (the job id is zfs-csi-<node>, or zfs-csi-node for node only).
+  EOT
+}
+
+variable "backup_interval" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    How often volumes that set no backup_interval parameter are backed up: e.g. 15m, 1h30m;
+    empty, only volumes that set one.
+  EOT
+}
+
 locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
@@ -151,6 +205,9 @@ locals {
   # below /csi and /local/csi inside a container (src/permissions.ts), so keep Nomad's default.
   # On the host it is <data_dir>/client/csi/<mode>/<plugin id>.
   stage_publish_base_dir = "/local/csi"
+
+  # A directory store, which the container jobs bind-mount at the same path.
+  store_dir = substr(var.store, 0, 7) == "file://" ? substr(var.store, 7, -1) : ""
 
   args = concat(
     [
@@ -171,6 +228,12 @@ locals {
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
     # Off unless metrics_port is set; every interface, as the build's permission names it.
     var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
+    # The store, when there is one; its keys come through the environment (template below).
+    var.store != "" ? ["--store", var.store] : [],
+    var.store_endpoint != "" ? ["--store-endpoint", var.store_endpoint] : [],
+    var.store_region != "" ? ["--store-region", var.store_region] : [],
+    var.store_path_style ? ["--store-path-style"] : [],
+    var.backup_interval != "" ? ["--backup-interval", var.backup_interval] : [],
   )
 }
 
@@ -266,15 +329,33 @@ job "zfs-csi" {
         # host:container:options. The parent dataset's mountpoint at the same path as on the
         # host; rshared makes the volume mounts zfs makes below it reach the host (and host
         # mounts reach the plugin). Then, optionally, the plugin binary and the host's ZFS
-        # userland, read-only.
+        # userland, read-only, and a directory store, read-write.
         volumes = concat(
           ["${var.parent_mountpoint}:${var.parent_mountpoint}:rw,rshared"],
           [for p in compact([var.binary_path]) : "${p}:/usr/local/bin/zfs-csi:ro"],
           [for p in var.host_paths : "${p}:${p}:ro"],
+          [for d in compact([local.store_dir]) : "${d}:${d}:rw"],
         )
 
         # Nomad itself mounts the host's /dev, mount_dir and stage_publish_base_dir (the last
         # two with bidirectional propagation) into every CSI plugin task.
+      }
+
+      # S3 keys from the job's own Nomad Variable, never in the job: secrets/ holds the file, and
+      # the plugin reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY once, at start.
+      dynamic "template" {
+        for_each = var.store_keys_from_variable ? [1] : []
+        content {
+          destination = "secrets/store.env"
+          env         = true
+          change_mode = "restart"
+          data        = <<-EOT
+            {{ with nomadVar "nomad/jobs/${local.job_id}" -}}
+            AWS_ACCESS_KEY_ID={{ .aws_access_key_id }}
+            AWS_SECRET_ACCESS_KEY={{ .aws_secret_access_key }}
+            {{- end }}
+          EOT
+        }
       }
 
       csi_plugin {

@@ -150,6 +150,60 @@ variable "metrics_service_provider" {
   description = "Who registers the metrics service: nomad (Nomad's own service discovery) or consul."
 }
 
+variable "store" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
+    ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
+    variable.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.store, "^(file:///.+|s3://[a-z0-9][a-z0-9.-]+[a-z0-9](/.*)?)?$", "") == ""
+    error_message = "The store must be empty, file:///absolute/dir or s3://bucket[/prefix]."
+  }
+}
+
+variable "store_endpoint" {
+  type        = string
+  default     = ""
+  description = "S3 only: the endpoint, https://host[:port]; empty, AWS's for the region."
+}
+
+variable "store_region" {
+  type        = string
+  default     = ""
+  description = "S3 only: the region; empty, us-east-1."
+}
+
+variable "store_path_style" {
+  type        = bool
+  default     = false
+  description = "S3 only: address the bucket as endpoint/bucket (MinIO, Garage, versitygw, IPs)."
+}
+
+variable "store_keys_from_variable" {
+  type        = bool
+  default     = false
+  description = <<-EOT
+    S3 only: read the keys from the Nomad Variable nomad/jobs/<job id> (the job may read it with
+    no policy), items aws_access_key_id and aws_secret_access_key, into the task's environment.
+    Put them there first, e.g. nomad var put nomad/jobs/zfs-csi-node-a aws_access_key_id=...
+    aws_secret_access_key=... (the job id is zfs-csi-<node>, or zfs-csi-node for node only).
+  EOT
+}
+
+variable "backup_interval" {
+  type        = string
+  default     = ""
+  description = <<-EOT
+    How often volumes that set no backup_interval parameter are backed up: e.g. 15m, 1h30m;
+    empty, only volumes that set one.
+  EOT
+}
+
 locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
@@ -163,6 +217,9 @@ locals {
   # below /csi and /local/csi inside a container (src/permissions.ts), so keep Nomad's default.
   # On the host it is <data_dir>/client/csi/<mode>/<plugin id>.
   stage_publish_base_dir = "/local/csi"
+
+  # A directory store, which the container jobs bind-mount at the same path.
+  store_dir = substr(var.store, 0, 7) == "file://" ? substr(var.store, 7, -1) : ""
 
   args = concat(
     [
@@ -183,6 +240,12 @@ locals {
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
     # Off unless metrics_port is set; every interface, as the build's permission names it.
     var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
+    # The store, when there is one; its keys come through the environment (template below).
+    var.store != "" ? ["--store", var.store] : [],
+    var.store_endpoint != "" ? ["--store-endpoint", var.store_endpoint] : [],
+    var.store_region != "" ? ["--store-region", var.store_region] : [],
+    var.store_path_style ? ["--store-path-style"] : [],
+    var.backup_interval != "" ? ["--backup-interval", var.backup_interval] : [],
   )
 }
 
@@ -308,11 +371,35 @@ job "zfs-csi" {
             target   = p
             readonly = true
           }],
+          # Optional: a directory store, read and written at the same path as on the host.
+          [for d in compact([local.store_dir]) : {
+            type     = "bind"
+            source   = d
+            target   = d
+            readonly = false
+          }],
         )
 
         # No mount for /dev: Nomad already bind-mounts the host's /dev into every CSI plugin
         # task (with /dev/zfs in it), and a second mount at /dev fails with "Duplicate mount
         # point". Nomad likewise adds mount_dir and stage_publish_base_dir (bidirectional).
+      }
+
+      # S3 keys from the job's own Nomad Variable, never in the job: secrets/ holds the file, and
+      # the plugin reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY once, at start.
+      dynamic "template" {
+        for_each = var.store_keys_from_variable ? [1] : []
+        content {
+          destination = "secrets/store.env"
+          env         = true
+          change_mode = "restart"
+          data        = <<-EOT
+            {{ with nomadVar "nomad/jobs/${local.job_id}" -}}
+            AWS_ACCESS_KEY_ID={{ .aws_access_key_id }}
+            AWS_SECRET_ACCESS_KEY={{ .aws_secret_access_key }}
+            {{- end }}
+          EOT
+        }
       }
 
       csi_plugin {

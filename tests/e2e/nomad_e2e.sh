@@ -14,8 +14,8 @@
 # machines: the README's "Running under Nomad" section):
 #   - a Nomad dev agent on 127.0.0.1, free non-default ports, data_dir in a temporary directory;
 #   - the plugin with nomad/zfs-csi-raw-exec.nomad.hcl, as a monolith (plugin id zfs-e2e, with
-#     --store file://<temp dir>/store added to the job's args as an operator would) and as the
-#     node-only layout (plugin id zfs, on a second parent dataset, no store); the job's
+#     -var store=file://<temp dir>/store) and as the node-only layout (plugin id zfs, on a second
+#     parent dataset, no store, S3 keys from its Nomad Variable); the job's
 #     binary_path is a small wrapper that runs main.ts with the production permission flags
 #     (src/permissions.ts) scoped to the agent's <data_dir>/client/csi, plus the store directory
 #     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts),
@@ -212,12 +212,42 @@ pass "dev agent up on $NOMAD_ADDR, node \"$node_name\", raw_exec and exec driver
 # ---------------------------------------------------------------------------------------------
 step "plugin jobs from nomad/zfs-csi-raw-exec.nomad.hcl"
 
+# job_json_has file [--arg name value] jq-filter [-var ...]: what "nomad job run -output" makes of
+# the job file with those variables passes the jq filter (nothing is submitted).
+job_json_has() {
+  local f=$1 jqargs=()
+  shift
+  if [ "$1" = --arg ]; then
+    jqargs=(--arg "$2" "$3")
+    shift 3
+  fi
+  local filter=$1
+  shift
+  nomad job run -output "$@" "$f" 2>/dev/null | jq -e "${jqargs[@]}" "$filter" >/dev/null
+}
+not() { ! "$@" >/dev/null 2>&1; }
+# plugin_env_has pattern VAR=value: the plugin process whose command line has the pattern has
+# exactly that line in its environment.
+plugin_env_has() {
+  local pid
+  pid=$(pgrep -f -- "$1" | head -n 1)
+  [ -n "$pid" ] && tr '\0' '\n' <"/proc/$pid/environ" | grep -qxF -- "$2"
+}
+
 # The job file that goes with the plugin's main.ts: its flags are the ones that main.ts knows.
 plugin_job="$plugin_root/nomad/zfs-csi-raw-exec.nomad.hcl"
 plugin_vars=(-var "nomad_data_dir=$data_dir" -var "binary_path=$tmp/bin/zfs-csi" -var log_level=debug)
-# The monolith gets the store: the operator adds the flag to the job's args.
+# The monolith gets the store through the job's store variable. A plugin job file without that
+# variable (an older E2E_PLUGIN_ROOT) gets the flag added to its args, as an operator would.
 monolith_job="$plugin_job"
-if [ -n "$store_on" ]; then
+monolith_vars=()
+if [ -n "$store_on" ] && grep -q '^variable "store"' "$plugin_job"; then
+  monolith_vars=(-var "store=file://$store_dir")
+  check "the job's store variable puts --store file://$store_dir in its args" \
+    job_json_has "$plugin_job" --arg d "file://$store_dir" \
+    '.Job.TaskGroups[0].Tasks[0].Config.args | index("--store") as $i | .[$i + 1] == $d' \
+    -var "node=$node_name" "${monolith_vars[@]}" "${plugin_vars[@]}"
+elif [ -n "$store_on" ]; then
   monolith_job="$tmp/zfs-csi-raw-exec-store.nomad.hcl"
   sed 's|^\( *\)"--log-level", var.log_level,$|&\n\1"--store", "file://'"$store_dir"'",|' \
     "$plugin_job" >"$monolith_job"
@@ -225,9 +255,18 @@ if [ -n "$store_on" ]; then
     grep -qF "\"--store\", \"file://$store_dir\"," "$monolith_job"
 fi
 nomad job run -detach -var "node=$node_name" -var "parent_dataset=$pool/nomad" "${plugin_vars[@]}" \
-  "$monolith_job" >/dev/null || abort "monolith plugin job submitted"
+  "${monolith_vars[@]}" "$monolith_job" >/dev/null || abort "monolith plugin job submitted"
+# The node-only job takes S3 keys from its own Nomad Variable, as an operator gives them to a
+# plugin with an S3 store (store_keys_from_variable); it has no store, so the keys only have to
+# reach its environment, checked below.
+nodeonly_vars=()
+if grep -q '^variable "store_keys_from_variable"' "$plugin_job"; then
+  nomad var put -force nomad/jobs/zfs-csi-node aws_access_key_id=E2EKEYID \
+    aws_secret_access_key=e2e-secret-never-used >/dev/null || abort "nomad var put of the keys"
+  nodeonly_vars=(-var store_keys_from_variable=true)
+fi
 nomad job run -detach -var "parent_dataset=$pool/nodeonly" "${plugin_vars[@]}" \
-  "$plugin_job" >/dev/null || abort "node-only plugin job submitted"
+  "${nodeonly_vars[@]}" "$plugin_job" >/dev/null || abort "node-only plugin job submitted"
 
 # plugin_healthy id controllers nodes
 plugin_healthy() {
@@ -239,6 +278,33 @@ wait_until 120 plugin_healthy "$monolith_plugin" 1 1 ||
 pass "plugin $monolith_plugin (job zfs-csi-$node_name, monolith): Controllers Healthy 1, Nodes Healthy 1"
 wait_until 120 plugin_healthy zfs 0 1 || abort "node-only plugin zfs healthy"
 pass "plugin zfs (job zfs-csi-node, node only): Nodes Healthy 1, no controller"
+if [ ${#nodeonly_vars[@]} -gt 0 ]; then
+  check "the keys in the Nomad Variable nomad/jobs/zfs-csi-node reach the plugin's environment" \
+    plugin_env_has "--parent-dataset $pool/nodeonly" AWS_ACCESS_KEY_ID=E2EKEYID
+fi
+
+# The container jobs cannot run here (README, "What these machines cannot run"); what Nomad
+# makes of their store variables can be read without running them.
+for job in zfs-csi.nomad.hcl zfs-csi-podman.nomad.hcl; do
+  f="$plugin_root/nomad/$job"
+  grep -q '^variable "store"' "$f" || continue
+  check "$job with a directory store: --store in its args, the directory mounted read-write" \
+    job_json_has "$f" '.Job.TaskGroups[0].Tasks[0] |
+      (.Config.args | index("--store")) as $i | .Config.args[$i + 1] == "file:///srv/backups" and
+      ([(.Config.mount // [])[] | select(.source == "/srv/backups" and .readonly == false)] +
+       [(.Config.volumes // [])[] | select(. == "/srv/backups:/srv/backups:rw")] | length == 1)' \
+    -var node=n1 -var store=file:///srv/backups
+  check "$job with an S3 store: its flags, keys from nomad/jobs/zfs-csi-n1, no directory mounted" \
+    job_json_has "$f" '.Job.TaskGroups[0].Tasks[0] |
+      (.Config.args | join(" ") |
+        contains("--store s3://backups/nomad --store-endpoint https://s3.lan:9000 --store-path-style")) and
+      (.Templates[0].EmbeddedTmpl | contains("nomadVar \"nomad/jobs/zfs-csi-n1\"")) and
+      .Templates[0].Envvars and ((.Config.mount // .Config.volumes) | length == 1)' \
+    -var node=n1 -var store=s3://backups/nomad -var store_endpoint=https://s3.lan:9000 \
+    -var store_path_style=true -var store_keys_from_variable=true
+  check "$job refuses a relative directory store" \
+    not nomad job run -output -var node=n1 -var store=file://backups "$f"
+done
 
 # ---------------------------------------------------------------------------------------------
 step "volume specs from nomad/, edited as an operator would (node name, sizes)"
