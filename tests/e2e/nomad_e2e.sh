@@ -602,7 +602,15 @@ for i in $(seq 1 "$shared_restarts"); do
   check_shared "restart $i of $shared_restarts"
 done
 nomad job stop -purge shared >/dev/null 2>&1
-check "stopping the job: no staging or target mount is left" wait_until 60 no_csi_mounts
+if wait_until 60 no_csi_mounts; then
+  pass "stopping the job: no staging or target mount is left"
+else
+  fail "stopping the job: no staging or target mount is left"
+  say "$(csi_mounts | sed 's/^/  left: /')"
+  say "$(nomad volume status shared 2>&1 | tail -6 | sed 's/^/  nomad: /')"
+  nomad alloc logs -stderr "$plugin_alloc" plugin 2>/dev/null | grep -F '"volumeId":"shared@' |
+    grep -E 'NodeUnpublishVolume|NodeUnstageVolume' | tail -4 | cut -c1-300 | sed 's/^/  plugin: /'
+fi
 # How often a node call on the volume waited for another one (the plugin logs lockWaitMs then):
 # Nomad 1.10 overlaps them; 1.11 serializes them itself, so 0 is expected there.
 waits=$(nomad alloc logs -stderr "$plugin_alloc" plugin 2>/dev/null |
