@@ -20,6 +20,8 @@ trap 'rm -f "$log" "$fuse_report"; [ -z "$watchdog" ] || kill "$watchdog" 2>/dev
 status=0
 
 # Each part gets a time limit, so a hang ends in a failure that says where, not in CI's timeout.
+# The integration tests and the first Nomad run get the most: on a new machine they build their
+# servers first (versitygw and Prometheus; Nomad, 10 to 35 minutes on 2 cores).
 limit() {
   local minutes=$1
   shift
@@ -67,7 +69,7 @@ integration() {
   local before out rc files
   before=$(deadlocks)
   out=$(mktemp)
-  limit 40 $deno test "${integration_flags[@]}" tests/ 2>&1 | tee "$out"
+  limit 50 $deno test "${integration_flags[@]}" tests/ 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   # Deno lists each failed test as "name => ./tests/dir/file_test.ts:line:col".
   files=$(grep -oE '=> \./tests/[^:]+_test\.ts' "$out" | sed 's/^=> //' | sort -u)
@@ -116,7 +118,7 @@ if tools/zfs-env.sh ensure; then
   fi
   if want e2e; then
     echo "== end to end under a real Nomad agent (tests/e2e)"
-    part limit 25 tests/e2e/nomad_e2e.sh || status=1
+    part limit 50 tests/e2e/nomad_e2e.sh || status=1
     # zfs-csi as a dynamic host volume plugin; Nomad agents on one machine take turns (ports).
     # -o: the lock's descriptor is not passed on, so Nomad's executors, which can outlive a run
     # that was killed, never keep holding it.
