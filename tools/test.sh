@@ -63,6 +63,19 @@ part() {
 integration_flags=(--frozen --allow-run --allow-read --allow-write --allow-env --allow-sys
   --allow-net=127.0.0.1)
 
+# The test files of a deno test run's output that have a failed test, one a line; nothing when a
+# failure cannot be placed in a file. A failed test's line ("name ... FAILED", not indented: a
+# step's is) follows its file's "running N tests from ./file"; the "=> location" lines name where
+# the assertion was, which can be a shared helper in tests/support.
+failed_files() {
+  awk '
+    /^running [0-9]+ tests? from / { file = $NF; next }
+    /^[^ ].* \.\.\. FAILED/ { if (file == "") { lost = 1 } else { failed[file] = 1 } }
+    /^error: / && file == "" { lost = 1 }
+    END { if (!lost) for (f in failed) print f }
+  ' "$1" | sort
+}
+
 # The integration tests; after a deadlock only the files with a failed test run again, and the
 # totals count each test once (its last run).
 integration() {
@@ -71,8 +84,7 @@ integration() {
   out=$(mktemp)
   limit 50 $deno test "${integration_flags[@]}" tests/ 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  # Deno lists each failed test as "name => ./tests/dir/file_test.ts:line:col".
-  files=$(grep -oE '=> \./tests/[^:]+_test\.ts' "$out" | sed 's/^=> //' | sort -u)
+  files=$(failed_files "$out")
   if [ "$rc" != 0 ] && [ "$(deadlocks)" != "$before" ] && [ -n "$files" ]; then
     echo "== zfs-fuse deadlocked or died during the integration tests (see fuse-watchdog above);" \
       "running the files with a failed test once more:" $files
