@@ -266,14 +266,14 @@ Deno.test("metrics: a real Prometheus scrapes the plugin and its values match th
   );
 });
 
-Deno.test("metrics: the README's scrape config is nomad/prometheus.yml, and Prometheus accepts it", async () => {
+Deno.test("metrics: the scrape config docs/metrics.md shows is nomad/prometheus.yml, and Prometheus accepts it", async () => {
   const root = new URL("../../", import.meta.url);
   const file = new URL("nomad/prometheus.yml", root);
   const yaml = await Deno.readTextFile(file);
-  const readme = await Deno.readTextFile(new URL("README.md", root));
+  const doc = await Deno.readTextFile(new URL("docs/metrics.md", root));
   assert.ok(
-    readme.includes("```yaml\n" + yaml + "```"),
-    "README shows nomad/prometheus.yml as it is",
+    doc.includes("```yaml\n" + yaml + "```"),
+    "docs/metrics.md shows nomad/prometheus.yml as it is",
   );
   const verdict = await promtoolCheckConfig(file.pathname);
   assert.ok(verdict.success, verdict.output);
