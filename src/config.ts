@@ -28,7 +28,7 @@ export type { FileStoreConfig, ReadTextFile, S3StoreConfig, StoreConfig } from "
 export type PluginMode = "node" | "controller" | "monolith";
 /** The modes, for flags and help. */
 export const PLUGIN_MODES: readonly PluginMode[] = ["node", "controller", "monolith"];
-/** Default mode: see USAGE and the README for why. */
+/** Default mode: see USAGE and docs/volumes.md, "Modes and Nomad's controller routing", for why. */
 export const DEFAULT_MODE: PluginMode = "monolith";
 /** Default time a deleted volume or snapshot is kept before it is destroyed. */
 export const DEFAULT_DELETED_RETENTION = "7d";
@@ -164,7 +164,7 @@ controller service.
 
 The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
 The build must be allowed to reach the store: see ZFS_CSI_STORE_HOSTS, ZFS_CSI_EXTRA_DIRS and
-ZFS_CSI_EXTRA_READ_FILES in the README.
+ZFS_CSI_EXTRA_READ_FILES in docs/security.md.
 Logs are JSON lines on stderr.`;
 
 /** A topology segment name or value; node ids are one too (the value of the node segment). */

@@ -128,7 +128,7 @@ export const ALLOWED_ENV = [
  * Directories a production binary may write: Nomad's default `mount_dir` (the socket) and
  * `stage_publish_base_dir` inside a container task, and the host paths a raw_exec task gets
  * with the two usual Nomad data_dir locations. Operators with another data_dir extend this at
- * compile time with ZFS_CSI_EXTRA_DIRS (see README).
+ * compile time with ZFS_CSI_EXTRA_DIRS (see docs/security.md, "Permissions of the binary").
  */
 export const PRODUCTION_DIRS = [
   "/csi",

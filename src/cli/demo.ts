@@ -60,7 +60,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoStep[]> {
     opts.onStep(done);
     return result;
   };
-  // Nomad's paths (see the README's Nomad section): one staging dir per volume and usage, one
+  // Nomad's paths below stage_publish_base_dir: one staging dir per volume and usage, one
   // target per allocation.
   const staging = `${opts.baseDir}/staging/default/${opts.name}/${USAGE_DIR}`;
   const alloc = crypto.randomUUID();

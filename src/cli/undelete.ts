@@ -2,7 +2,7 @@
  * `zfs-csi undelete`: undoes a DeleteVolume or DeleteSnapshot within the retention. The item
  * set aside goes back to the name it recorded (org.zfs-csi:deleted-name, complete even where
  * the hidden name was cut), its deletion marks are removed and a volume is mounted again: the
- * README's manual recipe, with its checks made first.
+ * manual recipe of docs/deleting.md, with its checks made first.
  */
 
 import { ConfigError } from "../config.ts";

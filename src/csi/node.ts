@@ -2,7 +2,7 @@
  * The CSI Node service. Staging bind-mounts a volume's dataset at the staging path; publishing
  * bind-mounts the staging path at the target. Whether something is staged or published is read
  * from the mount table, or from lstat where what this process learned from the table lets lstat
- * decide (the fast paths below; README "Threat model"). Nothing needs to survive a restart: the
+ * decide (the fast paths below; docs/security.md, "Threat model"). Nothing needs to survive a restart: the
  * first calls after one read the table.
  */
 

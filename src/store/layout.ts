@@ -1,6 +1,6 @@
 /**
  * What the store holds and under which keys: the documented, versioned layout that lets an
- * operator restore by hand with ordinary tools (see the README's "The store"). Pure.
+ * operator restore by hand with ordinary tools (see docs/backups.md, "The store's layout"). Pure.
  *
  *   v1/volumes/<volume>/volume.json                 the volume's record ({@linkcode VolumeRecord})
  *   v1/volumes/<volume>/streams/<guid>-<upload>.zfs one `zfs send` stream, exactly as zfs wrote it

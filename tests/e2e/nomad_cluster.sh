@@ -27,7 +27,7 @@
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3), ZFS_CSI_CACHE (build cache, default
 # /var/cache/zfs-csi), CLUSTER_STEP5=1 (runs step 5), CLUSTER_TAKEOVER_AFTER (the plugins' --takeover-after, default 20s),
 # CLUSTER_DRAIN_FLAGS (added to every drain; default -ignore-system, the drain a follow volume needs,
-# see the README; CLUSTER_DRAIN_FLAGS= shows what a plain drain does), E2E_KEEP=1 keeps the temporary
+# see docs/follow.md; CLUSTER_DRAIN_FLAGS= shows what a plain drain does), E2E_KEEP=1 keeps the temporary
 # directory (agent, plugin and job logs, the store).
 set -uo pipefail
 
@@ -49,7 +49,7 @@ takeover_after=${CLUSTER_TAKEOVER_AFTER:-20s}
 step5=${CLUSTER_STEP5:-0}
 # Further flags for every "nomad node drain -enable". -ignore-system keeps the plugin on a drained
 # client until the drain is lifted, so it is there for the NodeUnstage that syncs and releases: a
-# plain drain stops it first (README, "Two clients").
+# plain drain stops it first (docs/testing.md, "Two clients").
 read -r -a drain_flags <<<"${CLUSTER_DRAIN_FLAGS--ignore-system}"
 case "$takeover_after" in
   *s) takeover_secs=${takeover_after%s} ;;
@@ -618,7 +618,7 @@ check_mounts "step 4, cluster-a back" a b
 nomad node drain -disable -yes "${node_id[b]}" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------------------------
-# Unfinished (CLUSTER_STEP5=1 runs it; see the README): its first run failed (the drain of
+# Unfinished (CLUSTER_STEP5=1 runs it; see docs/testing.md, "Two clients"): its first run failed (the drain of
 # cluster-a did not move the job; snapshot delete leaves the copy listed as a scheduled backup).
 if [ "$step5" = 1 ]; then
 step "5. grown with Nomad, snapshot restored from the store, deleted: copies left behind swept"

@@ -11,7 +11,7 @@
 #   ZFS_CSI_NOMAD_VERSION=1.10.5 tests/e2e/nomad_e2e.sh   # the same under Nomad 1.10.5
 #
 # What runs where (raw_exec and exec need nothing but Nomad; why not docker or podman on our CI
-# machines: the README's "Running under Nomad" section):
+# machines: docs/testing.md, "What these machines cannot run"):
 #   - a Nomad dev agent on 127.0.0.1, free non-default ports, data_dir in a temporary directory;
 #   - the plugin with nomad/zfs-csi-raw-exec.nomad.hcl, as a monolith (plugin id zfs-e2e, with
 #     -var store=file://<temp dir>/store) and as the node-only layout (plugin id zfs, on a second
@@ -283,7 +283,7 @@ if [ ${#nodeonly_vars[@]} -gt 0 ]; then
     plugin_env_has "--parent-dataset $pool/nodeonly" AWS_ACCESS_KEY_ID=E2EKEYID
 fi
 
-# The container jobs cannot run here (README, "What these machines cannot run"); what Nomad
+# The container jobs cannot run here (docs/testing.md, "What these machines cannot run"); what Nomad
 # makes of their store variables can be read without running them.
 for job in zfs-csi.nomad.hcl zfs-csi-podman.nomad.hcl; do
   f="$plugin_root/nomad/$job"
@@ -623,8 +623,8 @@ check "nomad volume delete shared (retried while zfs-fuse calls it busy)" \
   wait_until 30 nomad volume delete shared
 
 # ---------------------------------------------------------------------------------------------
-# Nomad sends CreateVolume only a volume's name, never its id or namespace (README "Volume names:
-# one per volume, across namespaces"). A repeat of a name is answered with the volume only while
+# Nomad sends CreateVolume only a volume's name, never its id or namespace (docs/volumes.md,
+# "Volume names: one per volume, across namespaces"). A repeat of a name is answered with the volume only while
 # it can be a retry: the dataset records that name, was never staged, and is less than 10 minutes
 # old. Otherwise the answer is ALREADY_EXISTS, telling the operator to choose another name.
 
@@ -780,7 +780,7 @@ if [ -n "$store_on" ]; then
   check "nomad volume snapshot list -plugin $monolith_plugin lists it with Ready? true" \
     wait_until 120 eval '[ "$(snapshot_ready "$store_id")" = true ]'
   say "  $(nomad volume snapshot list -plugin "$monolith_plugin" 2>&1 | grep -F "$store_id")"
-  # What an operator finds in the store directory (README, the store's layout).
+  # What an operator finds in the store directory (docs/backups.md, "The store's layout").
   manifest="$store_dir/v1/volumes/backed/snapshots/${store_id##*:}.json"
   local_snap="$backed_ds@$(jq -r .snapshot "$manifest" 2>/dev/null)"
   check "the store holds its manifest: kind requested, csiName nightly, the guid of $local_snap" \

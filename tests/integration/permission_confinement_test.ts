@@ -15,7 +15,7 @@
  * programs run with all the power of root: what keeps mount and zfs on target is the plugin's
  * own argument checks, not Deno.
  *
- * Known gaps, pinned here so the README stays true: path-scoped read and write follow
+ * Known gaps, pinned here so docs/testing.md stays true: path-scoped read and write follow
  * symlinks (a symlink inside an allowed directory reaches outside it; the plugin refuses
  * staging and target paths through symlinks itself), node:net creates a unix socket file
  * outside the allowed directories before refusing to listen there, and `deno run` may import
