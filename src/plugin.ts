@@ -15,7 +15,7 @@ import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/se
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/metrics.ts";
-import { grantMessage, metricsGrant, programRefusal, storeGrants } from "./permissions.ts";
+import { grantMessage, programRefusal, serviceGrants } from "./permissions.ts";
 import { type CommandRunner, DenoCommandRunner, ObservedRunner } from "./run.ts";
 import { DEFAULT_SWEEP_INTERVAL_SECONDS, DeletedCopySweep } from "./follow/sweep.ts";
 import { mounterFor, zfsFor } from "./system_tools.ts";
@@ -56,11 +56,7 @@ export function checkPermissions(config: Config): void {
   }
   // The store's directory, or its host:port and credentials file, and the metrics address
   // (src/permissions.ts).
-  const grants = [
-    ...(config.store ? storeGrants(config.store) : []),
-    ...(config.metricsListen ? [metricsGrant(config.metricsListen)] : []),
-  ];
-  for (const grant of grants) {
+  for (const grant of serviceGrants(config)) {
     if (grant.descriptors.some((d) => Deno.permissions.querySync(d).state !== "granted")) {
       throw new Error(grantMessage(grant));
     }
