@@ -8,6 +8,10 @@
  *
  * Per volume, everything here runs one step after the other (a queue that waits, without a
  * deadline): a stage that receives for an hour holds up the volume's release, not the node.
+ * Lease renewals are the exception: each volume's lease is written on time whatever runs in
+ * its queue or any other volume's (a release's final upload may take long), and only what a
+ * renewal finds (a takeover) waits for the queue before it changes the copy. A copy is made
+ * writable only right after a conditional write proved this node holds the volume (lease.ts).
  * A NodeStage repeated while one is preparing the volume joins it and answers when it ends.
  * zfs-fuse cannot resume a receive: an interrupted one (a killed plugin, a failed download)
  * leaves nothing half made (a full receive goes into a hidden dataset renamed only when whole;
@@ -50,6 +54,16 @@ import {
   renew,
 } from "./owner.ts";
 import { CopyGate } from "./gate.ts";
+import {
+  type FollowTimers,
+  type LeaseClocks,
+  LeaseKeeper,
+  type Proof,
+  proofMarginMs,
+  proveHolding,
+  REAL_TIMERS,
+  renewEveryMs,
+} from "./lease.ts";
 import { writeMarkers } from "./markers.ts";
 import { ProgressStore } from "./progress.ts";
 import { judgeTakeover, LeaseObserver } from "./rule.ts";
@@ -114,8 +128,10 @@ export interface FollowDeps extends CopyDeps {
   readonly progressEveryMs?: number;
   /** Wall clock (ms since the epoch), only for stamps people read; replaceable in tests. */
   readonly now?: () => number;
-  /** Monotonic ms, for the takeover rule; replaceable in tests. */
+  /** Monotonic ms, for the takeover rule and the lease's proofs; replaceable in tests. */
   readonly monotonic?: () => number;
+  /** The timers leases are renewed on (default: unref'd setTimeout); replaceable in tests. */
+  readonly timers?: FollowTimers;
   /** Shared with the standby receives (standby.ts), which a stage or release stops. */
   readonly gate?: CopyGate;
 }
@@ -135,6 +151,9 @@ export interface StageSpec extends FollowVolume {
    */
   readonly registered?: FollowSettings;
 }
+
+/** Proofs in a row a copy may take to become writable before the stage gives up. */
+const PROOF_TRIES = 3;
 
 /** Create-only properties: a received stream brings them, zfs refuses to set them after. */
 export const CREATE_ONLY = new Set([
@@ -161,20 +180,30 @@ export class FollowVolumes {
   readonly #d: FollowDeps;
   readonly #observer: LeaseObserver;
   readonly #now: () => number;
+  readonly #clocks: LeaseClocks;
+  readonly #timers: FollowTimers;
   readonly #ttl: number;
   readonly #gate: CopyGate;
   /** The tail of each volume's queue of steps. */
   readonly #tails = new Map<string, Promise<void>>();
   /** The stage preparing each volume, which a repeated NodeStage joins. */
   readonly #staging = new Map<string, Promise<void>>();
+  /** The volumes whose lease is being written now (renewAll does not pile them up). */
+  readonly #renewing = new Set<string>();
+  /** The volumes whose lease a stage's LeaseKeeper renews while it receives. */
+  readonly #keeping = new Set<string>();
   /** Whether zfs knows OpenZFS's `written` (learnt on first refusal). */
   #knowsWritten = true;
-  #timer: ReturnType<typeof setInterval> | undefined;
+  /** Cancels the next renewal round, while {@linkcode FollowVolumes.start}ed. */
+  #cancel: (() => void) | undefined;
 
   constructor(deps: FollowDeps) {
     this.#d = deps;
-    this.#observer = new LeaseObserver(deps.monotonic);
+    const monotonic = deps.monotonic ?? (() => performance.now());
+    this.#observer = new LeaseObserver(monotonic);
     this.#now = deps.now ?? Date.now;
+    this.#clocks = { now: this.#now, monotonic };
+    this.#timers = deps.timers ?? REAL_TIMERS;
     this.#ttl = deps.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
     this.#gate = deps.gate ?? new CopyGate();
   }
@@ -296,7 +325,15 @@ export class FollowVolumes {
     return run.value;
   }
 
-  /** Renews the lease of every volume this node holds. Never throws: failures are logged. */
+  /**
+   * Renews the lease of every volume this node holds, each on its own: no volume's renewal
+   * waits for another volume, nor for its own volume's queue (a release holds it for its whole
+   * final upload, and keeps its lease this way: its copy stays marked held until that upload
+   * is stored). A volume whose last renewal still waits for the store is not asked again; one a
+   * stage is preparing is renewed by that stage. What a renewal finds taken over is judged
+   * again in the volume's turn before anything is changed on the copy. Never throws: failures
+   * are logged.
+   */
   async renewAll(): Promise<void> {
     let tree;
     try {
@@ -310,6 +347,7 @@ export class FollowVolumes {
       this.#d.log.warn("lease renewal could not list the volumes", { error: err });
       return;
     }
+    const runs: Promise<void>[] = [];
     for (const [dataset, props] of tree ?? []) {
       const name = volumeForDataset(this.#d.parentDataset, dataset);
       if (name === undefined || dataset.slice(this.#d.parentDataset.length + 1).startsWith(".")) {
@@ -322,23 +360,34 @@ export class FollowVolumes {
       ) {
         continue;
       }
-      await this.#serial(dataset, () => this.#renewOne({ name, dataset })).catch((err) =>
-        this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
+      if (this.#renewing.has(dataset) || this.#keeping.has(dataset)) continue;
+      this.#renewing.add(dataset);
+      runs.push(
+        this.#renewOne({ name, dataset })
+          .catch((err) =>
+            this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
+          )
+          .finally(() => this.#renewing.delete(dataset)),
       );
     }
+    await Promise.all(runs);
   }
 
   /** Renews every third of the TTL, without keeping the process alive. */
   start(): void {
-    if (this.#timer !== undefined) return;
-    this.#timer = setInterval(() => void this.renewAll(), Math.max(1, this.#ttl / 3) * 1000);
-    Deno.unrefTimer(this.#timer);
+    if (this.#cancel !== undefined) return;
+    const every = renewEveryMs(this.#ttl);
+    const tick = () => {
+      this.#cancel = this.#timers.after(tick, every);
+      void this.renewAll();
+    };
+    this.#cancel = this.#timers.after(tick, every);
   }
 
   /** Stops renewing (a stopped plugin's leases expire; the volumes stay held by this node). */
   stop(): void {
-    if (this.#timer !== undefined) clearInterval(this.#timer);
-    this.#timer = undefined;
+    this.#cancel?.();
+    this.#cancel = undefined;
   }
 
   /** Runs `fn` after every earlier step of the volume, whatever their outcome. */
@@ -387,10 +436,13 @@ export class FollowVolumes {
     // A receive may outlast the lease: renew it meanwhile, so no node takes the volume over
     // from a holder that is busy receiving it.
     const lease = new LeaseKeeper(store, volumeKey, holding, {
-      everyMs: Math.max(1, this.#ttl / 3) * 1000,
-      now: this.#now,
+      ttlSeconds: this.#ttl,
+      clocks: this.#clocks,
+      timers: this.#timers,
       log,
     });
+    this.#keeping.add(spec.dataset);
+    const stopLease = () => lease.stop().finally(() => this.#keeping.delete(spec.dataset));
     if (acquired && previous.state === "held") {
       log.warn("follow volume taken over from a holder that stopped renewing", {
         from: previous.holder,
@@ -464,10 +516,14 @@ export class FollowVolumes {
           }
           break;
       }
-      await lease.stop();
-      await this.#makeWritable(spec.dataset, r);
+      const held = await stopLease().catch((err) => {
+        throw fencedStage(err, "while this node received it");
+      });
+      await this.#makeWritable(spec.dataset, volumeKey, held, log).catch((err) => {
+        throw fencedStage(err, "before this node could make its copy writable");
+      });
     } catch (err) {
-      await lease.stop().catch(() => {});
+      await stopLease().catch(() => {});
       // Acquired here but not made usable (the store or zfs failed): hand the volume back, head
       // unchanged, so that the next stage anywhere can take it without a takeover.
       if (acquired) {
@@ -572,17 +628,65 @@ export class FollowVolumes {
     });
   }
 
-  /** The copy becomes the volume: this generation's, writable, mounted at the next stage. */
-  async #makeWritable(dataset: string, r: OwnerRecord): Promise<void> {
+  /**
+   * The copy becomes the volume: this generation's, writable, mounted at the next stage. Only
+   * right after a write that proves this node still holds the generation (whatever the renewals
+   * during the receive saw: a 503 or a timeout proves nothing), and only if `readonly=off` is
+   * set within the proof's margin (lease.ts proofMarginMs says why that margin holds, on the
+   * taker's monotonic clock): a step that took longer is proved again, before the copy is made
+   * writable, or after it when it was zfs itself that took long (then a failed proof makes the
+   * copy read-only again).
+   * @returns the holding as the last proof wrote it
+   * @throws {FencedError} when the volume was taken over; StoreError when no proof could be
+   *   made; CsiError UNAVAILABLE when each step outlasted its proof
+   */
+  async #makeWritable(
+    dataset: string,
+    volumeKey: string,
+    held: Holding,
+    log: Logger,
+  ): Promise<Holding> {
+    const { zfs, store } = this.#d;
+    const r = held.record;
     const interval = r.settings.properties[BACKUP_INTERVAL_PROPERTY];
+    let proof = await proveHolding(store, volumeKey, held, this.#clocks);
     // The generation first: a crash right after leaves a copy that knows whose it is.
-    await this.#d.zfs.setProperties(dataset, [
+    await zfs.setProperties(dataset, [
       [FOLLOW_GENERATION_PROPERTY, String(r.generation)],
       [FOLLOW_RELEASED_PROPERTY, HELD],
       [STORE_UID_PROPERTY, r.uid],
       ...(interval === undefined ? [] : [[BACKUP_INTERVAL_PROPERTY, interval] as const]),
     ]);
-    await this.#d.zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+    for (let tries = 1; this.#outlasted(proof); tries++) {
+      if (tries >= PROOF_TRIES) {
+        throw new CsiError(
+          Code.UNAVAILABLE,
+          `Volume "${r.volume}": this node could not make its copy writable within ` +
+            `${proofMarginMs(this.#ttl) / 1000}s of proving it holds the volume (zfs or the ` +
+            `store too slow), ${PROOF_TRIES} times; the copy stays read-only`,
+        );
+      }
+      log.warn("proving the holding again: the copy was not ready within the proof's margin");
+      proof = await proveHolding(store, volumeKey, proof.holding, this.#clocks);
+    }
+    await zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+    if (!this.#outlasted(proof)) return proof.holding;
+    // zfs took longer than the margin: whether this node still held the volume when the copy
+    // became writable is decided by another proof (under the same generation, no node
+    // acquired it in between).
+    try {
+      return (await proveHolding(store, volumeKey, proof.holding, this.#clocks)).holding;
+    } catch (err) {
+      await zfs.setProperties(dataset, [["readonly", "on"]]).catch((e) =>
+        log.error("could not make the copy read-only again", { error: e })
+      );
+      throw err;
+    }
+  }
+
+  /** Whether the proof is too old to act on now (see lease.ts proofMarginMs). */
+  #outlasted(proof: Proof): boolean {
+    return this.#clocks.monotonic() - proof.sentAt > proofMarginMs(this.#ttl);
   }
 
   /** The owner object while this node holds the volume under its copy's generation. */
@@ -697,21 +801,25 @@ export class FollowVolumes {
   async #renewOne(volume: FollowVolume): Promise<void> {
     const state = await this.#holding(volume);
     if (state.kind === "released") return;
-    if (state.kind === "fenced") {
-      await this.#fenced(volume, state.record);
-      return;
+    if (state.kind === "mine") {
+      try {
+        await renew(
+          this.#d.store,
+          encodeComponent("Volume name", volume.name),
+          state.holding,
+          this.#now(),
+        );
+        return;
+      } catch (err) {
+        if (!(err instanceof FencedError)) throw err;
+      }
     }
-    try {
-      await renew(
-        this.#d.store,
-        encodeComponent("Volume name", volume.name),
-        state.holding,
-        this.#now(),
-      );
-    } catch (err) {
-      if (!(err instanceof FencedError)) throw err;
-      await this.#fenced(volume, err.current);
-    }
+    // Taken over, as this look saw it. Judged again in the volume's turn, after any stage or
+    // release of it here, which may have changed the copy or the owner object meanwhile.
+    await this.#serial(volume.dataset, async () => {
+      const now = await this.#holding(volume);
+      if (now.kind === "fenced") await this.#fenced(volume, now.record);
+    });
   }
 
   /**
@@ -745,56 +853,16 @@ export class FollowVolumes {
 }
 
 /**
- * Renews one holding every `everyMs` until stopped; {@linkcode stop} says whether the volume
- * was taken over meanwhile (then the copy must not become writable).
+ * A stage's error for a volume taken over (FencedError) at `when`: FAILED_PRECONDITION naming
+ * the new holder; any other error as it is.
  */
-class LeaseKeeper {
-  #holding: Holding;
-  #fenced: FencedError | undefined;
-  #running: Promise<void> = Promise.resolve();
-  readonly #timer: ReturnType<typeof setInterval>;
-
-  constructor(
-    store: Store,
-    volumeKey: string,
-    holding: Holding,
-    opts: { everyMs: number; now: () => number; log: Logger },
-  ) {
-    this.#holding = holding;
-    this.#timer = setInterval(() => {
-      if (this.#fenced) return;
-      this.#running = this.#running.then(async () => {
-        try {
-          this.#holding = await renew(store, volumeKey, this.#holding, opts.now());
-        } catch (err) {
-          if (err instanceof FencedError) this.#fenced = err;
-          else opts.log.warn("lease renewal during a receive failed; retrying", { error: err });
-        }
-      });
-    }, opts.everyMs);
-    Deno.unrefTimer(this.#timer);
-  }
-
-  /** The holding as last written. */
-  get holding(): Holding {
-    return this.#holding;
-  }
-
-  /**
-   * Stops renewing.
-   * @throws {CsiError} FAILED_PRECONDITION when the volume was taken over meanwhile
-   */
-  async stop(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.#running;
-    if (this.#fenced) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `${this.#fenced.message}; it was taken over while this node received it`,
-        { cause: this.#fenced },
-      );
-    }
-  }
+function fencedStage(err: unknown, when: string): unknown {
+  if (!(err instanceof FencedError)) return err;
+  return new CsiError(
+    Code.FAILED_PRECONDITION,
+    `${err.message}; it was taken over ${when}, and this node's copy stays read-only`,
+    { cause: err },
+  );
 }
 
 function generationOf(props: PropertyMap | undefined): number | undefined {
