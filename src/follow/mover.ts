@@ -152,6 +152,16 @@ export interface StageSpec extends FollowVolume {
   readonly registered?: FollowSettings;
 }
 
+/** Options of {@linkcode FollowVolumes.release}. */
+export interface ReleaseOptions {
+  /**
+   * Whether something on this node uses the copy again (a later NodeStage's bind), asked in the
+   * volume's turn right before the release: then the release is skipped. NodeUnstage passes
+   * its look at the mount table, under the volume's lock.
+   */
+  readonly inUse?: () => Promise<boolean>;
+}
+
 /** Proofs in a row a copy may take to become writable before the stage gives up. */
 const PROOF_TRIES = 3;
 
@@ -192,6 +202,10 @@ export class FollowVolumes {
   readonly #renewing = new Set<string>();
   /** The volumes whose lease a stage's LeaseKeeper renews while it receives. */
   readonly #keeping = new Set<string>();
+  /** How many NodeStage calls ({@linkcode FollowVolumes.stage}) run per volume. */
+  readonly #claims = new Map<string, number>();
+  /** A release that found the volume claimed by a stage, which makes it if it fails. */
+  readonly #deferred = new Map<string, { volume: FollowVolume; options: ReleaseOptions }>();
   /** Whether zfs knows OpenZFS's `written` (learnt on first refusal). */
   #knowsWritten = true;
   /** Cancels the next renewal round, while {@linkcode FollowVolumes.start}ed. */
@@ -255,16 +269,61 @@ export class FollowVolumes {
   }
 
   /**
+   * A NodeStage of a follow volume: {@linkcode prepareStage}, then `mount` (the bind at the
+   * staging path, under the volume's lock), the whole as one claim on the volume here. Nomad
+   * before 1.11 overlaps the old allocation's NodeUnstage with the new one's NodeStage on one
+   * node, and the two are ordered by the volume's queue: a release whose turn comes while a
+   * stage holds its claim is skipped (the volume is in use again and stays held here, its
+   * copy writable); a release that came first is waited for by the stage, which then acquires
+   * the volume again. A stage that fails after a release was skipped for it makes that release
+   * (which looks again whether anything uses the copy), so a volume no allocation uses is not
+   * left held here.
+   * @returns what `mount` returns
+   * @throws what prepareStage or `mount` throws
+   */
+  async stage<T>(spec: StageSpec, mount: () => Promise<T>): Promise<T> {
+    const { dataset } = spec;
+    this.#claims.set(dataset, (this.#claims.get(dataset) ?? 0) + 1);
+    let mounted = false;
+    try {
+      await this.prepareStage(spec);
+      const value = await mount();
+      mounted = true;
+      return value;
+    } finally {
+      const left = (this.#claims.get(dataset) ?? 1) - 1;
+      if (left > 0) {
+        this.#claims.set(dataset, left);
+      } else {
+        this.#claims.delete(dataset);
+        const deferred = this.#deferred.get(dataset);
+        this.#deferred.delete(dataset);
+        if (deferred && !mounted) {
+          await this.release(deferred.volume, deferred.options).catch((err) =>
+            this.#d.log.warn(
+              "a release left to a failed stage failed; the next NodeUnstage " +
+                "releases the volume",
+              { dataset, error: err },
+            )
+          );
+        }
+      }
+    }
+  }
+
+  /**
    * After NodeUnstage removed the last bind: makes the copy read-only, stores a final snapshot
    * and releases the volume with `head` on it; the copy stays, unmounted and read-only, as a
-   * warm copy. A copy this node no longer holds is only made read-only.
+   * warm copy. A copy this node no longer holds is only made read-only. Skipped when, in its
+   * turn, a NodeStage of the volume runs here ({@linkcode stage}) or `options.inUse` says
+   * something uses the copy again.
    * @throws {CsiError} UNAVAILABLE when the volume stayed busy; StoreError, ZfsError when the
    *   store or zfs fails (Nomad retries NodeUnstage)
    */
-  release(volume: FollowVolume): Promise<void> {
+  release(volume: FollowVolume, options: ReleaseOptions = {}): Promise<void> {
     return this.#gate.exclusive(
       volume.dataset,
-      () => this.#serial(volume.dataset, () => this.#release(volume)),
+      () => this.#serial(volume.dataset, () => this.#release(volume, options)),
     );
   }
 
@@ -708,9 +767,19 @@ export class FollowVolumes {
     return { kind: "fenced", record: r };
   }
 
-  async #release(volume: FollowVolume): Promise<void> {
+  async #release(volume: FollowVolume, options: ReleaseOptions): Promise<void> {
     const { zfs, store } = this.#d;
     const log = this.#d.log.child({ volume: volume.name, dataset: volume.dataset });
+    // Nomad before 1.11: the new allocation's stage may have come since NodeUnstage decided.
+    if (this.#claims.has(volume.dataset)) {
+      this.#deferred.set(volume.dataset, { volume, options });
+      log.info("follow volume in use again: a NodeStage of it runs on this node; not released");
+      return;
+    }
+    if (await options.inUse?.()) {
+      log.info("follow volume in use again on this node: not released");
+      return;
+    }
     const props = await zfs.getProperties(volume.dataset, ["type", MANAGED_PROPERTY]);
     if (!props) return;
     checkOwned(volume.dataset, props);

@@ -172,6 +172,22 @@ Deno.test("release of a copy this node no longer holds stores nothing and locks 
   assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
 });
 
+Deno.test("release is skipped when, in its turn, something on this node uses the copy again", async () => {
+  const s = await setup({ backup: () => Promise.resolve(stored(manifest("2", "1"))) });
+  const held = await holdHere(s);
+  let asked = 0;
+  const inUse = () => {
+    asked++;
+    return Promise.resolve(true);
+  };
+  await s.follow.release({ name: "pg", dataset: DS }, { inUse });
+  assert.equal(asked, 1);
+  assert.deepEqual(s.backups, [], "no final upload");
+  const now = await readOwner(s.store, "pg");
+  assert.equal(now!.etag, held.etag, "the store is left as it was: held here");
+  assert.equal(s.pool.value(DS, "readonly"), "off");
+});
+
 Deno.test("prepareStage hands the volume back when its copy cannot be brought to the head", async () => {
   const s = await setup();
   // Another node released it with a head whose chain the store lacks (a damaged store).
