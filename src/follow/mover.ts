@@ -522,10 +522,14 @@ export class FollowVolumes {
             `name (this node cannot stage "${spec.name}" until then)`,
         );
       }
-      // Made with its generation: a copy of a follow volume always says it is one.
+      // Made with its generation: a copy of a follow volume always says it is one. And made
+      // read-only and not mounted at boot: only #makeWritable opens it, right after its proof,
+      // so a stage that fails leaves nothing writable behind.
       const marks = {
         [FOLLOW_GENERATION_PROPERTY]: String(r.generation),
         [FOLLOW_RELEASED_PROPERTY]: HELD,
+        readonly: "on",
+        canmount: "noauto",
       };
       const plan = planCopy(local, {
         generation: r.generation,
@@ -856,6 +860,11 @@ export class FollowVolumes {
         return;
       }
     }
+    // The move is its own proof: a conditional write that lands only while this node holds the
+    // generation its copy was made writable under, so no node acquired the volume between this
+    // node's acquire and now, and the snapshot (taken on this copy in between) holds only this
+    // holding's writes. Nothing is made writable on its strength, so no margin applies
+    // (lease.ts proofMarginMs): a move that lands late is as true as one that lands at once.
     try {
       await moveHead(this.#d.store, key, state.holding, {
         guid: m.guid,

@@ -531,6 +531,9 @@ Deno.test("prepareStage fails and leaves the copy read-only when no write can pr
   created.open();
   await assert.rejects(stage, /503/);
   assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
+  const create = s.runner.argvs.find((a) => a[1] === "create") ?? [];
+  assert.ok(create.includes("readonly=on"), `made read-only: ${create.join(" ")}`);
+  assert.ok(create.includes("canmount=noauto"), "and not mounted at boot");
 });
 
 Deno.test("a copy made writable slower than half its lease after the proof is proved again, and locked down when taken over meanwhile", async (t) => {
