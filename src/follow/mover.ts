@@ -414,15 +414,16 @@ export class FollowVolumes {
       }
       if (props.get(MANAGED_PROPERTY)?.source !== "local") continue;
       // Held copies are marked "none"; released ones name a guid, fenced ones say "fenced".
-      if (
-        generationOf(props) === undefined || props.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD
-      ) {
+      const generation = generationOf(props);
+      if (generation === undefined || props.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD) {
         continue;
       }
       if (this.#renewing.has(dataset) || this.#keeping.has(dataset)) continue;
       this.#renewing.add(dataset);
+      // The generation as the listing read it: no zfs process per volume, only store requests
+      // (a renewal that finds a takeover reads the copy again before it acts).
       runs.push(
-        this.#renewOne({ name, dataset })
+        this.#renewOne({ name, dataset }, generation)
           .catch((err) =>
             this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
           )
@@ -752,14 +753,18 @@ export class FollowVolumes {
     return this.#clocks.monotonic() - proof.sentAt > proofMarginMs(this.#ttl);
   }
 
-  /** The owner object while this node holds the volume under its copy's generation. */
-  async #holding(volume: FollowVolume): Promise<
+  /**
+   * The owner object while this node holds the volume under its copy's generation (read from
+   * zfs unless the caller just read it).
+   */
+  async #holding(volume: FollowVolume, copyGeneration?: number): Promise<
     | { kind: "mine"; holding: Holding }
     | { kind: "released"; record: OwnerRecord }
     | { kind: "fenced"; record?: OwnerRecord }
   > {
-    const props = await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]);
-    const generation = generationOf(props);
+    const generation = copyGeneration ?? generationOf(
+      await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]),
+    );
     const current = await readOwner(this.#d.store, encodeComponent("Volume name", volume.name));
     const r = current?.record;
     if (!current || !r) return { kind: "fenced" };
@@ -876,8 +881,8 @@ export class FollowVolumes {
     }
   }
 
-  async #renewOne(volume: FollowVolume): Promise<void> {
-    const state = await this.#holding(volume);
+  async #renewOne(volume: FollowVolume, generation: number): Promise<void> {
+    const state = await this.#holding(volume, generation);
     if (state.kind === "released") return;
     if (state.kind === "mine") {
       try {
