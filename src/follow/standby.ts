@@ -19,9 +19,11 @@
  *
  * Bounds: one tick at a time; volumes are looked at in turn, and a tick ends after the first
  * volume it received into (the next tick starts after it). Never while this node holds the
- * volume, never while a stage or release of it runs here (gate.ts: a stage aborts a receive in
- * progress), and no per-volume lock is held during a download. Failures are logged and kept per
- * volume for the volume's condition.
+ * volume (as the owner object says, read inside the gate, or as the copy's release marker says:
+ * a copy marked held here is the holder side's, which fences it first if it was taken over),
+ * never while a stage or release of it runs here (gate.ts: a stage aborts a look or a receive
+ * in progress, and waits for it), and no per-volume lock is held during a download. Failures
+ * are logged and kept per volume for the volume's condition.
  */
 
 import { Code, CsiError } from "../errors.ts";
