@@ -151,6 +151,7 @@ Deno.test("releaseStored racing an incremental upload on the same base never lea
     { actor: "delete", requests: count("delete") },
   );
   let racedBoth = 0;
+  let withdrawn = 0;
   for (const schedule of schedules) {
     const { h, ds, base, up, del, trace } = await run(schedule);
     const ctx = `schedule:\n  ${trace.join("\n  ")}`;
@@ -180,6 +181,7 @@ Deno.test("releaseStored racing an incremental upload on the same base never lea
     if (up.status === "fulfilled" && del.status === "fulfilled" && del.value === "released") {
       racedBoth++;
     }
+    if (h.logs.some((l) => l.msg.startsWith("backup's base was removed"))) withdrawn++;
     // Whatever happened, the next backup stores a snapshot with a whole chain.
     h.clock.ms += 3_600_000;
     const next = await backupVolume(h.deps, ds);
@@ -192,4 +194,5 @@ Deno.test("releaseStored racing an incremental upload on the same base never lea
   }
   assert.ok(schedules.length > 50, `${schedules.length} schedules`);
   assert.ok(racedBoth > 0, "some schedules let the upload win and the delete keep the base");
+  assert.ok(withdrawn > 0, "some schedules made the upload find its base gone and send again");
 });

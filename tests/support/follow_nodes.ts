@@ -15,7 +15,7 @@
 import { createHash } from "node:crypto";
 import { FollowVolumes } from "../../src/follow/mover.ts";
 import { createOwner } from "../../src/follow/owner.ts";
-import { headChain } from "../../src/follow/head.ts";
+import { headGuard } from "../../src/follow/head.ts";
 import { KeyedLock } from "../../src/lock.ts";
 import { Logger } from "../../src/log.ts";
 import { type BackupDeps, type BackupOutcome, backupVolume } from "../../src/replicate/backup.ts";
@@ -154,7 +154,7 @@ export class ModelNode {
       cache: new Map(),
       ...(options.maxChainLength === undefined ? {} : { maxChainLength: options.maxChainLength }),
       send: (spec) => this.#send(spec),
-      protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
+      protect: (volumeKey, manifests) => headGuard(store, name, volumeKey, manifests),
     };
     this.follow = new FollowVolumes({
       zfs,
