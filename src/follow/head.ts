@@ -16,7 +16,7 @@
  * deleted retention with the volume.
  */
 
-import { chainTo, isNewer, oldestFirst } from "../store/chain.ts";
+import { chainTo, isNewer, oldestFirst, sequenceOf } from "../store/chain.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import type { Store } from "../store/store.ts";
 import type { PruneGuard } from "../replicate/backup.ts";
@@ -94,19 +94,23 @@ export function chainOf(manifests: readonly SnapshotManifest[], head: string): S
 }
 
 /**
- * Whether the head may move from `head` to `guid`: `guid`'s chain is whole in `manifests` and
- * `guid` is newer than `head` (src/store/chain.ts order: after it on its chain, or on a chain
- * begun later, such as the holder's new full stream). Never backwards, whatever the clocks.
+ * Whether the head may move from `head` to `guid`: `guid`'s chain is whole in `manifests`, and
+ * `guid` is after `head` on it, or on another chain that is newer (src/store/chain.ts order)
+ * and numbered (a `sequence`, as this version writes: the holder's new full stream). A chain
+ * without numbers could only be told newer by a clock: the head does not move onto it. Never
+ * backwards, whatever the clocks.
  */
 export function movesForward(
   manifests: readonly SnapshotManifest[],
   guid: string,
   head: string,
 ): boolean {
+  let chain: SnapshotManifest[];
   try {
-    chainTo(manifests, guid);
+    chain = chainTo(manifests, guid);
   } catch {
     return false;
   }
-  return isNewer(manifests, guid, head);
+  if (chain.some((m) => m.guid === head)) return guid !== head;
+  return sequenceOf(chain.at(-1)!) !== undefined && isNewer(manifests, guid, head);
 }

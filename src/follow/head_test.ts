@@ -117,4 +117,14 @@ Deno.test("movesForward: to a newer snapshot with a whole chain, also on a new f
   // A chain that is not whole is never the head.
   assert.equal(movesForward([...listing, m("6", "9", 9)], "6", "4"), false);
   assert.equal(movesForward(listing, "7", "4"), false, "not listed");
+  // Without numbers (written before they existed): along the head's chain only, as before.
+  const old = [followManifest("1", null), followManifest("2", "1"), followManifest("3", null)];
+  assert.equal(movesForward(old, "2", "1"), true);
+  assert.equal(movesForward(old, "3", "2"), false, "another chain, later only by its clock");
+  // A numbered full stream after an old head: newer, whatever the clocks said.
+  const upgraded = [
+    ...old,
+    followManifest("4", null, { sequence: 1, createdAt: "2020-01-01T00:00:00Z" }),
+  ];
+  assert.equal(movesForward(upgraded, "4", "2"), true);
 });
