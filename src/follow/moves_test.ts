@@ -187,3 +187,30 @@ Deno.test("a holder paused past its lease never prunes the chain the new holder'
     c.assertNoUnexpected();
   }
 });
+
+Deno.test("the head follows the holder onto its new full stream: a lost holder loses one interval", async () => {
+  const c = new Cluster();
+  await c.createVolume({ [BACKUP_KEEP_PROPERTY]: "last=1" });
+  // A new full stream every other backup (every 48th by default).
+  const a = c.node("a", { maxChainLength: 2 });
+  await a.stage();
+  for (let i = 1; i <= 5; i++) {
+    c.time.ms += MINUTE;
+    a.write(`a${i}`);
+    const out = await a.backup();
+    assert.equal(out.status, "stored");
+    const head = (await readOwner(c.store, VOLUME))!.record.head;
+    assert.equal(
+      head,
+      out.status === "stored" ? out.manifest.guid : "",
+      `backup a${i} is the head`,
+    );
+  }
+  // A is lost; the operator takes the volume over: B gets what A stored last.
+  a.write("a6, never stored");
+  await takeover(c.store, VOLUME, { by: "operator", nowMs: c.time.ms });
+  const b = c.node("b");
+  await b.stage();
+  assert.equal(b.data(), "a5");
+  c.assertNoUnexpected();
+});
