@@ -299,7 +299,7 @@ export class ModelNode {
           `match incremental source\n`;
       }
       if (this.pool.has(snapshot)) {
-        return `cannot receive incremental stream: destination ${snapshot} already exists\n`;
+        return `cannot restore to ${snapshot}: destination already exists\n`;
       }
     }
     this.#addSnapshot(snapshot, stream.guid, stream.data);
