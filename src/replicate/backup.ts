@@ -360,6 +360,7 @@ async function sendOnce(
   if (already) return { manifest: already, sent: false };
   const base = pickBase(volume.snapshots, mine, {
     before: snap.createtxg,
+    name: snap.component,
     nowMs: now(),
     ...(deps.maxChainLength === undefined ? {} : { maxChainLength: deps.maxChainLength }),
     ...(deps.maxChainAgeMs === undefined ? {} : { maxChainAgeMs: deps.maxChainAgeMs }),

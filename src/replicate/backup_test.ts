@@ -11,6 +11,7 @@ import {
   patternChunks,
 } from "../../tests/support/fake_stream_runner.ts";
 import { sendToStore } from "./send.ts";
+import { releaseStored } from "./records.ts";
 import {
   type BackupHarness,
   backupHarness,
@@ -471,4 +472,24 @@ Deno.test("a prune whose guard lacks the head lists again once, then waits", asy
   listings.length = 0;
   assert.deepEqual(stored(await backupVolume(h.deps, ds)).pruned, []);
   assert.equal(listings.length, 1);
+});
+
+Deno.test("a snapshot name used again (CreateSnapshot after DeleteSnapshot) never joins a chain that holds it", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  stored(await backupVolume(h.deps, ds));
+  h.clock.ms += HOUR;
+  const first = h.snapshot(ds, ".stored-x");
+  const x1 = stored(await backupSnapshot(h.deps, { dataset: ds, snapshot: first, csiName: "x" }));
+  h.clock.ms += HOUR;
+  // The next backup builds on it, so DeleteSnapshot only releases it: it stays in the chain.
+  stored(await backupVolume(h.deps, ds));
+  assert.equal(await releaseStored(h.store, "pg", x1.manifest.guid, h.deps.log), "released");
+  await h.deps.zfs.destroy(first);
+  h.clock.ms += HOUR;
+  // The same CSI name again: a new snapshot of the same name.
+  const again = h.snapshot(ds, ".stored-x");
+  const x2 = stored(await backupSnapshot(h.deps, { dataset: ds, snapshot: again, csiName: "x" }));
+  const names = chainTo(manifests(h), x2.manifest.guid).map((m) => m.snapshot);
+  assert.equal(new Set(names).size, names.length, `one name per snapshot: ${names.join(", ")}`);
 });

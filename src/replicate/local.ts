@@ -261,12 +261,19 @@ export interface PickBaseOptions {
   readonly nowMs: number;
   readonly maxChainLength?: number;
   readonly maxChainAgeMs?: number;
+  /**
+   * The name (after "@") of the snapshot to be sent: never based on a chain that already holds
+   * a snapshot of that name (a CSI snapshot name used again after a DeleteSnapshot whose
+   * snapshot stayed as a base), which a full receive of the chain could not take.
+   */
+  readonly name?: string;
 }
 
 /**
  * The base of the next incremental: the newest local `.backup-*` or CSI snapshot older than
- * `before` whose guid the store holds with a whole chain; undefined for a full stream (none,
- * or its chain is due for a new full stream, see policy.ts needsFull).
+ * `before` whose guid the store holds with a whole chain without a snapshot named
+ * `opts.name`; undefined for a full stream (none, or its chain is due for a new full stream,
+ * see policy.ts needsFull).
  */
 export function pickBase(
   local: readonly LocalSnapshot[],
@@ -290,6 +297,7 @@ export function pickBase(
     } catch {
       continue;
     }
+    if (chain.some((m) => m.snapshot === opts.name)) continue;
     const full = needsFull(chain, {
       nowMs: opts.nowMs,
       ...(opts.maxChainLength === undefined ? {} : { maxLength: opts.maxChainLength }),
