@@ -493,3 +493,50 @@ Deno.test("a snapshot name used again (CreateSnapshot after DeleteSnapshot) neve
   const names = chainTo(manifests(h), x2.manifest.guid).map((m) => m.snapshot);
   assert.equal(new Set(names).size, names.length, `one name per snapshot: ${names.join(", ")}`);
 });
+
+Deno.test("a chain an earlier version wrote with one name twice is not extended", async () => {
+  const h = backupHarness();
+  const ds = h.volume("pg");
+  stored(await backupVolume(h.deps, ds));
+  const uid = h.pool.value(ds, UID_PROPERTY)!;
+  // What an earlier version left: .backup-100 <- .backup-101 <- .backup-100 (a new snapshot of
+  // the freed name), stored without sequence numbers.
+  const store = async (name: string, base: string | undefined) => {
+    const guid = h.pool.value(name, "guid")!;
+    const key = `v1/volumes/pg/streams/${BigInt(guid).toString(16).padStart(16, "0")}-00ff00ff.zfs`;
+    const sent = await h.deps.send({ snapshot: name, ...(base ? { base } : {}), raw: false, key });
+    const m = {
+      format: 1,
+      volume: "pg",
+      volumeUid: uid,
+      guid,
+      baseGuid: base ? h.pool.value(base, "guid")! : null,
+      snapshot: name.slice(ds.length + 1),
+      kind: "scheduled",
+      createdAt: new Date(h.clock.ms).toISOString(),
+      stream: key,
+      size: sent.size,
+      sha256: sent.sha256,
+      raw: false,
+      node: "node-0",
+      capacityBytes: 0,
+    };
+    h.store.poke(
+      manifestsPrefix("pg") + `${BigInt(guid).toString(16).padStart(16, "0")}.json`,
+      new TextEncoder().encode(JSON.stringify(m)),
+    );
+  };
+  h.clock.ms += HOUR;
+  const s1 = h.snapshot(ds, ".backup-100");
+  await store(s1, undefined);
+  const s2 = h.snapshot(ds, ".backup-101");
+  await store(s2, s1);
+  await h.deps.zfs.destroy(s1);
+  const s3 = h.snapshot(ds, ".backup-100");
+  await store(s3, s2);
+  h.clock.ms += HOUR;
+  const next = stored(await backupVolume(h.deps, ds));
+  assert.equal(h.sends.at(-1)?.base, s2, "based where the chain's names are still unique");
+  const names = chainTo(manifests(h), next.manifest.guid).map((m) => m.snapshot);
+  assert.equal(new Set(names).size, names.length, names.join(", "));
+});

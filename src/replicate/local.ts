@@ -271,9 +271,9 @@ export interface PickBaseOptions {
 
 /**
  * The base of the next incremental: the newest local `.backup-*` or CSI snapshot older than
- * `before` whose guid the store holds with a whole chain without a snapshot named
- * `opts.name`; undefined for a full stream (none, or its chain is due for a new full stream,
- * see policy.ts needsFull).
+ * `before` whose guid the store holds with a whole chain that a full receive can take (no name
+ * twice, none named `opts.name`); undefined for a full stream (none, or its chain is due for a
+ * new full stream, see policy.ts needsFull).
  */
 export function pickBase(
   local: readonly LocalSnapshot[],
@@ -297,7 +297,9 @@ export function pickBase(
     } catch {
       continue;
     }
-    if (chain.some((m) => m.snapshot === opts.name)) continue;
+    // A chain a full receive could not take (an earlier version's names) is not extended.
+    const names = new Set(chain.map((m) => m.snapshot));
+    if (names.size !== chain.length || (opts.name !== undefined && names.has(opts.name))) continue;
     const full = needsFull(chain, {
       nowMs: opts.nowMs,
       ...(opts.maxChainLength === undefined ? {} : { maxLength: opts.maxChainLength }),
