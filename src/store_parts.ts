@@ -7,7 +7,7 @@
 import type { Config } from "./config.ts";
 import { StoredSnapshots } from "./csi/stored_snapshots.ts";
 import type { Trash } from "./csi/trash.ts";
-import { headChain } from "./follow/head.ts";
+import { headGuard } from "./follow/head.ts";
 import type { FollowVolumes } from "./follow/mover.ts";
 import { SizedFollowVolumes } from "./follow/resize.ts";
 import { StandbyFollower } from "./follow/standby.ts";
@@ -61,8 +61,8 @@ export function storeParts(
     node: config.nodeId,
     defaultKeep: config.store.defaultBackupKeep,
     cache: new Map(),
-    // A volume that follows its job keeps its head's chain, whatever the keep policy says.
-    protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
+    // A volume that follows its job is pruned only by its holder, never its head's chain.
+    protect: (volumeKey, manifests) => headGuard(store, config.nodeId, volumeKey, manifests),
   };
   const receive: ReceiveDeps = { streams, zfsPath: config.zfsPath, zfs: deps.zfs, store, log };
   // Each stage also gives the copy the size the store records (expanded since it was made).

@@ -8,8 +8,10 @@
  * release at NodeUnstage stores a final one).
  *
  * DeleteSnapshot of one of them unpins it (kind "scheduled" again) while it is on the head's
- * chain, which the next stage anywhere receives: that chain is never removed by a delete. Off
- * the chain it goes as any stored snapshot does (records.ts releaseStored).
+ * chain, which the next stage anywhere receives, or newer than the head (the holder's upload
+ * the head is about to move to): those are never removed by a delete (head.ts keptByHead). Off
+ * the chain and older than the head it goes as any stored snapshot does (records.ts
+ * releaseStored).
  */
 
 import { Code, CsiError } from "../errors.ts";
@@ -26,7 +28,7 @@ import { manifestKey, type SnapshotManifest, volumesPrefix } from "../store/layo
 import type { StoredSnapshotRef } from "../store/snapshot_ids.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
-import { headChain } from "./head.ts";
+import { keptByHead } from "./head.ts";
 import { readOwner } from "./owner.ts";
 
 /** Lost races in a row before a change gives up (each loser reads again). */
@@ -129,8 +131,8 @@ export class FollowSnapshots {
       if (!got) return "absent";
       const manifest = parseManifest(got.bytes, { key });
       const { manifests } = await readManifests(this.#store, ref.volumeKey, this.#log, this.#cache);
-      const chain = await headChain(this.#store, ref.volumeKey, manifests);
-      if (!chain.has(ref.guid)) {
+      const kept = await keptByHead(this.#store, ref.volumeKey, manifests);
+      if (!kept.has(ref.guid)) {
         return await releaseStored(this.#store, ref.volumeKey, ref.guid, this.#log);
       }
       if (manifest.kind !== "requested") return "released";

@@ -14,10 +14,10 @@
  */
 
 import type { Logger } from "../log.ts";
-import { manifestKey, volumeRecordKey, volumesPrefix } from "../store/layout.ts";
+import { volumeRecordKey, volumesPrefix } from "../store/layout.ts";
 import { pruneOrder } from "../store/policy.ts";
 import type { Store, StoredObject } from "../store/store.ts";
-import { type ManifestCache, readManifests, readRecord } from "./records.ts";
+import { type ManifestCache, readManifests, readRecord, removeManifests } from "./records.ts";
 
 /** What the store pruner works with. */
 export interface StorePrunerDeps {
@@ -141,14 +141,18 @@ export class StorePruner {
     // deletedAt, and from then on nothing more of it goes.
     const unchanged = async () => (await store.getBytes(key))?.etag === first.etag;
     const { manifests, unreadable } = await readManifests(store, volumeKey, log, this.#cache);
-    const gone = new Set<string>();
-    for (const m of pruneOrder(manifests, new Set())) {
-      if (!(await unchanged())) return this.#revived(volumeKey);
-      await store.delete(manifestKey(volumeKey, m.guid));
-      await store.delete(m.stream);
-      gone.add(m.stream);
+    // Safe against a backup of the same uid basing an incremental on one meanwhile (records.ts).
+    const { removed } = await removeManifests(
+      store,
+      volumeKey,
+      pruneOrder(manifests, new Set()),
+      log,
+      { proceed: unchanged, cache: this.#cache },
+    );
+    const gone = new Set(removed.map((m) => m.stream));
+    if (removed.length < manifests.length || !(await unchanged())) {
+      return this.#revived(volumeKey);
     }
-    if (!(await unchanged())) return this.#revived(volumeKey);
     for (const k of unreadable) await store.delete(k);
     // What is left: streams without a manifest, and anything else under the volume's prefix.
     for (const obj of objects) {

@@ -65,14 +65,14 @@ Deno.test("StorePruner removes a deleted volume after the retention: leaves firs
   clocks.wall += 1;
   assert.deepEqual(await p.prune(), { volumes: ["pg"], orphans: [] });
   assert.ok(h.store.keys().every((k) => k.startsWith("v1/volumes/web/")), h.store.keys().join());
-  // Each manifest before its stream, the newest (the leaf) first, the record last.
+  // Every manifest first, the newest (the leaf) first, then the streams, the record last.
   const shapes = deletes.map((d) => d.replace(/[0-9a-f]{16}/, "G"));
   assert.deepEqual(shapes, [
     "pg/snapshots/G.json",
-    "pg/streams/G.zfs",
+    "pg/snapshots/G.json",
     "pg/snapshots/G.json",
     "pg/streams/G.zfs",
-    "pg/snapshots/G.json",
+    "pg/streams/G.zfs",
     "pg/streams/G.zfs",
     "pg/volume.json",
   ]);
@@ -97,7 +97,7 @@ Deno.test("StorePruner stops when the deleted volume's record changes meanwhile"
   };
   const result = await pruner(h, { wall: T0 + 30 * DAY, mono: 0 }).prune();
   assert.deepEqual(result.volumes, []);
-  // The first manifest and its stream went; nothing after.
+  // The first manifest and its stream went (nothing listed needs it); nothing after.
   assert.equal(deletes.length, 2);
   assert.ok(h.store.peek(volumeRecordKey("pg")));
 });

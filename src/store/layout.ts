@@ -81,8 +81,15 @@ export interface SnapshotManifest {
   /** The CSI snapshot name, for snapshots made by CreateSnapshot. */
   readonly csiName?: string;
   readonly kind: SnapshotKind;
-  /** The snapshot's creation time (ISO 8601, UTC). */
+  /** The snapshot's creation time (ISO 8601, UTC), by the sending node's clock. */
   readonly createdAt: string;
+  /**
+   * The snapshot's place among the volume's stored snapshots, with no clock involved: one more
+   * than the highest the sending node saw in the store (so more than its base's). Absent in
+   * manifests written before it existed; src/store/chain.ts orders those by their chain and
+   * createdAt. Untrusted like every field: read it with `sequenceOf`.
+   */
+  readonly sequence?: number;
   /** Key of the stream object. */
   readonly stream: string;
   /** Bytes of the stream, and its SHA-256 (lowercase hex). */
