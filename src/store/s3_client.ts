@@ -268,7 +268,7 @@ export class S3Client {
     }
     const text = await readSome(response, MAX_ERROR_BODY);
     const body = parseErrorBody(text) ?? { code: "", message: "" };
-    throw answerError(request.what, response.status, body);
+    throw answerError(request.what, response.status, body, { bucket: this.#o.address.bucket });
   }
 }
 

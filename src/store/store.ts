@@ -22,7 +22,12 @@ export type StoreErrorKind =
   /** The credentials or permissions do not allow the operation. */
   | "denied"
   /** The request itself was wrong (a bad key, an answer the store should not give). */
-  | "invalid";
+  | "invalid"
+  /**
+   * The store is not set up as the plugin needs (a bucket that does not exist, a server that
+   * does not enforce conditional writes): the operator's to fix, not worth retrying as it is.
+   */
+  | "misconfigured";
 
 /** A failed store operation. The message names the key and the store, never credentials. */
 export class StoreError extends Error {
