@@ -38,12 +38,14 @@ import { fileReadable, syncDir, writeAll } from "./file_stream.ts";
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
   type Store,
   type StoredFile,
   type StoredObject,
   StoreError,
+  tooLargeError,
   type TransferOptions,
   type WriteCondition,
   type WrittenFile,
@@ -265,7 +267,11 @@ export class FileStore implements Store {
     const file = await this.#openObject(key);
     if (file === undefined) return undefined;
     try {
-      return await this.#io(() => readFileBytes(file), "read", key);
+      const read = await this.#io(() => readFileBytes(file, MAX_OBJECT_BYTES), "read", key);
+      if (read === "too_large") {
+        throw tooLargeError(`Reading "${key}" from ${this.description}`, MAX_OBJECT_BYTES);
+      }
+      return read;
     } finally {
       file.close();
     }

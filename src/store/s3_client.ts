@@ -9,6 +9,7 @@
 import { answerError, S3StoreError, unreachableError } from "./s3_errors.ts";
 import { parseErrorBody } from "./s3_xml.ts";
 import { type Credentials, EMPTY_SHA256, sha256Hex, signS3Request, uriEncode } from "./sigv4.ts";
+import { tooLargeError } from "./store.ts";
 
 /** Where the bucket is. */
 export interface S3Address {
@@ -110,7 +111,15 @@ export interface S3Request {
   readonly signal?: AbortSignal | undefined;
   /** Overrides the client's time limit. */
   readonly timeoutMs?: number;
+  /**
+   * The most {@linkcode S3Client.send} reads of the answer's body (default
+   * {@linkcode MAX_ANSWER_BYTES}): a larger answer fails as "invalid", read no further.
+   */
+  readonly maxBodyBytes?: number;
 }
+
+/** The most of an answer's body read whole unless a request says otherwise (XML, manifests). */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
 
 /** Pauses, or rejects with the signal's reason once it aborts. */
 export function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
@@ -163,13 +172,15 @@ export class S3Client {
 
   /**
    * Sends a request, retrying an idempotent one on transient failures, and returns the 2xx
-   * answer with its body read whole (small answers: XML, a manifest).
-   * @throws {StoreError} classified; the caller's abort reason when its signal aborts
+   * answer with its body read whole (small answers: XML, a manifest), up to the request's cap.
+   * @throws {StoreError} classified; invalid for a body over the cap; the caller's abort reason
+   *   when its signal aborts
    */
   async send(request: S3Request): Promise<{ response: Response; body: Uint8Array }> {
     return await this.#withRetries(request, async (signal) => {
       const response = await this.#fetch(request, signal);
-      return { response, body: new Uint8Array(await response.arrayBuffer()) };
+      const cap = request.maxBodyBytes ?? MAX_ANSWER_BYTES;
+      return { response, body: await readCapped(response, cap, request.what) };
     });
   }
 
@@ -297,6 +308,35 @@ class IdleTimer {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
   }
+}
+
+/**
+ * An answer's whole body, refused once it is over `cap` bytes: by its Content-Length before
+ * any of it is read, or as soon as the bytes read pass the cap (the rest is never read).
+ * @throws {StoreError} invalid, naming `what` and the cap
+ */
+async function readCapped(response: Response, cap: number, what: string): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array(0);
+  if (Number(response.headers.get("content-length") ?? 0) > cap) {
+    await response.body.cancel().catch(() => {});
+    throw tooLargeError(what, cap);
+  }
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const r = await reader.read();
+    if (r.done) break;
+    size += r.value.length;
+    if (size > cap) {
+      await reader.cancel().catch(() => {});
+      throw tooLargeError(what, cap);
+    }
+    chunks.push(r.value);
+  }
+  const all = new Uint8Array(size);
+  chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
+  return all;
 }
 
 /** Reads at most `limit` bytes of an answer as text, then drops the rest. */

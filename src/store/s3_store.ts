@@ -40,6 +40,7 @@ import type { Credentials } from "./sigv4.ts";
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
   type Store,
@@ -48,6 +49,12 @@ import {
   type TransferOptions,
   type WriteCondition,
 } from "./store.ts";
+
+/**
+ * The most of one ListObjectsV2 page read: a page holds at most 1,000 objects, each entry well
+ * under 2 KiB even with S3's longest keys and an owner.
+ */
+export const MAX_LIST_PAGE_BYTES = 8 * 1024 * 1024;
 
 /** Default part size of multipart uploads: a few of them are in memory during a write. */
 export const DEFAULT_PART_BYTES = 8 * 1024 * 1024;
@@ -211,6 +218,7 @@ export class S3Store implements Store {
         key: this.#full(key),
         what: `Reading "${key}" from ${this.description}`,
         idempotent: true,
+        maxBodyBytes: MAX_OBJECT_BYTES,
       });
       return { bytes: body, etag: unquoteEtag(response.headers.get("etag") ?? "") };
     } catch (e) {
@@ -236,6 +244,7 @@ export class S3Store implements Store {
         query,
         what,
         idempotent: true,
+        maxBodyBytes: MAX_LIST_PAGE_BYTES,
       });
       let page;
       try {

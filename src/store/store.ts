@@ -155,8 +155,10 @@ export interface Store {
   openFile?(key: string): Promise<StoredFile>;
 
   /**
-   * Reads a small object whole, or `undefined` when there is none.
-   * @throws {StoreError} unavailable, denied
+   * Reads a small object whole, or `undefined` when there is none. Small means at most
+   * {@linkcode MAX_OBJECT_BYTES}: what the store holds is untrusted, and a larger object is
+   * refused before more than that is read.
+   * @throws {StoreError} unavailable, denied; invalid for an object over the cap
    */
   getBytes(key: string): Promise<ObjectBytes | undefined>;
 
@@ -172,6 +174,21 @@ export interface Store {
    * @throws {StoreError} unavailable, denied
    */
   delete(key: string): Promise<void>;
+}
+
+/**
+ * The most {@linkcode Store.getBytes} reads of one object. Manifests, records and owner objects
+ * take a few KiB; anything near this is not one the plugin wrote.
+ */
+export const MAX_OBJECT_BYTES = 1024 * 1024;
+
+/** The error of an object or answer over the bytes the plugin reads whole. */
+export function tooLargeError(what: string, cap: number): StoreError {
+  return new StoreError(
+    "invalid",
+    `${what} failed: the answer is over the ${cap} bytes the plugin reads whole, so it is not ` +
+      `one the plugin wrote`,
+  );
 }
 
 const KEY_SEGMENT = /^[A-Za-z0-9._:-]+$/;

@@ -8,11 +8,13 @@
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
   type Store,
   type StoredObject,
   StoreError,
+  tooLargeError,
   type TransferOptions,
   type WriteCondition,
 } from "../../src/store/store.ts";
@@ -153,6 +155,9 @@ export class MemoryStore implements Store {
   async getBytes(key: string): Promise<ObjectBytes | undefined> {
     checkKey(key);
     const found = this.#objects.get(key);
+    if (found && found.bytes.length > MAX_OBJECT_BYTES) {
+      throw tooLargeError(`Reading "${key}" from ${this.description}`, MAX_OBJECT_BYTES);
+    }
     return found && { bytes: found.bytes.slice(), etag: found.etag };
   }
 
