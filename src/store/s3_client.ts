@@ -60,6 +60,8 @@ export interface TransportInit {
   readonly body: Uint8Array<ArrayBuffer> | null;
   readonly signal: AbortSignal;
   readonly redirect: "manual";
+  /** Told each time bytes of the request went out (a transport that cannot tell never calls it). */
+  readonly onSent?: (bytes: number) => void;
 }
 
 /** Sends one request (fetch fits, and so does {@linkcode Http1Client.fetch}). */
@@ -116,6 +118,11 @@ export interface S3Request {
    * {@linkcode MAX_ANSWER_BYTES}): a larger answer fails as "invalid", read no further.
    */
   readonly maxBodyBytes?: number;
+  /**
+   * Told whenever the request moves: bytes of its body went out, its answer's head or bytes of
+   * the body read whole came in (see TransferOptions.onProgress in store.ts).
+   */
+  readonly onProgress?: (() => void) | undefined;
 }
 
 /** The most of an answer's body read whole unless a request says otherwise (XML, manifests). */
@@ -180,7 +187,7 @@ export class S3Client {
     return await this.#withRetries(request, async (signal) => {
       const response = await this.#fetch(request, signal);
       const cap = request.maxBodyBytes ?? MAX_ANSWER_BYTES;
-      return { response, body: await readCapped(response, cap, request.what) };
+      return { response, body: await readCapped(response, cap, request.what, request.onProgress) };
     });
   }
 
@@ -263,13 +270,16 @@ export class S3Client {
       },
       this.#o.credentials,
     );
+    const progress = request.onProgress;
     const response = await this.#o.transport.fetch(url, {
       method: request.method,
       headers,
       body: request.body ?? null,
       signal,
       redirect: "manual",
+      ...(progress ? { onSent: () => progress() } : {}),
     });
+    progress?.();
     if (response.ok) return response;
     if (request.method === "HEAD") {
       // HEAD answers have no body: S3's 404 to HEAD is a missing object.
@@ -315,7 +325,12 @@ class IdleTimer {
  * any of it is read, or as soon as the bytes read pass the cap (the rest is never read).
  * @throws {StoreError} invalid, naming `what` and the cap
  */
-async function readCapped(response: Response, cap: number, what: string): Promise<Uint8Array> {
+async function readCapped(
+  response: Response,
+  cap: number,
+  what: string,
+  onProgress?: () => void,
+): Promise<Uint8Array> {
   if (response.body === null) return new Uint8Array(0);
   if (Number(response.headers.get("content-length") ?? 0) > cap) {
     await response.body.cancel().catch(() => {});
@@ -327,6 +342,7 @@ async function readCapped(response: Response, cap: number, what: string): Promis
   for (;;) {
     const r = await reader.read();
     if (r.done) break;
+    onProgress?.();
     size += r.value.length;
     if (size > cap) {
       await reader.cancel().catch(() => {});

@@ -61,10 +61,25 @@ export interface PutResult {
   readonly size: number;
 }
 
+/** Options of a request for a small object or a listing. */
+export interface RequestOptions {
+  /**
+   * Stops the request (the S3 store closes its connection); it rejects with the signal's
+   * reason. A write it stops may or may not have landed, as any unanswered write.
+   */
+  readonly signal?: AbortSignal;
+}
+
 /** Options of a streamed transfer. */
 export interface TransferOptions {
   /** Stops the transfer; for a write, nothing becomes visible. */
   readonly signal?: AbortSignal;
+  /**
+   * Told, for a write, whenever bytes of it reach the store or the store answers a part of it:
+   * how a caller tells a slow upload from a stalled one (src/store/wait.ts). Not every store
+   * tells (a fake may not).
+   */
+  readonly onProgress?: () => void;
 }
 
 /** A small object read whole, with its version tag for a later conditional write. */
@@ -138,7 +153,12 @@ export interface Store {
    * @throws {StoreError} precondition_failed when the condition does not hold; unavailable,
    * no_space, denied, invalid
    */
-  putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult>;
+  putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options?: RequestOptions,
+  ): Promise<PutResult>;
 
   /**
    * Streams an object's content as it downloads.
@@ -152,7 +172,7 @@ export interface Store {
    * its bytes need not pass through this process. The caller closes it.
    * @throws {StoreError} not_found, unavailable, denied
    */
-  openFile?(key: string): Promise<StoredFile>;
+  openFile?(key: string, options?: RequestOptions): Promise<StoredFile>;
 
   /**
    * Reads a small object whole, or `undefined` when there is none. Small means at most
@@ -160,20 +180,20 @@ export interface Store {
    * refused before more than that is read.
    * @throws {StoreError} unavailable, denied; invalid for an object over the cap
    */
-  getBytes(key: string): Promise<ObjectBytes | undefined>;
+  getBytes(key: string, options?: RequestOptions): Promise<ObjectBytes | undefined>;
 
   /**
    * Every object whose key starts with `prefix` (a plain string prefix, "" for all), sorted by
    * key. Objects still being written by {@linkcode putStream} are not listed.
    * @throws {StoreError} unavailable, denied
    */
-  list(prefix: string): Promise<StoredObject[]>;
+  list(prefix: string, options?: RequestOptions): Promise<StoredObject[]>;
 
   /**
    * Removes an object; a missing one is not an error.
    * @throws {StoreError} unavailable, denied
    */
-  delete(key: string): Promise<void>;
+  delete(key: string, options?: RequestOptions): Promise<void>;
 }
 
 /**
