@@ -1,7 +1,7 @@
 /**
  * An HTTP proxy on 127.0.0.1 in front of a real server, whose faults tests switch at runtime:
- * pass requests through, answer the next N with an S3 error, delay them, or cut answers off
- * midway. Requests are forwarded with their own Host header (node:http; fetch would replace it),
+ * pass requests through, answer the next N with an S3 error, delay them, cut answers off
+ * midway, or take requests and never answer them. Requests are forwarded with their own Host header (node:http; fetch would replace it),
  * so SigV4 signatures made for the proxy's address still verify at the server.
  */
 
@@ -26,7 +26,12 @@ export type Fault =
   /** Waits `ms` before forwarding each request. */
   | { readonly kind: "delay"; readonly ms: number }
   /** Forwards the next `count` requests but drops the connection after `afterBytes` of the body. */
-  | { readonly kind: "cut"; readonly afterBytes: number; readonly count: number };
+  | { readonly kind: "cut"; readonly afterBytes: number; readonly count: number }
+  /**
+   * Takes each request and never answers it (a store that accepts connections and hangs): the
+   * request is held until its client goes away or the proxy stops.
+   */
+  | { readonly kind: "hang" };
 
 /** One request the proxy saw. */
 export interface SeenRequest {
@@ -47,6 +52,8 @@ export class FaultProxy implements AsyncDisposable {
   #match: (r: Request) => boolean = () => true;
   readonly #server: Deno.HttpServer<Deno.NetAddr>;
   readonly #target: URL;
+  /** Ends each request a "hang" fault holds. */
+  readonly #held = new Set<() => void>();
 
   constructor(target: URL) {
     this.#target = target;
@@ -87,6 +94,7 @@ export class FaultProxy implements AsyncDisposable {
       await fault.meanwhile?.();
       return s3Error(fault.status, fault.code);
     }
+    if (fault.kind === "hang") return await this.#hold(r);
     if (fault.kind === "delay") await new Promise((res) => setTimeout(res, fault.ms));
     const answer = await this.#forward(r, target);
     if (fault.kind === "lose") {
@@ -96,6 +104,23 @@ export class FaultProxy implements AsyncDisposable {
     }
     if (fault.kind !== "cut" || answer.body === null) return answer;
     return new Response(cutAfter(answer.body, fault.afterBytes), answer);
+  }
+
+  /** Answers only once the client went away or the proxy stops (then 503, seen by nobody). */
+  #hold(r: Request): Promise<Response> {
+    return new Promise((resolve) => {
+      const end = () => {
+        this.#held.delete(end);
+        resolve(s3Error(503, "ServiceUnavailable"));
+      };
+      this.#held.add(end);
+      r.signal.addEventListener("abort", end, { once: true });
+    });
+  }
+
+  /** Requests a "hang" fault holds now. */
+  get holding(): number {
+    return this.#held.size;
   }
 
   /** Sends the request on to the server with the same method, Host and headers. */
@@ -149,6 +174,7 @@ export class FaultProxy implements AsyncDisposable {
 
   /** Stops listening: the store behind it is unreachable from now on. */
   async stop(): Promise<void> {
+    for (const end of [...this.#held]) end();
     await this.#server.shutdown().catch(() => {});
   }
 
