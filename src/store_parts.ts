@@ -23,6 +23,7 @@ import { BackupScheduler, type SchedulerDeps } from "./replicate/scheduler.ts";
 import { sendToStore } from "./replicate/send.ts";
 import { DenoStreamRunner, ObservedStreamRunner, type StreamRunner } from "./run.ts";
 import { FileStore } from "./store/file_store.ts";
+import { BoundedStore } from "./store/wait.ts";
 import type { Zfs } from "./zfs/zfs.ts";
 
 /** The store's background work and its CSI side, with `--store`. */
@@ -42,7 +43,9 @@ export function storeParts(
   deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger; activity?: Activity },
 ): StoreParts | undefined {
   if (!config.store) return undefined;
-  const store = openStore(config.store);
+  const opened = openStore(config.store);
+  // Every CSI call waits for the store at most --store-wait in all (src/store/wait.ts).
+  const store = new BoundedStore(opened, { limitMs: config.store.waitSeconds * 1000 });
   const log = deps.log.child({ store: store.description });
   const activity = deps.activity;
   const parent = config.parentDataset;
@@ -113,7 +116,7 @@ export function storeParts(
     log,
     deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
     // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
-    ...(store instanceof FileStore ? { cleanTemp: () => store.cleanTemp() } : {}),
+    ...(opened instanceof FileStore ? { cleanTemp: () => opened.cleanTemp() } : {}),
   });
   const stored = new StoredSnapshots({
     zfs: deps.zfs,
