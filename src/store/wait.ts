@@ -121,14 +121,13 @@ export class StoreWait {
   }
 
   /**
-   * Starts a transfer (`what`: `Reading "k" from <store>`): the budget does not run down until
-   * it ends, and it fails once no byte moved for the budget's length.
+   * A transfer (`what`: `Reading "k" from <store>`): once begun, the budget does not run down
+   * until it ends, and it fails once no byte moved for the budget's length.
    * @throws {StoreWaitError} when the budget is already spent
    */
   transfer(what: string): Transfer {
     if (this.spent) throw this.#error(what);
-    this.#change(0, +1);
-    return new Transfer(what, this.limitMs, () => this.#change(0, -1));
+    return new Transfer(what, this.limitMs, (n) => this.#change(0, n));
   }
 
   #error(what: string, cause?: unknown): StoreWaitError {
@@ -175,15 +174,23 @@ export class StoreWait {
 export class Transfer {
   readonly #what: string;
   readonly #limitMs: number;
-  readonly #ended: () => void;
+  readonly #count: (n: 1 | -1) => void;
   readonly #controller = new AbortController();
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #begun = false;
   #done = false;
 
-  constructor(what: string, limitMs: number, ended: () => void) {
+  constructor(what: string, limitMs: number, count: (n: 1 | -1) => void) {
     this.#what = what;
     this.#limitMs = limitMs;
-    this.#ended = ended;
+    this.#count = count;
+  }
+
+  /** From now on the call's budget does not run down, until {@linkcode end}. Idempotent. */
+  begin(): void {
+    if (this.#begun || this.#done) return;
+    this.#begun = true;
+    this.#count(1);
   }
 
   /** Aborts, with a {@linkcode StoreWaitError}, once the transfer stalled for the limit. */
@@ -214,7 +221,7 @@ export class Transfer {
     if (this.#done) return;
     this.#done = true;
     this.moved();
-    this.#ended();
+    if (this.#begun) this.#count(-1);
   }
 
   /** The error the signal aborts with, for a caller that saw it abort. */
@@ -378,20 +385,19 @@ export class BoundedStore implements Store {
     if (!wait) return await this.#inner.getStream(key, options);
     const what = this.#what("Reading", key);
     const transfer = wait.transfer(what);
+    const signal = joined(transfer.signal, options?.signal);
     let inner: ReadableStream<Uint8Array>;
     try {
-      // Until the answer starts, the transfer waits for the store.
-      transfer.waiting();
-      const signal = joined(transfer.signal, options?.signal);
-      inner = await untilAborted(
-        this.#inner.getStream(key, { ...options, signal }),
-        transfer.signal,
+      // Until its answer starts, a download is a request of the call: its wait is the budget's.
+      inner = await wait.request(
+        what,
+        (budget) => this.#inner.getStream(key, { ...options, signal: joined(budget, signal) }),
       );
-      transfer.moved();
     } catch (err) {
       transfer.end();
-      throw transfer.error ?? err;
+      throw err;
     }
+    transfer.begin();
     return watchedDownload(inner, transfer);
   }
 
@@ -403,6 +409,7 @@ export class BoundedStore implements Store {
     const wait = this.current();
     if (!wait) return await this.#inner.putStream(key, body, options);
     const transfer = wait.transfer(this.#what("Writing", key));
+    transfer.begin();
     try {
       transfer.waiting();
       const signal = joined(transfer.signal, options?.signal);
@@ -436,6 +443,7 @@ export class BoundedStore implements Store {
     const wait = this.current();
     if (!wait) return await putWritten(key, write, options);
     const transfer = wait.transfer(this.#what("Writing", key));
+    transfer.begin();
     try {
       return await putWritten(key, write, options);
     } finally {
@@ -466,6 +474,7 @@ export class BoundedStore implements Store {
       await file.close();
       throw err;
     }
+    transfer.begin();
     return {
       fd: file.fd,
       read: async (buffer, position) => {

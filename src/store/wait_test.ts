@@ -113,6 +113,7 @@ Deno.test("StoreWait takes only the time requests wait, once for requests side b
   assert.equal(wait.waitedMs, 500);
   // While a transfer runs, requests beside it (a lease renewed meanwhile) take nothing.
   const transfer = wait.transfer('Reading "s"');
+  transfer.begin();
   await wait.request("d", step(400));
   transfer.end();
   assert.equal(wait.waitedMs, 500);
@@ -222,4 +223,16 @@ Deno.test("BoundedStore stops a directory store's wait for a lock held elsewhere
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("BoundedStore takes a download's wait for its answer from the call's budget", async () => {
+  const fake = new FakeS3("b");
+  fake.intercept = (r) => r.operation === "GetObject" ? never(r) : undefined;
+  const store = new BoundedStore(fakeStore(fake), { limitMs: 150 });
+  const ctx = call();
+  const err = await runInCall(ctx, () => rejection(store.getStream("v1/s.zfs")));
+  assert.ok(err instanceof StoreWaitError, String(err));
+  assert.match(err.message, /^Reading "v1\/s\.zfs" from .*this call waited 0\.1 s for the store/);
+  assert.ok(runInCall(ctx, () => store.current())?.spent, "the call's budget is spent");
+  assert.equal(fake.requests[0]!.signal?.aborted, true);
 });
