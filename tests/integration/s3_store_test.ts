@@ -380,8 +380,8 @@ Deno.test("S3Store: an empty prefix writes at the bucket's root; a missing bucke
   assert.deepEqual((await store.list("backups/")).map((o) => o.key), ["backups/zfs-csi/v1/b.json"]);
 
   const missing = storeOn(server, { bucket: "no-such-bucket" });
-  const error = await assertRejectsKind(missing.list(""), "invalid");
-  assert.match(error.message, /answered 404 NoSuchBucket.*create the bucket/);
+  const error = await assertRejectsKind(missing.list(""), "misconfigured");
+  assert.match(error.message, /answered 404 NoSuchBucket.*the bucket "no-such-bucket" does not/);
 });
 
 Deno.test("S3Store answers FAILED_PRECONDITION naming a bucket that does not exist", async () => {
