@@ -18,7 +18,8 @@
  *
  * {@linkcode BoundedStore} applies the budget to a {@linkcode Store}: each call it serves finds
  * its budget by itself, from the gRPC call it runs for (src/call_context.ts), unless the code
- * it runs in chose one with {@linkcode withStoreWait} or none with
+ * it runs in chose one with {@linkcode withStoreWait}, a fresh one with
+ * {@linkcode withOwnStoreWait} (clean-up after a spent budget), or none with
  * {@linkcode outsideStoreWait}. Work that runs outside any call (scheduled backups, lease
  * renewals, standby copies, pruning) has no budget: the S3 client's own time limits apply.
  */
@@ -261,7 +262,12 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 }
 
 /** The budget code chose for itself: a StoreWait, or null for none. */
-const chosen = new AsyncLocalStorage<StoreWait | null>();
+/** A budget of its own, made by the store at its first request (see withOwnStoreWait). */
+class OwnWait {
+  wait: StoreWait | undefined;
+}
+
+const chosen = new AsyncLocalStorage<StoreWait | OwnWait | null>();
 
 /** Runs `fn`, and everything it awaits, with `wait` as its store wait (not its call's). */
 export function withStoreWait<T>(wait: StoreWait, fn: () => T): T {
@@ -274,6 +280,14 @@ export function withStoreWait<T>(wait: StoreWait, fn: () => T): T {
  */
 export function outsideStoreWait<T>(fn: () => T): T {
   return chosen.run(null, fn);
+}
+
+/**
+ * Runs `fn`, and everything it awaits, with a store wait of its own, as long as a call's: for
+ * clean-up a call owes after its own budget was spent (handing back a volume it acquired).
+ */
+export function withOwnStoreWait<T>(fn: () => T): T {
+  return chosen.run(new OwnWait(), fn);
 }
 
 /** Options of a {@linkcode BoundedStore}. */
@@ -325,6 +339,7 @@ export class BoundedStore implements Store {
   /** The budget of the code running now, if any. */
   current(): StoreWait | undefined {
     const own = chosen.getStore();
+    if (own instanceof OwnWait) return own.wait ??= new StoreWait(this.#limitMs, this.#now);
     if (own !== undefined) return own ?? undefined;
     const call = this.#call();
     if (call === undefined) return undefined;

@@ -10,6 +10,7 @@ import {
   outsideStoreWait,
   StoreWait,
   StoreWaitError,
+  withOwnStoreWait,
   withStoreWait,
 } from "./wait.ts";
 
@@ -90,6 +91,18 @@ Deno.test("BoundedStore leaves work outside any call to the store's own time lim
   const chosen = await withStoreWait(own, () => rejection(store.getBytes("k")));
   assert.ok(chosen instanceof StoreWaitError, String(chosen));
   assert.ok(own.spent);
+  // Clean-up after a call's budget is spent gets a budget of its own, as long as a call's.
+  const bounded = new BoundedStore(fakeStore(fake), { limitMs: 80 });
+  const ctx = call();
+  await runInCall(ctx, () => rejection(bounded.getBytes("k")));
+  assert.ok(runInCall(ctx, () => bounded.current())?.spent);
+  const sent = fake.requests.length;
+  const cleanup = await runInCall(
+    ctx,
+    () => withOwnStoreWait(() => rejection(bounded.delete("k"))),
+  );
+  assert.ok(cleanup instanceof StoreWaitError, String(cleanup));
+  assert.equal(fake.requests.length, sent + 1, "the clean-up's request went out");
 });
 
 Deno.test("StoreWait takes only the time requests wait, once for requests side by side", async () => {
