@@ -19,6 +19,7 @@ import { grantMessage, programRefusal, serviceGrants } from "./permissions.ts";
 import { type CommandRunner, DenoCommandRunner, ObservedRunner } from "./run.ts";
 import { DEFAULT_SWEEP_INTERVAL_SECONDS, DeletedCopySweep } from "./follow/sweep.ts";
 import { mounterFor, zfsFor } from "./system_tools.ts";
+import type { StoreParts } from "./store_parts.ts";
 
 /** A started plugin. */
 export interface Plugin {
@@ -109,6 +110,9 @@ export async function startPlugin(
       ...(activity ? { activity } : {}),
     })
     : undefined;
+  // Whether an S3 server enforces conditional writes, which follow volumes need: probed in the
+  // background (readiness does not wait), its verdict there for the handlers when it comes.
+  if (parts && config.store?.kind === "s3") void reportConditionalWrites(parts, log);
   // Copies of follow volumes deleted elsewhere (warm and standby ones) live on this node's pool.
   const sweep = parts && serveNode
     ? new DeletedCopySweep({
@@ -162,6 +166,7 @@ export async function startPlugin(
           follow: {
             store: parts.follow.store,
             ttlSeconds: parts.follow.ttlSeconds,
+            conditionalWrites: parts.conditionalWrites,
             ...(parts.standby ? { standby: parts.standby } : {}),
           },
         }
@@ -229,6 +234,30 @@ export async function startPlugin(
       await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };
+}
+
+/** Runs the store's conditional-write probe and logs its verdict. Never throws. */
+async function reportConditionalWrites(
+  parts: Pick<StoreParts, "conditionalWrites" | "follow">,
+  log: Logger,
+): Promise<void> {
+  const store = parts.follow.store.description;
+  const v = await parts.conditionalWrites.verdict();
+  if (v.kind === "enforced") {
+    log.info("the store enforces conditional writes", { store });
+  } else if (v.kind === "not_enforced") {
+    log.error(
+      "the store does not enforce conditional writes: volumes that follow their job are " +
+        "refused on it (ordinary backups go on)",
+      { store, answer: v.detail },
+    );
+  } else {
+    log.warn(
+      "could not check that the store enforces conditional writes; checked again when a " +
+        "volume that follows its job needs them",
+      { store, error: v.error },
+    );
+  }
 }
 
 /**

@@ -44,6 +44,10 @@ export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
     summary: "restore a stored backup into a scratch dataset, check it, remove it",
     load: () => import("./verify.ts"),
   },
+  store: {
+    summary: "store check: reachable, bucket, listing, put/get/delete, conditional writes",
+    load: () => import("./store_check.ts"),
+  },
   takeover: {
     summary: "take a volume that follows its job from a lost holder, from the store's last copy",
     load: () => import("../follow/takeover_command.ts"),

@@ -149,6 +149,11 @@ export interface ControllerDeps {
     readonly ttlSeconds: number;
     /** This node's standby copies (src/follow/standby.ts), shown in their volumes' condition. */
     readonly standby?: { state(name: string): StandbyState | undefined };
+    /**
+     * Whether the store enforces conditional writes (src/store/conditional.ts): a new follow
+     * volume is refused, before anything is written, on a store that does not.
+     */
+    readonly conditionalWrites?: { require(): Promise<void> };
   };
 }
 
@@ -1007,6 +1012,8 @@ export class ControllerService {
       [NAME_PROPERTY]: requested,
       [PARAMETERS_PROPERTY]: params.canonical,
     };
+    // Two nodes could hold one volume on a store that ignores conditional writes.
+    await follow.conditionalWrites?.require();
     await withLock(this.#d.locks, [`follow:${name}`], async () => {
       // From a stored snapshot: its chain becomes the new volume's (src/follow/seed.ts), and
       // without a size asked for, the volume has the size it had when the snapshot was taken.

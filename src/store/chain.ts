@@ -23,6 +23,15 @@ const HEX32 = /^[0-9a-f]{32}$/;
 const SHA256 = /^[0-9a-f]{64}$/;
 /** ISO 8601 in UTC as `Date.prototype.toISOString` writes it (milliseconds optional). */
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z$/;
+/**
+ * A snapshot's name after its "@", as the plugin makes them (`.backup-…`, `.stored-…`): the
+ * characters src/zfs/names.ts allows in a dataset component, never "." or "..", and short
+ * enough for some dataset (ZFS names are under 256 bytes). It reaches zfs as
+ * `<dataset>@<snapshot>`, so anything else (a NUL, "/", "@", a space) is refused here.
+ */
+const SNAPSHOT_COMPONENT = /^[A-Za-z0-9_.:-]{1,255}$/;
+// deno-lint-ignore no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
 /** The last segment of a stream key: `<guid hex>-<upload>.zfs`. */
 const STREAM_NAME = /^([0-9a-f]{16})-[0-9a-f]{8,32}\.zfs$/;
 
@@ -71,6 +80,26 @@ class Fields {
 
   optionalString(field: string): string | undefined {
     return this.obj[field] === undefined ? undefined : this.string(field);
+  }
+
+  /** A non-empty string without control characters (shown in messages and logs). */
+  text(field: string): string {
+    const v = this.string(field);
+    if (CONTROL.test(v)) this.fail(field, "a name without control characters");
+    return v;
+  }
+
+  optionalText(field: string): string | undefined {
+    return this.obj[field] === undefined ? undefined : this.text(field);
+  }
+
+  /** A snapshot name as the plugin makes them (see SNAPSHOT_COMPONENT). */
+  snapshotName(field: string): string {
+    const v = this.obj[field];
+    if (typeof v !== "string" || !SNAPSHOT_COMPONENT.test(v) || v === "." || v === "..") {
+      this.fail(field, `a snapshot name of letters, digits and "_.:-" (at most 255)`);
+    }
+    return v;
   }
 
   matching(field: string, re: RegExp, want: string): string {
@@ -163,7 +192,7 @@ export function parseManifest(
         `"${manifestKey(volumeKey, guid)}"`,
     );
   }
-  const csiName = f.optionalString("csiName");
+  const csiName = f.optionalText("csiName");
   const manifest: SnapshotManifest = {
     ...obj,
     format: 1,
@@ -171,7 +200,7 @@ export function parseManifest(
     volumeUid: f.matching("volumeUid", HEX32, "32 lowercase hex digits"),
     guid,
     baseGuid,
-    snapshot: f.string("snapshot"),
+    snapshot: f.snapshotName("snapshot"),
     ...(csiName === undefined ? {} : { csiName }),
     kind,
     createdAt: f.time("createdAt"),
@@ -179,7 +208,7 @@ export function parseManifest(
     size: f.count("size"),
     sha256: f.matching("sha256", SHA256, "64 lowercase hex digits"),
     raw: f.boolean("raw"),
-    node: f.string("node"),
+    node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
   };
   return manifest;

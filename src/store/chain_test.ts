@@ -97,6 +97,19 @@ Deno.test("parseManifest refuses each malformed field, naming it", () => {
     ["raw", "no", /"raw" must be true or false/],
     ["node", undefined, /"node" must be a non-empty string/],
     ["csiName", 5, /"csiName" must be a non-empty string/],
+    // The snapshot's name reaches zfs (`<dataset>@<snapshot>`): only names the plugin makes.
+    ["snapshot", ".backup-1\u0000x", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a@b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a/b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "..", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", ".", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "é", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "x".repeat(256), /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", 7, /"snapshot" must be a snapshot name of letters/],
+    // Shown in messages and logs: no control characters.
+    ["node", "node\n-b", /"node" must be a name without control characters/],
+    ["csiName", "nightly\u0000", /"csiName" must be a name without control characters/],
     // Another volume's streams, or a key outside the volume.
     ["stream", streamKey("other", "10", "00112233aabbccdd"), /"stream" must be a key/],
     ["stream", "v1/volumes/pg-data/streams/../x.zfs", /"stream" must be a key/],
@@ -109,6 +122,14 @@ Deno.test("parseManifest refuses each malformed field, naming it", () => {
       (err: unknown) => err instanceof SyntaxError && message.test(err.message),
       `${field} = ${JSON.stringify(value)}`,
     );
+  }
+});
+
+Deno.test("parseManifest takes every snapshot name the plugin makes", () => {
+  for (
+    const snapshot of [".backup-1700000000", ".stored-nightly:2f1", "s_1.a-b:c", "x".repeat(255)]
+  ) {
+    assert.equal(parseManifest(withField("snapshot", snapshot)).snapshot, snapshot);
   }
 });
 

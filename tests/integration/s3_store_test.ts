@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { codeName, toGrpcStatus } from "../../src/errors.ts";
 import { S3Store, type S3StoreOptions } from "../../src/store/s3_store.ts";
 import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
@@ -379,6 +380,27 @@ Deno.test("S3Store: an empty prefix writes at the bucket's root; a missing bucke
   assert.deepEqual((await store.list("backups/")).map((o) => o.key), ["backups/zfs-csi/v1/b.json"]);
 
   const missing = storeOn(server, { bucket: "no-such-bucket" });
-  const error = await assertRejectsKind(missing.list(""), "invalid");
-  assert.match(error.message, /answered 404 NoSuchBucket.*create the bucket/);
+  const error = await assertRejectsKind(missing.list(""), "misconfigured");
+  assert.match(error.message, /answered 404 NoSuchBucket.*the bucket "no-such-bucket" does not/);
+});
+
+Deno.test("S3Store answers FAILED_PRECONDITION naming a bucket that does not exist", async () => {
+  await using server = await S3Server.start();
+  const store = storeOn(server, { bucket: "no-such-bucket-here" });
+  const calls: [string, () => Promise<unknown>][] = [
+    ["list", () => store.list("v1/")],
+    ["getBytes", () => store.getBytes("v1/x.json")],
+    ["putBytes", () => store.putBytes("v1/x.json", encoder.encode("{}"))],
+    ["putBytes if-none-match", () =>
+      store.putBytes("v1/x.json", encoder.encode("{}"), {
+        ifNoneMatch: "*",
+      })],
+    ["delete", () => store.delete("v1/x.json")],
+  ];
+  for (const [what, call] of calls) {
+    const err = await call().then(() => undefined, (e: unknown) => e);
+    const status = toGrpcStatus(err);
+    assert.equal(codeName(status.code), "FAILED_PRECONDITION", `${what}: ${status.details}`);
+    assert.match(status.details, /the bucket "no-such-bucket-here" does not exist/, what);
+  }
 });

@@ -8,11 +8,14 @@
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
+  type RequestOptions,
   type Store,
   type StoredObject,
   StoreError,
+  tooLargeError,
   type TransferOptions,
   type WriteCondition,
 } from "../../src/store/store.ts";
@@ -106,8 +109,14 @@ export class MemoryStore implements Store {
   }
 
   // deno-lint-ignore require-await
-  async putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult> {
+  async putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options: RequestOptions = {},
+  ): Promise<PutResult> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     const current = this.#objects.get(key);
     if (condition !== undefined) {
       const holds = "ifNoneMatch" in condition
@@ -150,15 +159,20 @@ export class MemoryStore implements Store {
   }
 
   // deno-lint-ignore require-await
-  async getBytes(key: string): Promise<ObjectBytes | undefined> {
+  async getBytes(key: string, options: RequestOptions = {}): Promise<ObjectBytes | undefined> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     const found = this.#objects.get(key);
+    if (found && found.bytes.length > MAX_OBJECT_BYTES) {
+      throw tooLargeError(`Reading "${key}" from ${this.description}`, MAX_OBJECT_BYTES);
+    }
     return found && { bytes: found.bytes.slice(), etag: found.etag };
   }
 
   // deno-lint-ignore require-await
-  async list(prefix: string): Promise<StoredObject[]> {
+  async list(prefix: string, options: RequestOptions = {}): Promise<StoredObject[]> {
     checkPrefix(prefix);
+    options.signal?.throwIfAborted();
     return this.keys().filter((k) => k.startsWith(prefix)).map((key) => {
       const o = this.#objects.get(key)!;
       return { key, size: o.bytes.length, etag: o.etag };
@@ -166,8 +180,9 @@ export class MemoryStore implements Store {
   }
 
   // deno-lint-ignore require-await
-  async delete(key: string): Promise<void> {
+  async delete(key: string, options: RequestOptions = {}): Promise<void> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     this.#objects.delete(key);
   }
 }

@@ -10,7 +10,12 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { type Store, StoreError, type StoreErrorKind } from "../../src/store/store.ts";
+import {
+  MAX_OBJECT_BYTES,
+  type Store,
+  StoreError,
+  type StoreErrorKind,
+} from "../../src/store/store.ts";
 import { joinChunks } from "./fake_stream_runner.ts";
 
 const MiB = 1024 * 1024;
@@ -60,6 +65,7 @@ const CHECKS: ReadonlyArray<readonly [string, Check]> = [
   ["ifMatch: exactly one of concurrent writers wins", ifMatchOneWinner],
   ["etag changes when the content changes", etagChanges],
   ["a missing key: getBytes undefined, getStream not_found", missingKey],
+  ["getBytes refuses an object over MAX_OBJECT_BYTES, naming the key", tooLargeForBytes],
   ["list filters by prefix and sorts by key", listPrefixAndOrder],
   ["delete removes and is idempotent", deleteIdempotent],
   ["invalid keys and prefixes are refused as invalid", invalidKeys],
@@ -263,7 +269,17 @@ async function etagChanges(store: Store, base: string): Promise<void> {
   const d = await store.putStream(big, generated(2 * MiB, 1));
   const e = await store.putStream(big, generated(2 * MiB, 2));
   assert.notEqual(d.etag, e.etag, "a large stream replaced by another of the same size");
-  assert.equal((await store.getBytes(big))?.etag, e.etag);
+  // Listed, not read whole: getBytes refuses objects over MAX_OBJECT_BYTES.
+  assert.equal((await store.list(big)).find((o) => o.key === big)?.etag, e.etag);
+}
+
+async function tooLargeForBytes(store: Store, base: string): Promise<void> {
+  const key = `${base}streams/big-for-bytes.zfs`;
+  await store.putStream(key, generated(MAX_OBJECT_BYTES + 1, 3));
+  const err = await assertRejectsKind(() => store.getBytes(key), "invalid");
+  assert.ok(err.message.includes(`"${key}"`), err.message);
+  assert.ok(err.message.includes(`${MAX_OBJECT_BYTES} bytes`), err.message);
+  assert.equal((await readAll(await store.getStream(key))).length, MAX_OBJECT_BYTES + 1);
 }
 
 async function missingKey(store: Store, base: string): Promise<void> {
