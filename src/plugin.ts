@@ -207,6 +207,7 @@ export async function startPlugin(
   // not answered behind the processes it starts; with no Probe, HOUSEKEEPING_WAIT_MS after the
   // check.
   let stopped = false;
+  let scratch: { stop(): void } | undefined;
   void health.refresh()
     .then(() => orAfter(identity.firstProbeAnswered, HOUSEKEEPING_WAIT_MS))
     .then(() => {
@@ -219,6 +220,13 @@ export async function startPlugin(
       // Standby copies live on this node's pool: only a node keeps them.
       if (serveNode) parts?.standby?.start();
       sweep?.start();
+      // Scratch datasets of `zfs-csi verify` runs that died (src/cli/scratch.ts): loaded only now.
+      void import("./cli/scratch.ts").then(({ ScratchSweep }) => {
+        if (stopped) return;
+        const found = new ScratchSweep({ zfs, parentDataset: config.parentDataset, log });
+        found.start();
+        scratch = found;
+      });
     });
   return {
     server,
@@ -230,6 +238,7 @@ export async function startPlugin(
       parts?.follow.stop();
       parts?.standby?.stop();
       sweep?.stop();
+      scratch?.stop();
       await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };
