@@ -44,6 +44,18 @@ export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
     summary: "restore a stored backup into a scratch dataset, check it, remove it",
     load: () => import("./verify.ts"),
   },
+  backup: {
+    summary: "backup set VOLUME --interval TIME: give a volume its own backup schedule",
+    load: () => import("./backup.ts"),
+  },
+  snapshots: {
+    summary: "a volume's snapshots, stored and local, newest first, and which restore",
+    load: () => import("./snapshots.ts"),
+  },
+  restore: {
+    summary: "restore VOLUME[@SNAPSHOT] --to NAME: a snapshot into a new volume",
+    load: () => import("./restore.ts"),
+  },
   takeover: {
     summary: "take a volume that follows its job from a lost holder, from the store's last copy",
     load: () => import("../follow/takeover_command.ts"),
