@@ -187,7 +187,17 @@ export async function startPlugin(
   }
   // Listening before serving: a taken port stops the start before Nomad sees a socket.
   const metered = config.metricsListen && activity && meters
-    ? meters.startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
+    ? meters.startMetrics(config.metricsListen, {
+      config,
+      activity,
+      zfs,
+      mounter,
+      runner,
+      log,
+      // The store's reachability, and every served method's counter at 0 from the start.
+      ...(parts ? { store: parts.follow.store } : {}),
+      methods: Object.values(handlers).flatMap((h) => Object.keys(h ?? {})),
+    })
     : undefined;
   health.startPeriodic();
   let server: RunningServer;
