@@ -140,8 +140,9 @@ export function judgeMark(
   return {
     state: "running",
     pid: mark.pid,
-    reason: `verify process ${mark.pid} is running (mark refreshed ` +
-      `${Math.max(0, Math.round(silentMs / 1000))} s ago)`,
+    reason: `verify process ${mark.pid} may still run: its mark was refreshed ` +
+      `${Math.max(0, Math.round(silentMs / 1000))} s ago (stale after ${STALE_MS / 1000} s ` +
+      `without)`,
   };
 }
 

@@ -8,7 +8,8 @@
  * It can lose data (what the holder wrote after the store's head), so it is planned first
  * ({@linkcode planTakeover}) and acts only on that plan ({@linkcode takeover}). The plan watches
  * the owner object for a few seconds on this node's monotonic clock, as the takeover rule does
- * (rule.ts): a holder that is alive renews every TTL/3 and changes the etag. The holder's
+ * (rule.ts): a holder that is alive renews every TTL/3 and changes the etag, so a watch shorter
+ * than that is itself a reason to refuse. The holder's
  * `renewedAt` is its own wall clock; it is compared with this node's clock only to refuse (a
  * stamp younger than the TTL by this node's clock: the holder may be alive, or the clocks
  * disagree), never to allow: acting needs the watch to have seen the object unchanged too.
@@ -30,7 +31,9 @@ export type FreshReason =
   /** The holder is the node this runs on (its --node-id). */
   | "here"
   /** The store holds no copy: the next stage starts empty. */
-  | "no-copy";
+  | "no-copy"
+  /** Watched for less than the holder renews within: a live holder may not have shown. */
+  | "short-watch";
 
 /** What a takeover of a volume would do, as watched from this node. */
 export interface TakeoverPlan {
@@ -74,13 +77,18 @@ export interface WatchOptions {
   readonly onWatch?: (ms: number) => void;
 }
 
+/** Least watch that can see a live holder renew: it renews every TTL/3; 1 s more for the read. */
+export function renewalWatchMs(ttlSeconds: number): number {
+  return Math.ceil((ttlSeconds * 1000) / 3) + 1000;
+}
+
 /**
- * How long to watch a lease of `ttlSeconds` by default: a live holder renews every TTL/3, so
- * TTL + 1 s sees at least one renewal; at most 15 s (a longer TTL's holder is caught by its
- * stamp, or by a longer --watch).
+ * How long to watch a lease of `ttlSeconds` by default: TTL + 1 s, which sees a live holder
+ * renew (every TTL/3) and lets its stamp age past the TTL, but at most 15 s, and never less
+ * than one renewal period.
  */
 export function defaultWatchMs(ttlSeconds: number): number {
-  return Math.min((ttlSeconds + 1) * 1000, 15_000);
+  return Math.max(Math.min((ttlSeconds + 1) * 1000, 15_000), renewalWatchMs(ttlSeconds));
 }
 
 function notFollow(store: Store, name: string, key: string): CsiError {
@@ -138,6 +146,7 @@ export async function planTakeover(
     if (!(stampAgeMs >= r.ttlSeconds * 1000)) refusals.push("stamp");
     if (r.holder === opts.node) refusals.push("here");
     if (r.head === null) refusals.push("no-copy");
+    if (!changed && watchedMs < renewalWatchMs(r.ttlSeconds)) refusals.push("short-watch");
   }
   return {
     volume: r.volume,
@@ -168,6 +177,9 @@ export function refusalText(plan: TakeoverPlan, reason: FreshReason): string {
       return `node "${r.holder}" is this node (--node-id): the volume is held here, not lost`;
     case "no-copy":
       return `the store holds no copy of it: the next stage would start it EMPTY`;
+    case "short-watch":
+      return `it was watched for ${ageText(plan.watchedMs)} only, less than the ` +
+        `${ageText(renewalWatchMs(r.ttlSeconds))} a live holder renews within (--watch)`;
   }
 }
 

@@ -14,7 +14,7 @@ import { ConfigError } from "../config.ts";
 import { storeGrants } from "../permissions.ts";
 import { openStore } from "../store/open.ts";
 import { ageText } from "./rule.ts";
-import { planLines, planTakeover, refusalText, takeover } from "./takeover.ts";
+import { planLines, planTakeover, refusalText, takeover, type WatchOptions } from "./takeover.ts";
 
 /** Usage of `takeover`. */
 export const usage =
@@ -28,15 +28,20 @@ holder comes back, its copy is set aside there, never published, and its late up
 refused.
 
 Without --yes it changes nothing: it watches the lease from this node (default the lease's TTL
-plus 1 s, at most 15 s; --watch) and shows the holder, when it renewed (by its own clock) against
-its TTL, how old the store's copy is, and what would be lost. With --yes it takes the volume,
-with a write that fails if the lease changed since it was watched. A fresh lease (it changed
-while watched, or the holder's stamp is younger than its TTL by this node's clock), a volume
-held by this node (--node-id), or one the store holds no copy of, is refused unless --force is
-given too. Needs the store only.`;
+plus 1 s, at most 15 s, at least the TTL/3 a live holder renews within; --watch SECONDS) and
+shows the holder, when it renewed (by its own clock) against its TTL, how old the store's copy
+is, and what would be lost. With --yes it takes the volume, with a write that fails if the lease
+changed since it was watched. A fresh lease (it changed while watched, or the holder's stamp is
+younger than its TTL by this node's clock), a watch shorter than the holder's renewal period, a
+volume held by this node (--node-id), or one the store holds no copy of, is refused unless
+--force is given too. Needs the store only.`;
 
-/** Runs `takeover`. */
-export async function run(args: readonly string[], io: CliIo): Promise<number> {
+/** Runs `takeover`; `watch` replaces its clocks and sleep in tests. */
+export async function run(
+  args: readonly string[],
+  io: CliIo,
+  watch: Pick<WatchOptions, "now" | "monotonic" | "sleep"> = {},
+): Promise<number> {
   const split = splitArgs(args, {
     json: { type: "boolean" },
     yes: { type: "boolean" },
@@ -61,6 +66,7 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
   const store = openStore(config.store);
   const json = split.own.json === true;
   const plan = await planTakeover(store, volume, {
+    ...watch,
     node: config.nodeId,
     ...(watchMs === undefined ? {} : { watchMs }),
     onWatch: (ms) => {

@@ -110,15 +110,15 @@ Deno.test("takeover refuses a fresh stamp, this node's own volume, and a volume 
   const T = Date.parse("2026-01-01T00:10:00Z");
   const fresh = new MemoryStore();
   await held(fresh, T - 200, T - MINUTE);
-  const p1 = await planTakeover(fresh, "db[0]", { ...clocks(T), watchMs: 0 });
+  const p1 = await planTakeover(fresh, "db[0]", clocks(T));
   assert.deepEqual(p1.refusals, ["stamp"]);
   const here = new MemoryStore();
   await held(here, T - 5 * MINUTE, T - 6 * MINUTE);
-  const p2 = await planTakeover(here, "db[0]", { ...clocks(T), node: "node-a", watchMs: 0 });
+  const p2 = await planTakeover(here, "db[0]", { ...clocks(T), node: "node-a" });
   assert.deepEqual(p2.refusals, ["here"]);
   const empty = new MemoryStore();
   await held(empty, T - 5 * MINUTE);
-  const p3 = await planTakeover(empty, "db[0]", { ...clocks(T), watchMs: 0 });
+  const p3 = await planTakeover(empty, "db[0]", clocks(T));
   assert.deepEqual(p3.refusals, ["no-copy"]);
   assert.match(planLines(p3).join("\n"), /next stage starts the volume empty/);
   for (const [store, plan] of [[fresh, p1], [here, p2], [empty, p3]] as const) {
@@ -133,7 +133,7 @@ Deno.test("takeover acts only on the etag it watched: a renewal after the plan c
   const store = new MemoryStore();
   const T = Date.parse("2026-01-01T00:10:00Z");
   const a = await held(store, T - 5 * MINUTE, T - 6 * MINUTE);
-  const plan = await planTakeover(store, "db[0]", { ...clocks(T), watchMs: 0 });
+  const plan = await planTakeover(store, "db[0]", clocks(T));
   assert.deepEqual(plan.refusals, []);
   await renew(store, KEY, a, T);
   await assert.rejects(
@@ -164,6 +164,20 @@ Deno.test("takeover of a released volume changes nothing; of an unknown one is N
   });
 });
 
+/** The command's watch on a monotonic clock its sleeps move: the default watch, no real wait. */
+function fastWatch() {
+  let mono = 0;
+  const wall = Date.now();
+  return {
+    now: () => wall + mono,
+    monotonic: () => mono,
+    sleep: (ms: number) => {
+      mono += ms;
+      return Promise.resolve();
+    },
+  };
+}
+
 /** A directory store in /tmp with db[0] held by node-a, renewed `ageMs` ago by this clock. */
 async function fileStore(ageMs: number) {
   const dir = await Deno.makeTempDir({ dir: "/tmp", prefix: "zfs-csi-takeover-" });
@@ -176,8 +190,6 @@ async function fileStore(ageMs: number) {
     "node-b",
     "--store",
     `file://${dir}`,
-    "--watch",
-    "0",
   ];
   return { dir, store, flags, [Symbol.asyncDispose]: () => Deno.remove(dir, { recursive: true }) };
 }
@@ -185,7 +197,7 @@ async function fileStore(ageMs: number) {
 Deno.test("zfs-csi takeover is a dry run without --yes: it shows the plan and changes nothing", async () => {
   await using s = await fileStore(5 * MINUTE);
   const io = memoryIo();
-  assert.equal(await run([...s.flags, "db[0]"], io), 0);
+  assert.equal(await run([...s.flags, "db[0]"], io, fastWatch()), 0);
   const text = io.stdout.join("\n");
   assert.match(text, /holder {8}node "node-a"/);
   assert.match(text, /Dry run: nothing was changed\. To take it: .* --yes$/m);
@@ -194,7 +206,7 @@ Deno.test("zfs-csi takeover is a dry run without --yes: it shows the plan and ch
   assert.equal(owner.generation, 1);
   // With --yes it takes it.
   const yes = memoryIo();
-  assert.equal(await run([...s.flags, "db[0]", "--yes"], yes), 0);
+  assert.equal(await run([...s.flags, "db[0]", "--yes"], yes, fastWatch()), 0);
   assert.match(yes.stdout.join("\n"), /was taken from node "node-a"/);
   assert.equal((await readOwner(s.store, KEY))!.record.state, "released");
 });
@@ -202,9 +214,24 @@ Deno.test("zfs-csi takeover is a dry run without --yes: it shows the plan and ch
 Deno.test("zfs-csi takeover --yes refuses a lease renewed within its TTL unless --force", async () => {
   await using s = await fileStore(200);
   const io = memoryIo();
-  await assert.rejects(() => run([...s.flags, "db[0]", "--yes"], io), /--force/);
+  await assert.rejects(() => run([...s.flags, "db[0]", "--yes"], io, fastWatch()), /--force/);
   assert.equal((await readOwner(s.store, KEY))!.record.state, "held");
   const forced = memoryIo();
-  assert.equal(await run([...s.flags, "db[0]", "--yes", "--force"], forced), 0);
+  assert.equal(await run([...s.flags, "db[0]", "--yes", "--force"], forced, fastWatch()), 0);
   assert.equal((await readOwner(s.store, KEY))!.record.state, "released");
+});
+
+Deno.test("takeover refuses a watch shorter than the holder's renewal period unless --force", async () => {
+  const store = new MemoryStore();
+  const T = Date.parse("2026-01-01T00:10:00Z");
+  await held(store, T - 60 * MINUTE, T - 61 * MINUTE);
+  const short = await planTakeover(store, "db[0]", { ...clocks(T), watchMs: 2000 });
+  assert.deepEqual(short.refusals, ["short-watch"]);
+  await assert.rejects(
+    () => takeover(store, short, { by: "op", nowMs: T }),
+    /watched for 2s only, less than the 11s a live holder renews within/,
+  );
+  assert.equal(defaultWatchMs(30), 15_000);
+  assert.equal(defaultWatchMs(3), 4_000);
+  assert.equal(defaultWatchMs(90), 31_000, "at least one renewal period of a long TTL");
 });
