@@ -25,7 +25,7 @@ export interface Subcommand {
 /** Every subcommand. */
 export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
   list: {
-    summary: "list volumes: node, size, used, staged/published, last backup",
+    summary: "list volumes and host volumes: size, use, staged/published, backups",
     load: () => import("./list.ts"),
   },
   undelete: {
