@@ -16,7 +16,14 @@ import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { type CliIo, printJson } from "./io.ts";
 import { intervalText } from "./list.ts";
-import { buildTools, checkPrograms, resolveConfig, splitArgs, type ToolOptions } from "./setup.ts";
+import {
+  buildTools,
+  checkPrograms,
+  requireParent,
+  resolveConfig,
+  splitArgs,
+  type ToolOptions,
+} from "./setup.ts";
 import { namedVolume } from "./target.ts";
 
 /** A change `backup set` makes: a value to set, or `default` to inherit the plugin's. */
@@ -117,7 +124,9 @@ export async function run(
   );
   const config = resolveConfig(split.configArgs);
   if (!opts.runner) checkPrograms([config.zfsPath]);
-  const { zfs } = buildTools(config, { level: "warn", ...opts });
+  const tools = buildTools(config, { level: "warn", ...opts });
+  const { zfs } = tools;
+  await requireParent(tools);
   const volume = namedVolume(config.parentDataset, split.positionals[0]!);
   const before = await readVolume(zfs, volume.dataset);
   const sets: [string, string][] = [];

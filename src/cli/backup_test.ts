@@ -105,3 +105,14 @@ Deno.test("backup set reads its flags as the scheduler does, in one line when wr
   assert.throws(() => parseSettings("often", undefined), /--interval: Backup interval "often"/);
   assert.throws(() => parseSettings(undefined, "all"), /--keep: /);
 });
+
+Deno.test("backup set says a missing parent does not exist, not that it is not visible", async () => {
+  const runner = new FakeRunner();
+  const pool = new FakePool(runner);
+  pool.add("tank");
+  await assert.rejects(
+    () => run(["set", ...TEST_FLAGS, "pg", "--interval", "1h"], memoryIo(), { runner }),
+    /Parent dataset "tank\/nomad" does not exist \(zfs said: cannot open 'tank\/nomad': dataset does not exist\)/,
+  );
+  assert.ok(!runner.argvs.some((a) => a[1] === "set"));
+});

@@ -31,6 +31,7 @@ import {
   buildTools,
   checkPrograms,
   requireGrant,
+  requireParent,
   resolveConfig,
   splitArgs,
   type Tools,
@@ -202,6 +203,7 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
   const parent = config.parentDataset;
   const source = namedVolume(parent, volumeArg);
   const toName = split.own.to;
+  await requireParent(tools);
   const target = childDataset(parent, "Volume name", toName);
   await checkFree(tools, target);
   const stored = snapshot === undefined || isStoredName(snapshot);

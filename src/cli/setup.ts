@@ -194,6 +194,15 @@ export async function readParentTree(
   }
 }
 
+/**
+ * Checks that the parent dataset exists, saying plainly when it or its pool does not (see
+ * {@linkcode readParentTree}): for subcommands whose first zfs call is below the parent.
+ * @throws {CsiError} NOT_FOUND naming the parent (and pool) that does not exist
+ */
+export async function requireParent(tools: Tools): Promise<void> {
+  await readParentTree(tools, 1, ["type"]);
+}
+
 /** The modules a subcommand works with, built like the server's. */
 export interface Tools {
   readonly config: Config;

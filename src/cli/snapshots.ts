@@ -21,6 +21,7 @@ import {
   buildTools,
   checkPrograms,
   requireGrant,
+  requireParent,
   resolveConfig,
   splitArgs,
   type ToolOptions,
@@ -194,6 +195,7 @@ export async function run(
   if (config.store) { for (const grant of storeGrants(config.store)) requireGrant(grant); }
   if (!opts.runner) checkPrograms([config.zfsPath]);
   const tools = buildTools(config, { level: "warn", ...opts });
+  await requireParent(tools);
   const volume = namedVolume(config.parentDataset, split.positionals[0]!);
   const rows = await volumeSnapshots(tools, volume);
   if (split.own.json === true) {

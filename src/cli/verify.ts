@@ -33,7 +33,14 @@ import {
   VERIFY_PREFIX,
   VERIFY_PROPERTY,
 } from "./scratch.ts";
-import { buildTools, checkPrograms, requireGrant, resolveConfig, splitArgs } from "./setup.ts";
+import {
+  buildTools,
+  checkPrograms,
+  requireGrant,
+  requireParent,
+  resolveConfig,
+  splitArgs,
+} from "./setup.ts";
 
 export { VERIFY_PREFIX };
 
@@ -261,6 +268,7 @@ export async function run(
   checkPrograms([config.zfsPath]);
   const tools = buildTools(config, { level: "warn" });
   const store = openStore(config.store);
+  await requireParent(tools);
   const manifests = await volumeManifests(store, volume);
   const which = typeof split.own.snapshot === "string" ? split.own.snapshot : undefined;
   const target = pickManifest(manifests, volume, which);
