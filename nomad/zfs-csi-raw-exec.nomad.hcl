@@ -104,15 +104,33 @@ variable "metrics_port" {
   default     = 0
   description = <<-EOT
     0 (default): no metrics endpoint. Otherwise the plugin serves Prometheus metrics at
-    http://<node>:<port>/metrics (a static port: the binary's permission names it) and the job
-    registers the service "zfs-csi-metrics" for Prometheus (README, "Metrics"). The binary must
-    be built for it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> deno task compile, or it refuses to
-    start, naming that variable.
+    http://<metrics_address>:<port>/metrics (a static port: the binary's permission names it).
+    The binary must be built for that address and port: ZFS_CSI_METRICS_LISTEN=
+    <metrics_address>:<port> deno task compile, or it refuses to start, naming that variable.
   EOT
 
   validation {
     condition     = var.metrics_port >= 0 && var.metrics_port <= 65535
     error_message = "The metrics_port must be 0 (off) or a port from 1 to 65535."
+  }
+}
+
+variable "metrics_address" {
+  type        = string
+  default     = "127.0.0.1"
+  description = <<-EOT
+    The address the plugin listens on for metrics. raw_exec shares the host's network, where
+    0.0.0.0 would be every interface, public ones included, and the endpoint has no
+    authentication and shows every namespace's volume names: loopback by default, scraped by a
+    collector on the node (Prometheus in agent mode, Grafana Alloy, vmagent) that forwards to
+    your Prometheus (README, "Metrics"). For a Prometheus elsewhere, give the node's private
+    address (and build the binary for it), and the job registers the service "zfs-csi-metrics"
+    at that address; a loopback address registers none.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.metrics_address, "^([0-9]{1,3}(\\.[0-9]{1,3}){3}|\\[[0-9a-fA-F:.]+\\]|[a-z0-9][-a-z0-9.]*)$", "") == ""
+    error_message = "The metrics_address must be an IPv4 address, a bracketed IPv6 address or a host name."
   }
 }
 
@@ -180,6 +198,9 @@ locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
 
+  # A loopback metrics address: only a collector on the node can scrape it.
+  metrics_loopback = regex_replace(var.metrics_address, "^(127\\.[0-9.]+|localhost|\\[::1\\])$", "") == ""
+
   # Literals by the time the job is submitted: variables are resolved by "nomad job run".
   plugin_id = var.plugin_id != "" ? var.plugin_id : (var.node != "" ? "zfs-${var.node}" : "zfs")
   # A monolith has one job per plugin id, so running the job for node-b does not replace node-a's.
@@ -210,8 +231,9 @@ locals {
       "--log-level", var.log_level,
     ],
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
-    # Off unless metrics_port is set; every interface, as the build's permission names it.
-    var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
+    # Off unless metrics_port is set; on metrics_address only (loopback by default), as the
+    # build's permission names it.
+    var.metrics_port > 0 ? ["--metrics-listen", "${var.metrics_address}:${var.metrics_port}"] : [],
     # The store, when there is one; its keys come through the environment (template below).
     var.store != "" ? ["--store", var.store] : [],
     var.store_endpoint != "" ? ["--store-endpoint", var.store_endpoint] : [],
@@ -262,13 +284,17 @@ job "zfs-csi" {
       }
     }
 
+    # Registered only for an address another machine can reach: a loopback endpoint is scraped
+    # by a collector on the node.
     dynamic "service" {
-      for_each = var.metrics_port > 0 ? [1] : []
+      for_each = var.metrics_port > 0 && !local.metrics_loopback ? [1] : []
       content {
         name     = "zfs-csi-metrics"
         provider = var.metrics_service_provider
         port     = "metrics"
-        tags     = ["metrics", "prometheus", local.plugin_id]
+        # The address it listens on, unless that is every address (then the node's).
+        address = var.metrics_address == "0.0.0.0" ? null : var.metrics_address
+        tags    = ["metrics", "prometheus", local.plugin_id]
         meta {
           metrics_path = "/metrics"
           plugin_id    = local.plugin_id

@@ -126,6 +126,8 @@ export function storeParts(
     parentDataset: config.parentDataset,
     log,
     backup: activity ? meteredBackup(scheduled, activity, parent) : scheduled,
+    // Volumes that chose no interval, made before --backup-interval was set or after.
+    defaultIntervalSeconds: config.store.defaultBackupIntervalSeconds,
   });
   const pruner = new StorePruner({
     store,

@@ -137,8 +137,12 @@ export class StoredSnapshots {
       };
     });
     const id = storedSnapshotId(volumeName, snap.guid);
+    // CSI's size_bytes is the snapshot's size, what a volume made from it holds: the volume's
+    // `referenced` at the snapshot (what refquota bounds, as a local snapshot answers), never
+    // the stream's bytes, which for an incremental are only the changes since its base.
+    const sized = (e: StoredEntry): StoredEntry => ({ ...e, sizeBytes: snap.referenced });
     const stored = manifests.find((m) => m.volume === volumeName && m.guid === snap.guid);
-    if (stored) return this.#entry(stored);
+    if (stored) return sized(this.#entry(stored));
     let upload = this.#uploads.get(id);
     if (!upload) {
       const entry: StoredEntry = {
@@ -175,7 +179,7 @@ export class StoredSnapshots {
       );
     }
     const manifest = await within(upload.done, this.#answerWithinMs());
-    return manifest ? this.#entry(manifest) : upload.entry;
+    return manifest ? sized(this.#entry(manifest)) : upload.entry;
   }
 
   /**
