@@ -12,6 +12,7 @@ import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
 import { S3Server, signedFetch } from "../support/s3_server.ts";
 import { assertRejectsKind, storeContract } from "../support/store_contract.ts";
+import { checkDeletedRetentionOnStoreClock } from "../support/deleted_retention.ts";
 
 const MiB = 1024 * 1024;
 const encoder = new TextEncoder();
@@ -66,6 +67,13 @@ Deno.test("S3Store passes the store contract against versitygw", async (t) => {
   await using server = await S3Server.start();
   await storeContract(t, () => Promise.resolve(storeOn(server)));
   assert.deepEqual(await pendingUploads(server), [], "no multipart upload left behind");
+});
+
+Deno.test("S3Store: the store pruner ages a deleted volume by the server's LastModified, not by nodes' clocks", async () => {
+  await using server = await S3Server.start();
+  await checkDeletedRetentionOnStoreClock(
+    storeOn(server, { prefix: `retention-${crypto.randomUUID()}` }),
+  );
 });
 
 /** A body of `size` bytes that calls `onStall` once `stallAt` bytes are out, then waits forever. */
