@@ -132,6 +132,7 @@ export function storeParts(
   const pruner = new StorePruner({
     store,
     log,
+    node: config.nodeId,
     deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
     // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
     ...(opened instanceof FileStore ? { cleanTemp: () => opened.cleanTemp() } : {}),
