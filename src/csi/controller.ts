@@ -1084,7 +1084,7 @@ export class ControllerService {
         node: m.node,
         // The copy's own time: the snapshot holds the volume as it was then.
         creation: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
-        sizeBytes: m.size,
+        sizeBytes: await snapshots.sizeOf(m),
         ready: true,
       }, followVolumeId(m.volume)),
     };
