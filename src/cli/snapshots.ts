@@ -12,6 +12,7 @@ import { ChainError, chainTo } from "../store/chain.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import { openStore } from "../store/open.ts";
 import { storedSnapshotId } from "../store/snapshot_ids.ts";
+import { storedSnapshotSize } from "../store/snapshot_size.ts";
 import { storeGrants } from "../permissions.ts";
 import { BACKUP_PREFIX } from "../replicate/local.ts";
 import { decodeComponent, DELETED_PREFIX, STORED_PREFIX } from "../zfs/names.ts";
@@ -44,7 +45,7 @@ export interface SnapshotRow {
    * name zfs-csi would not make (such as sanoid's `autosnap_<date>_<time>_daily`).
    */
   readonly kind: "snapshot" | "stored" | "backup" | "other";
-  /** Local: its `referenced`; stored only: the bytes of the streams a restore receives. */
+  /** Its `referenced` bytes: a stored one's as src/store/snapshot_size.ts reads it. */
   readonly sizeBytes: number;
   /** Whether `zfs-csi restore` can restore it, and if not why. */
   readonly restorable: boolean;
@@ -109,7 +110,7 @@ export function storedRows(manifests: readonly SnapshotManifest[]): SnapshotRow[
       createdAt: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
       where: "store" as const,
       kind: m.kind === "scheduled" ? "backup" as const : "stored" as const,
-      sizeBytes: chain ? chain.reduce((n, x) => n + x.size, 0) : m.size,
+      sizeBytes: storedSnapshotSize(m, manifests),
       restorable: chain !== undefined,
       note: chain
         ? `received from the store: ${chain.length} stream(s)` + (m.raw ? ", encrypted (raw)" : "")
@@ -179,8 +180,8 @@ export const usage =
 Lists VOLUME's snapshots, newest first: the ones on this node (CSI snapshots, .stored-* copies
 of snapshots in the store, .backup-* bases of scheduled backups, and other tools' snapshots)
 and, with the plugin's --store, the ones in the store; one taken here and stored is one row
-("both"). SIZE is a local snapshot's referenced bytes, or for a stored one the bytes of the
-streams a restore receives. RESTORE says whether zfs-csi restore VOLUME@SNAPSHOT --to NAME can
+("both"). SIZE is the volume's referenced bytes at the snapshot (for a stored one written by
+an older plugin, which did not record it: its streams' bytes, at most the volume's size). RESTORE says whether zfs-csi restore VOLUME@SNAPSHOT --to NAME can
 restore it: a local snapshot is cloned; a stored one needs every stream back to a full one.`;
 
 /** Runs `snapshots`; `opts` replace the real runner in tests. */

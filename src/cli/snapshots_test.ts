@@ -52,10 +52,22 @@ Deno.test("stored snapshots restore when their chain is whole, and say why not o
   ]);
   const by = new Map(rows.map((r) => [r.guid, r]));
   assert.equal(by.get("22")!.restorable, true);
-  assert.equal(by.get("22")!.sizeBytes, 1010, "the streams a restore receives");
+  assert.equal(by.get("22")!.sizeBytes, 1010, "no recorded size: the streams a restore receives");
   assert.equal(by.get("22")!.name, "store:pg:0000000000000016");
   assert.equal(by.get("44")!.restorable, false);
   assert.match(by.get("44")!.note, /not restorable: .*needs base 33/);
+});
+
+Deno.test("a stored snapshot's size is the volume's referenced at it, not its stream's bytes", () => {
+  const full = {
+    ...manifest("11", null, "2026-01-01T00:00:00Z", 300 << 20),
+    referencedBytes: 300 << 20,
+  };
+  const inc = { ...manifest("22", "11", "2026-01-02T00:00:00Z", 624), referencedBytes: 301 << 20 };
+  // Written before manifests recorded it: the chain's streams, at most the volume's capacity.
+  const older = { ...manifest("33", "22", "2026-01-03T00:00:00Z", 624), capacityBytes: 256 << 20 };
+  const by = new Map(storedRows([full, inc, older]).map((r) => [r.guid, r.sizeBytes]));
+  assert.deepEqual([by.get("11"), by.get("22"), by.get("33")], [300 << 20, 301 << 20, 256 << 20]);
 });
 
 Deno.test("local and stored snapshots merge by guid, newest first; set-aside and internal ones are left out", async () => {

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { backupHarness, PARENT } from "../../tests/support/backup_harness.ts";
 import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
 import { BackupScheduler } from "../replicate/scheduler.ts";
-import { StoredSnapshots } from "./stored_snapshots.ts";
+import { encodeJson, parseManifest } from "../store/chain.ts";
+import { StoredSnapshots, type StoredSnapshotsDeps } from "./stored_snapshots.ts";
 import { Trash } from "./trash.ts";
 
 /** StoredSnapshots over the backup harness; every `.stored-*` snapshot refers to `referenced`. */
@@ -23,7 +24,7 @@ function stored(referenced: string) {
     log,
     backup: () => Promise.reject(new Error("no scheduled backups here")),
   });
-  const snapshots = new StoredSnapshots({
+  const deps: StoredSnapshotsDeps = {
     zfs,
     store,
     parentDataset: PARENT,
@@ -40,8 +41,8 @@ function stored(referenced: string) {
       log,
     },
     log,
-  });
-  return { h, snapshots };
+  };
+  return { h, snapshots: new StoredSnapshots(deps), deps };
 }
 
 Deno.test("CreateSnapshot to the store answers the volume's size at the snapshot, not the stream's", async () => {
@@ -57,4 +58,46 @@ Deno.test("CreateSnapshot to the store answers the volume's size at the snapshot
   assert.equal(second.sizeBytes, 314572800, "not the increment's bytes");
   // Asked again: the same answer, from the store.
   assert.equal((await snapshots.create(dataset, "pg", "tuesday", "tuesday")).sizeBytes, 314572800);
+});
+
+Deno.test("ListSnapshots answers a stored snapshot's size at the snapshot, recorded in its manifest", async () => {
+  const { h, snapshots, deps } = stored("314572800");
+  const dataset = h.volume("pg");
+  await snapshots.create(dataset, "pg", "monday", "monday");
+  await snapshots.create(dataset, "pg", "tuesday", "tuesday");
+  const listed = await snapshots.list("pg");
+  assert.equal(listed.length, 2);
+  assert.deepEqual(listed.map((e) => e.sizeBytes), [314572800, 314572800], "not the streams'");
+  // A plugin that knows only the store (restarted, another node) answers the same.
+  h.pool.hook = undefined;
+  for (const name of h.pool.names()) {
+    if (name.includes("@")) h.pool.setValue(name, "referenced", "1");
+  }
+  const restarted = new StoredSnapshots(deps);
+  assert.deepEqual((await restarted.list("pg")).map((e) => e.sizeBytes), [314572800, 314572800]);
+});
+
+Deno.test("ListSnapshots of a manifest written before sizes were recorded: its chain's streams, at most the capacity", async () => {
+  const { h, snapshots } = stored("314572800");
+  const dataset = h.volume("pg", { refquota: "1000" });
+  await snapshots.create(dataset, "pg", "monday", "monday");
+  await snapshots.create(dataset, "pg", "tuesday", "tuesday");
+  const manifests = h.store.keys().filter((k) => /\/snapshots\/[0-9a-f]{16}\.json$/.test(k));
+  let full = 0;
+  let increment = 0;
+  for (const key of manifests) {
+    const { referencedBytes: _, ...older } = parseManifest(h.store.peek(key)!);
+    if (older.baseGuid === null) full = older.size;
+    else increment = older.size;
+    await h.store.putBytes(key, encodeJson(older));
+  }
+  assert.ok(full > 0 && increment > 0, "one full stream, one increment");
+  const sizes = (await snapshots.list("pg")).map((e) => e.sizeBytes).sort((a, b) => a - b);
+  assert.deepEqual(sizes, [full, full + increment]);
+  // The volume's refquota at the snapshot bounds it.
+  for (const key of manifests) {
+    const m = parseManifest(h.store.peek(key)!);
+    await h.store.putBytes(key, encodeJson({ ...m, capacityBytes: 30 }));
+  }
+  assert.deepEqual((await snapshots.list("pg")).map((e) => e.sizeBytes), [30, 30]);
 });

@@ -391,6 +391,7 @@ async function sendOnce(
     raw: volume.raw,
     node: deps.node,
     capacityBytes,
+    ...(snap.referenced === undefined ? {} : { referencedBytes: snap.referenced }),
   };
   const written = await writeManifest(deps.store, volumeKey, manifest);
   if (

@@ -132,6 +132,10 @@ class Fields {
     return v;
   }
 
+  optionalCount(field: string): number | undefined {
+    return this.obj[field] === undefined ? undefined : this.count(field);
+  }
+
   boolean(field: string): boolean {
     const v = this.obj[field];
     if (typeof v !== "boolean") this.fail(field, "true or false");
@@ -193,6 +197,7 @@ export function parseManifest(
     );
   }
   const csiName = f.optionalText("csiName");
+  const referencedBytes = f.optionalCount("referencedBytes");
   const manifest: SnapshotManifest = {
     ...obj,
     format: 1,
@@ -210,6 +215,7 @@ export function parseManifest(
     raw: f.boolean("raw"),
     node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
+    ...(referencedBytes === undefined ? {} : { referencedBytes }),
   };
   return manifest;
 }

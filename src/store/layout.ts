@@ -103,6 +103,11 @@ export interface SnapshotManifest {
   readonly node: string;
   /** The volume's size when the snapshot was taken. */
   readonly capacityBytes: number;
+  /**
+   * The snapshot's `referenced` (what refquota bounds): its size, as CSI's size_bytes answers
+   * it. Absent in manifests written before it existed (see snapshot_size.ts).
+   */
+  readonly referencedBytes?: number;
 }
 
 /** 16 lowercase hex digits of a decimal guid. */
