@@ -249,6 +249,23 @@ export class Invariants {
     this.#goodFaith.set(key, holds || proved);
   }
 
+  /**
+   * `node` set `readonly=on` on `name`: a hint when a job's mount of it was writable and not
+   * excused (not a copy taken over from it): the plugin made the volume read-only under a job
+   * that still runs (OpenZFS: its writes now fail; zfs-fuse: they go on, to a copy the store
+   * may soon call released).
+   */
+  madeReadOnly(node: SimNode, name: string): void {
+    const obj = node.pool.objects.get(name);
+    const copy = obj && this.#writable.get(`${node.name}:${obj.oid}`);
+    if (copy?.excused === undefined && copy) {
+      this.#hint(
+        `${node.name} made its copy of volume "${copy.volume}" read-only while a job's mount ` +
+          `of it was writable`,
+      );
+    }
+  }
+
   /** The volume a dataset object is a copy of: named `<parent>/<volume>` now or once. */
   #volumeOf(node: SimNode, oid: number): string | undefined {
     const key = `${node.name}:${oid}`;
@@ -260,6 +277,14 @@ export class Invariants {
 
   #becameWritable(copy: WritableCopy): void {
     const r = this.owner(copy.volume);
+    const node = this.#nodes.find((n) => n.name === copy.node)!;
+    const name = node.pool.nameOf(copy.oid);
+    if (name !== undefined && node.pool.value(name, "readonly") === "on") {
+      this.#hint(
+        `${copy.node} mounted its copy of volume "${copy.volume}" for a job after making it ` +
+          `read-only (zfs-fuse keeps the earlier mount's mode: the job can write)`,
+      );
+    }
     if (r?.state === "held" && r.holder === copy.node && r.generation === copy.generation) return;
     // Last made writable in good faith, and taken over since in a way the node could not
     // prevent (paused, killed, cut off): what it mounts now it mounts in good faith (a pause

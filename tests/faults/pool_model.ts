@@ -67,6 +67,8 @@ export interface PoolOptions {
    * renames a dataset to it (before onChange).
    */
   readonly onWritable?: (name: string) => void;
+  /** Called when a command sets `readonly=on` on `name` (before onChange). */
+  readonly onReadOnly?: (name: string) => void;
   /** Called when a command changes something outside the parent dataset. */
   readonly onTouch?: (name: string, argv: readonly string[]) => void;
 }
@@ -409,6 +411,7 @@ export class PoolModel {
     }
     for (const [k, v] of parsed) obj.props.set(k, { value: v, source: "local" });
     if (parsed.some(([k, v]) => k === "readonly" && v === "off")) this.#o.onWritable?.(name);
+    if (parsed.some(([k, v]) => k === "readonly" && v === "on")) this.#o.onReadOnly?.(name);
     this.#changed();
     return {};
   }

@@ -169,6 +169,7 @@ class World implements NodeCaller {
         sleep: (ms) => this.#clock.sleep(ms),
         onChange: () => this.#inv.poolChanged(),
         onWritable: (dataset) => this.#inv.madeWritable(node, dataset),
+        onReadOnly: (dataset) => this.#inv.madeReadOnly(node, dataset),
         onTouch: (what, argv) => this.#inv.touched(name, what, argv),
       });
       const node: SimNode = new SimNode({
