@@ -1,7 +1,8 @@
 /**
  * Virtual time for the fault-schedule test (tests/faults/): while installed, `setTimeout`,
- * `setInterval`, their clears, `Date.now`, `performance.now` and `Deno.unrefTimer` are this
- * clock's, so the real src/follow and src/replicate code runs on time that moves only when the
+ * `setInterval`, their clears, `Date.now`, `performance.now`, `AbortSignal.timeout` and
+ * `Deno.unrefTimer` are this clock's (`new Date()` without an argument is not: the plugin uses
+ * it only for log stamps), so the real src/follow and src/replicate code runs on time that moves only when the
  * test says so. Time advances only once every promise has settled (one real macrotask turn
  * drains the microtask queue, and nothing in the simulation waits on real I/O), so a run is a
  * pure function of its schedule.
@@ -145,6 +146,7 @@ export class VirtualTime {
       dateNow: Date.now,
       perfNow: performance.now,
       unref: Deno.unrefTimer,
+      abortTimeout: AbortSignal.timeout,
     };
     const call = (fn: unknown, args: unknown[]) => () => {
       if (typeof fn === "function") fn(...args);
@@ -158,6 +160,12 @@ export class VirtualTime {
     Date.now = () => this.#now;
     performance.now = () => this.monotonic;
     Deno.unrefTimer = () => {};
+    // AbortSignal.timeout runs on a timer of its own: give it this clock's.
+    AbortSignal.timeout = (ms: number) => {
+      const c = new AbortController();
+      this.setTimeout(() => c.abort(new DOMException("The signal timed out", "TimeoutError")), ms);
+      return c.signal;
+    };
     return () => {
       Object.assign(g, {
         setTimeout: saved.setTimeout,
@@ -168,6 +176,7 @@ export class VirtualTime {
       Date.now = saved.dateNow;
       performance.now = saved.perfNow;
       Deno.unrefTimer = saved.unref;
+      AbortSignal.timeout = saved.abortTimeout;
     };
   }
 

@@ -547,6 +547,7 @@ export class PoolModel {
   }
 
   #mountOwn(name: string, obj: ZObject): void {
+    if (!this.#mountpoint(name).value.startsWith("/")) return;
     this.fs.mount({
       oid: obj.oid,
       mountPoint: this.#mountpoint(name).value,
@@ -563,6 +564,9 @@ export class PoolModel {
     if (this.#ownMount(obj)) return fails(`cannot mount '${name}': filesystem already mounted\n`);
     if (this.value(name, "canmount") === "off") {
       return fails(`cannot mount '${name}': 'canmount' property is set to 'off'\n`);
+    }
+    if (!this.#mountpoint(name).value.startsWith("/")) {
+      return fails(`cannot mount '${name}': no mountpoint set\n`);
     }
     this.#mountOwn(name, obj);
     this.#changed();
@@ -658,6 +662,14 @@ export class PoolModel {
 
   #receive(argv: readonly string[]): StreamScript {
     const target = argv.at(-1)!;
+    // `-o name=value` sets a property on what is received, as zfs does (`-x` excludes one the
+    // stream carries: these streams carry none).
+    const set: [string, string][] = [];
+    for (let i = 2; i < argv.length - 1; i++) {
+      if (argv[i] !== "-o") continue;
+      const kv = argv[++i]!;
+      set.push([kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]);
+    }
     return {
       onStdinEnd: (bytes) => {
         let stream: SimStream;
@@ -669,6 +681,8 @@ export class PoolModel {
         this.#inside(target, argv);
         const refused = receiveInto(this, target, stream);
         if (refused) return { code: 1, stderr: refused };
+        const ds = this.objects.get(target)!;
+        for (const [k, v] of set) ds.props.set(k, { value: v, source: "local" });
         this.#changed();
         return { code: 0, stderr: "" };
       },

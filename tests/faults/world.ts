@@ -368,12 +368,10 @@ class World implements NodeCaller {
     this.#inFlight.set(plugin.actor, pending);
     return new Promise((resolve, reject) => {
       pending.add(reject);
-      // The gRPC boundary: requests arrive as plain objects.
-      const service = plugin.node as unknown as Record<
-        NodeMethod,
-        (r: unknown) => Promise<unknown>
-      >;
-      this.#clock.runAs(plugin.actor, () => service[method].call(plugin.node, req))
+      const service: Pick<NodeService, NodeMethod> = plugin.node;
+      // The gRPC boundary: requests arrive as plain objects, checked by the handler.
+      const handler = service[method].bind(plugin.node) as (r: unknown) => Promise<unknown>;
+      this.#clock.runAs(plugin.actor, () => handler(req))
         .then(resolve, reject)
         .finally(() => pending.delete(reject));
     });
@@ -441,6 +439,3 @@ function describeError(err: unknown): string {
   if (err instanceof Error) return `${err.name}: ${err.message}`;
   return String(err);
 }
-
-/** For the type checker: NodeService has the methods Nomad calls. */
-export type _NodeMethods = Pick<NodeService, NodeMethod>;
