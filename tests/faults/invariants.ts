@@ -41,8 +41,8 @@ import { CSI_BASE, PARENT, type SimNode } from "./sim_node.ts";
 import { decodeStream } from "./stream_codec.ts";
 
 /**
- * How long after a landed write as holder a node may still act on it (make its copy writable):
- * the few zfs commands between a proof and the act.
+ * How long (of its running time) after a landed write as holder a node may still act on it
+ * (make its copy writable): the few zfs commands between a proof and the act.
  */
 export const PROOF_MS = 1_000;
 
@@ -226,9 +226,10 @@ export class Invariants {
    * A command of `node` made `name` writable (`zfs set readonly=off`, a create, a rename into
    * place): notes whether that was in good faith. It was when the store then said this node
    * held the volume under the copy's generation, or when the node acted right on a proof that
-   * it did: its last write to the owner object, as holder of that generation, landed less than
-   * {@linkcode PROOF_MS} before, or the node was paused since that write and sent the store
-   * nothing since it resumed. No implementation can check and act at the same instant.
+   * it did: its last write to the owner object as holder of that generation landed less than
+   * {@linkcode PROOF_MS} of the node's running time before (time it spent paused or down does
+   * not count: no implementation can check and act at the same instant, and a pause can fall
+   * between the two).
    */
   madeWritable(node: SimNode, name: string): void {
     const volume = this.#volumes.find((v) => name === `${PARENT}/${v}`);
@@ -241,11 +242,8 @@ export class Invariants {
     const holds = r?.state === "held" && r.holder === node.name && r.generation === generation;
     const proof = this.#proofs.get(`${node.name}:${volume}`);
     const now = this.#clock.now;
-    const proved = proof !== undefined && proof.generation === generation && (
-      now - proof.at <= PROOF_MS ||
-      (node.pauses.some((p) => p.from >= proof.at) && node.lastResume !== undefined &&
-        node.lastStoreRequest < node.lastResume)
-    );
+    const proved = proof !== undefined && proof.generation === generation &&
+      now - proof.at - node.outOfActionMs(proof.at, now) <= PROOF_MS;
     this.#goodFaith.set(key, holds || proved);
   }
 

@@ -74,8 +74,6 @@ export class SimNode {
   readonly pauses: { from: number; to: number | undefined }[] = [];
   /** Virtual times its plugin was down from and to. */
   readonly downs: { from: number; to: number | undefined }[] = [];
-  /** When the node last started a store request. */
-  lastStoreRequest = -Infinity;
 
   constructor(opts: SimNodeOptions) {
     this.name = opts.name;
@@ -134,9 +132,13 @@ export class SimNode {
     return [...this.pauses, ...this.downs].some((p) => p.from <= to && (p.to ?? Infinity) >= from);
   }
 
-  /** When the node's last pause ended (undefined: never paused, or paused now). */
-  get lastResume(): number | undefined {
-    return this.pauses.at(-1)?.to;
+  /** How many ms of [from, to] the node spent paused or with its plugin down. */
+  outOfActionMs(from: number, to: number): number {
+    let ms = 0;
+    for (const p of [...this.pauses, ...this.downs]) {
+      ms += Math.max(0, Math.min(to, p.to ?? to) - Math.max(from, p.from));
+    }
+    return ms;
   }
 
   #build(actor: string, settings: PluginSettings): Plugin {

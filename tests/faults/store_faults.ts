@@ -50,8 +50,6 @@ export interface QueuedFault {
 
 /** What the world learns from the store's traffic (for the invariants). */
 export interface StoreWatcher {
-  /** A request of `node` started. */
-  started(node: string): void;
   /** A request of `node` on the owner object of `volumeKey` was faulted. */
   ownerFaulted(node: string, volumeKey: string): void;
   /** A write of `node` to the owner object of `volumeKey` landed. */
@@ -150,7 +148,6 @@ export class FaultyStore implements Store {
     effect: () => Promise<T>,
     opts: { write: boolean; bodyMs?: number; signal?: AbortSignal; fault?: QueuedFault | null },
   ): Promise<T> {
-    this.#watch.started(this.#node);
     const fault = opts.fault === undefined
       ? this.#faults.take(this.#node, key, this.#clock.now)
       : opts.fault ?? undefined;

@@ -225,10 +225,6 @@ class World implements NodeCaller {
       clock: this.#clock,
       latency: () => this.#rng.int(2, 40),
       watch: {
-        started: (n) => {
-          const sim = this.nodes.find((x) => x.name === n);
-          if (sim) sim.lastStoreRequest = this.#clock.now;
-        },
         ownerFaulted: (n, volume) => this.#inv.ownerFaulted(n, volume),
         ownerWritten: (n, volume) => this.#inv.ownerWritten(n, volume),
         deleted: (n, key) => this.#inv.deleted(n, key),
