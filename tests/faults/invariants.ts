@@ -4,14 +4,14 @@
  * 1. At most one node has a writable copy of a volume at any virtual instant. A copy is
  *    writable while a job could write to it: a bind of it at a staging or target path lets
  *    writes through (pool_model.ts; the dataset's own mount is no job's). Checked at every
- *    change of a pool. Two things are not counted against the protocol, because no implementation can
- *    avoid them: the copy of a holder that the store took over legitimately while that copy
- *    was writable (the holder had been paused, killed, or its own requests on the owner object
- *    had failed since the object last changed: a holder cut off that way keeps writing until it
- *    learns, README "What can be lost"); and a copy made writable (`readonly=off`) while its
- *    node held the volume, mounted for a job after such a takeover (the node acted on what it
- *    knew; a pause can always fall between a check and an act). Any other copy a job can write
- *    must be one the store says this node holds, under the copy's generation.
+ *    change of a pool. Not counted against the protocol, because no implementation can avoid
+ *    them: the copy of a holder that the store took over legitimately (the holder had been
+ *    paused or killed, or its own requests on the owner object had failed, since the object
+ *    last changed; or an operator ran `zfs-csi takeover`) while that copy was writable: a holder
+ *    cut off keeps writing until it learns (README "What can be lost"); and, after such a
+ *    takeover, a copy mounted for a job that was made writable in good faith: while the store
+ *    said the node held it, or right after the node proved it did (madeWritable). Any other
+ *    copy a job can write must be one the store says this node holds, under its generation.
  * 2. The store's head and its whole chain are always restorable: the head's manifest, each base
  *    back to a full stream, each stream present with the manifest's size and SHA-256, and the
  *    streams received in order into an empty pool by ZFS's rules (pool_model.ts receiveInto).
