@@ -76,7 +76,7 @@ export function formatFailure(r: RunResult, opts: { log?: boolean } = {}): strin
   const lines = [
     `seed ${s.seed}: invariant ${v.invariant} broke ${
       v.step >= s.steps.length
-        ? "after the last step (all jobs stopped)"
+        ? "after the last step (while nodes came back and Nomad stopped every job)"
         : `at step ${v.step} (${JSON.stringify(step)})`
     }, ${v.atMs} ms into the run, on ${v.nodes.length > 0 ? v.nodes.join(", ") : "the store"}:`,
     `  ${v.message}`,
