@@ -12,7 +12,7 @@ import { Datasets } from "../../src/csi/datasets.ts";
 import { HealthChecker } from "../../src/csi/health.ts";
 import { NodeService } from "../../src/csi/node.ts";
 import { Trash } from "../../src/csi/trash.ts";
-import { headChain } from "../../src/follow/head.ts";
+import { headGuard } from "../../src/follow/head.ts";
 import type { FollowVolumes } from "../../src/follow/mover.ts";
 import { SizedFollowVolumes } from "../../src/follow/resize.ts";
 import { KeyedLock } from "../../src/lock.ts";
@@ -180,7 +180,7 @@ export class SimNode {
       node: this.name,
       maxChainLength: settings.maxChainLength,
       cache: new Map(),
-      protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
+      protect: (volumeKey, manifests) => headGuard(store, this.name, volumeKey, manifests),
       now: wallMs,
       randomHex: this.#o.randomHex,
     };

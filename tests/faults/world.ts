@@ -11,7 +11,7 @@
  */
 
 import { Code, CsiError } from "../../src/errors.ts";
-import { takeover } from "../../src/follow/takeover.ts";
+import { forceRelease } from "../../src/follow/owner.ts";
 import { createFollowVolume } from "../../src/follow/volume.ts";
 import type { NodeService } from "../../src/csi/node.ts";
 import {
@@ -311,7 +311,7 @@ class World implements NodeCaller {
     const holder = this.#inv.owner(volume)?.holder;
     const node = this.nodes.find((n) => n.name === holder);
     if (!node || !(this.#nomad.isLost(node) || node.paused || !node.plugin)) return;
-    void takeover(this.#storeFor("operator"), volume, {
+    void forceRelease(this.#storeFor("operator"), volume, {
       by: `zfs-csi takeover on node "operator"`,
       nowMs: this.#clock.now,
     }).catch((err) => this.#logLine(`operator takeover failed: ${describeError(err)}`));
