@@ -1,4 +1,4 @@
-# zfs-csi plugin job with the raw_exec driver, for either layout (README.md, "Which layout"). The
+# zfs-csi plugin job with the raw_exec driver, for either layout (nomad/README.md, "Which layout"). The
 # binary runs directly on the host, as the Nomad agent's user (root), in the host's mount
 # namespace: no image, no propagation settings; the host's zfs, zpool, mount and umount are used.
 #
@@ -12,9 +12,9 @@
 # controller calls for a plugin id to one node, whichever holds the data (csi_plugin.id cannot use
 # node attributes, Nomad GH-11116). Node only (node empty): one job, zfs-csi-node, --mode node on
 # every node, one shared plugin id, no controller; volumes are registered and created at first
-# use. Details in zfs-csi.nomad.hcl and README.md. Pick one layout per node and parent dataset.
+# use. Details in zfs-csi.nomad.hcl and nomad/README.md. Pick one layout per node and parent dataset.
 #
-# Client requirements (see README.md):
+# Client requirements (see nomad/README.md):
 #   - raw_exec enabled: plugin "raw_exec" { config { enabled = true } }; agent runs as root
 #   - the zfs-csi binary at binary_path on the node(s)
 #   - nomad_data_dir equal to the client's data_dir. The binary may only write below
@@ -123,7 +123,7 @@ variable "metrics_address" {
     0.0.0.0 would be every interface, public ones included, and the endpoint has no
     authentication and shows every namespace's volume names: loopback by default, scraped by a
     collector on the node (Prometheus in agent mode, Grafana Alloy, vmagent) that forwards to
-    your Prometheus (README, "Metrics"). For a Prometheus elsewhere, give the node's private
+    your Prometheus (docs/metrics.md). For a Prometheus elsewhere, give the node's private
     address (and build the binary for it), and the job registers the service "zfs-csi-metrics"
     at that address; a loopback address registers none.
   EOT
@@ -144,7 +144,7 @@ variable "store" {
   type        = string
   default     = ""
   description = <<-EOT
-    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    Where backups go (docs/backups.md): file:///absolute/dir or s3://bucket[/prefix]; empty, no
     store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
     ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
     variable.
@@ -223,7 +223,7 @@ locals {
       "--node-id", "${node.unique.name}",
     ],
     # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
-    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    # one node, so an id without "@<node>" can only mean this node (docs/volumes.md, "Volume ids and dataset names").
     local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       # Must equal csi_plugin.stage_publish_base_dir: the plugin refuses paths outside it.
@@ -352,7 +352,7 @@ job "zfs-csi" {
 
       resources {
         cpu = 100
-        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # The plugin's RSS is about 100 MiB (docs/benchmarks.md, "Memory soak"); a monolith gets room for the
         # controller's zfs listings.
         memory = local.mode == "monolith" ? 192 : 128
       }

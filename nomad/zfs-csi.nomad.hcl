@@ -1,4 +1,4 @@
-# zfs-csi plugin job with the docker driver, for either layout (README.md, "Which layout"):
+# zfs-csi plugin job with the docker driver, for either layout (nomad/README.md, "Which layout"):
 #
 #   nomad job run -var node=node-a zfs-csi.nomad.hcl  # monolith on node-a, plugin id zfs-node-a
 #   nomad job run -var node=node-b zfs-csi.nomad.hcl  # monolith on node-b, plugin id zfs-node-b
@@ -20,7 +20,7 @@
 # Pick one layout per node and parent dataset: two plugin processes on one parent dataset do not
 # share their locks.
 #
-# Client requirements (see README.md):
+# Client requirements (see nomad/README.md):
 #   - docker plugin config: allow_privileged = true, volumes { enabled = true }
 #   - the parent dataset exists and is mounted on the host at parent_mountpoint
 #     (zfs get -H -o value mountpoint tank/nomad), on a shared mount
@@ -134,7 +134,7 @@ variable "metrics_port" {
     0 (default): no metrics endpoint. Otherwise the plugin serves Prometheus metrics at
     http://<address>:<port>/metrics, the address being the node's on metrics_host_network (a
     static port: the binary's permission names it), and the job registers the service
-    "zfs-csi-metrics" for Prometheus (README, "Metrics"). The image's binary must be built for
+    "zfs-csi-metrics" for Prometheus (docs/metrics.md). The image's binary must be built for
     it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> (every address of the container's own network),
     or it refuses to start, naming that variable.
   EOT
@@ -155,7 +155,7 @@ variable "metrics_host_network" {
     node (client network_interface, else the interface of the default route): make sure it is
     a private one, or define host_network "private" { cidr = "10.0.0.0/8" } (or interface = "lo"
     for loopback only) in the client config and name it here. The endpoint has no
-    authentication and shows every namespace's volume names (README, "Metrics").
+    authentication and shows every namespace's volume names (docs/metrics.md).
   EOT
 }
 
@@ -169,7 +169,7 @@ variable "store" {
   type        = string
   default     = ""
   description = <<-EOT
-    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    Where backups go (docs/backups.md): file:///absolute/dir or s3://bucket[/prefix]; empty, no
     store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
     ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
     variable.
@@ -246,7 +246,7 @@ locals {
       "--node-id", "${node.unique.name}",
     ],
     # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
-    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    # one node, so an id without "@<node>" can only mean this node (docs/volumes.md, "Volume ids and dataset names").
     local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       "--stage-publish-base-dir", local.stage_publish_base_dir,
@@ -429,7 +429,7 @@ job "zfs-csi" {
 
       resources {
         cpu = 100
-        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # The plugin's RSS is about 100 MiB (docs/benchmarks.md, "Memory soak"); a monolith gets room for the
         # controller's zfs listings.
         memory = local.mode == "monolith" ? 192 : 128
       }
