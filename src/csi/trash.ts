@@ -60,6 +60,8 @@ export interface TrashDeps {
    * the retention): time for a wall clock that was wrong at start-up to be corrected. 1 hour.
    */
   readonly minObservationSeconds?: number;
+  /** How soon a purge that zfs refused as busy is tried again; default BUSY_RETRY_MS. */
+  readonly busyRetryMs?: number;
 }
 
 /** A dataset's subtree as read right before it is deleted, and judged. */
@@ -73,6 +75,8 @@ export interface Inspection {
 const CLONE_LEFTOVER_SECONDS = 3600;
 /** Default of {@linkcode TrashDeps.minObservationSeconds}. */
 const MIN_OBSERVATION_SECONDS = 3600;
+/** How soon a purge that zfs refused as busy is tried again (see Trash.purge). */
+const BUSY_RETRY_MS = 5_000;
 /** A deletion time this far ahead of the wall clock is worth a warning (and is kept). */
 const FUTURE_WARN_SECONDS = 60;
 
@@ -110,6 +114,9 @@ export class Trash {
   #hasClones: boolean | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #purging: Promise<void> | undefined;
+  /** Whether this purge kept something only because zfs said busy (retried soon, see purge). */
+  #keptBusy = false;
+  #busyRetry: ReturnType<typeof setTimeout> | undefined;
 
   constructor(deps: TrashDeps) {
     this.#d = deps;
@@ -240,8 +247,27 @@ export class Trash {
    * are logged.
    */
   purge(): Promise<void> {
-    this.#purging ??= this.#purgeOnce().finally(() => (this.#purging = undefined));
+    this.#purging ??= this.#purgeOnce().finally(() => {
+      this.#purging = undefined;
+      this.#retrySoonIfBusy();
+    });
     return this.#purging;
+  }
+
+  /**
+   * A destroy that zfs refused as busy (a moment after an unmount or a rename, often on
+   * zfs-fuse) is tried again BUSY_RETRY_MS later rather than at the next periodic purge, once
+   * per purge that met it, and only while the periodic purge runs.
+   */
+  #retrySoonIfBusy(): void {
+    const busy = this.#keptBusy;
+    this.#keptBusy = false;
+    if (!busy || this.#timer === undefined || this.#busyRetry !== undefined) return;
+    this.#busyRetry = setTimeout(() => {
+      this.#busyRetry = undefined;
+      if (this.#timer !== undefined) void this.purge();
+    }, this.#d.busyRetryMs ?? BUSY_RETRY_MS);
+    Deno.unrefTimer(this.#busyRetry);
   }
 
   /** Purges now and then every `intervalMs`, without keeping the process alive. */
@@ -256,7 +282,9 @@ export class Trash {
   /** Stops the periodic purge. */
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
+    if (this.#busyRetry !== undefined) clearTimeout(this.#busyRetry);
     this.#timer = undefined;
+    this.#busyRetry = undefined;
   }
 
   async #purgeOnce(): Promise<void> {
@@ -506,6 +534,7 @@ export class Trash {
 
   #logKept(name: string, err: unknown): void {
     const kind = err instanceof ZfsError ? err.kind : "unknown";
+    if (kind === "busy") this.#keptBusy = true;
     const log = kind === "dependents" || kind === "busy" ? this.#d.log.debug : this.#d.log.warn;
     log.call(this.#d.log, "purge kept a deleted dataset for now", { name, error: err });
   }

@@ -58,7 +58,7 @@ interface Harness extends Disposable {
 }
 
 function setup(
-  opts: { retention?: number; parent?: string; minObservation?: number } = {},
+  opts: { retention?: number; parent?: string; minObservation?: number; busyRetryMs?: number } = {},
 ): Harness {
   const runner = new FakeRunner();
   const pool = new FakePool(runner);
@@ -79,6 +79,7 @@ function setup(
     monotonic: () => clock.mono,
     // Most tests look at expiry alone; the tests of the minimum observation set it.
     minObservationSeconds: opts.minObservation ?? 0,
+    ...(opts.busyRetryMs !== undefined ? { busyRetryMs: opts.busyRetryMs } : {}),
   });
   return {
     runner,
@@ -553,6 +554,33 @@ Deno.test("Trash.startPeriodic purges at once, once however often it is started,
   await h.trash.purge();
   assert.equal(h.runner.calls.length, 1);
   h.trash.stop();
+});
+
+Deno.test("Trash.startPeriodic tries a purge that zfs refused as busy again soon, not at the next period", async () => {
+  using h = setup({ retention: 0, busyRetryMs: 10 });
+  const old = setAsideVolume(h.pool, "old", NOW - 60);
+  let busy = 1;
+  let destroyed = Promise.withResolvers<void>();
+  h.pool.hook = (argv) => {
+    if (argv.join(" ") !== destroy(old).join(" ")) return undefined;
+    if (busy-- > 0) return fails(`cannot destroy '${old}': dataset is busy\n`);
+    destroyed.resolve();
+    return undefined;
+  };
+  h.trash.startPeriodic(3_600_000);
+  // The retry's timer is unref'd (it never keeps the plugin alive): this one keeps the test's.
+  let guard: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"late">((r) => (guard = setTimeout(() => r("late"), 5_000)));
+  const first = await Promise.race([destroyed.promise, late]);
+  clearTimeout(guard);
+  assert.notEqual(first, "late", "the busy dataset was not tried again");
+  await h.trash.purge();
+  assert.ok(!h.pool.has(old), "purged by the retry, an hour before the next period");
+  // A purge that met no busy dataset schedules nothing more.
+  destroyed = Promise.withResolvers<void>();
+  const calls = h.runner.calls.length;
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(h.runner.calls.length, calls);
 });
 
 // ---------------------------------------------------------------------------------------------
