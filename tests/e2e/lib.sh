@@ -112,7 +112,7 @@ pids_of() {
       continue
     fi
     for d in "$@"; do
-      if find "$p/fd" -maxdepth 1 -lname "$d/*" 2>/dev/null | grep -q .; then
+      if find "$p/fd" -maxdepth 1 -lname "$d/*" 2>/dev/null | grep . >/dev/null; then
         echo "${p#/proc/}"
         break
       fi

@@ -260,7 +260,10 @@ check "plugin wrapper runs main.ts (--version) with --allow-net=127.0.0.1:$proxy
   "$tmp/bin/zfs-csi" --version >/dev/null &&
   grep -qF -- "--allow-net=127.0.0.1:$proxy_port " "$tmp/bin/zfs-csi"'
 plugin_args=(--store "s3://$bucket" --store-endpoint "$proxy_endpoint" --store-path-style)
-if "$tmp/bin/zfs-csi" --help 2>&1 | grep -qF -- "--takeover-after"; then
+# The whole help first: grep -q stops at the match, and under pipefail the plugin's SIGPIPE
+# from writing the rest would count as "not listed".
+plugin_help=$("$tmp/bin/zfs-csi" --help 2>&1)
+if grep -qF -- "--takeover-after" <<<"$plugin_help"; then
   plugin_args+=(--takeover-after "$takeover_after")
   say "plugin: --takeover-after $takeover_after"
 else

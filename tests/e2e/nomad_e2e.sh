@@ -134,7 +134,10 @@ check "plugin wrapper runs main.ts (--version)" "$tmp/bin/zfs-csi" --version
 # creates its root. A plugin without --store (an older E2E_PLUGIN_ROOT) runs without it.
 store_dir="$tmp/store"
 store_on=""
-if "$tmp/bin/zfs-csi" --help 2>&1 | grep -qE '^ *--store URL'; then
+# The whole help first: grep -q stops reading at the match, and under pipefail the plugin's
+# SIGPIPE from writing the rest would count as "not listed".
+plugin_help=$("$tmp/bin/zfs-csi" --help 2>&1)
+if grep -qE '^ *--store URL' <<<"$plugin_help"; then
   store_on=1
   mkdir -m 0700 "$store_dir" || abort "store directory $store_dir created"
   write_wrapper "$store_dir" || abort "permission flags with ZFS_CSI_EXTRA_DIRS=$store_dir"
@@ -673,7 +676,7 @@ check "one dataset for it ($retry_ds), recording its name, never staged" \
     zget org.zfs-csi:name "$retry_ds") $(zget org.zfs-csi:staged-at "$retry_ds")"
 # Nomad's log collector copies the plugin's stderr to its log file a moment later.
 logged_repeat() {
-  plugin_log | grep -F "\"retry-data@$node_name\"" | grep -qF "CreateVolume repeated"
+  plugin_log | grep -F "\"retry-data@$node_name\"" | grep -F "CreateVolume repeated" >/dev/null
 }
 check "the plugin logged the repeat (\"CreateVolume repeated\", volumeId retry-data@$node_name)" \
   wait_until 10 logged_repeat
