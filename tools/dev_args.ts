@@ -109,7 +109,8 @@ export function cliArgs(paths: DevPaths, args: readonly string[]): string[] {
     ] satisfies [string, string][]),
   ];
   const added = defaults.filter(([flag]) => !given(rest, flag)).flatMap(([f, v]) => [`--${f}`, v]);
-  return [name, ...added, ...rest];
+  // After the user's words: a subcommand's action (`backup set`, `store check`) must come first.
+  return [name, ...rest, ...added];
 }
 
 /**

@@ -180,26 +180,34 @@ Deno.test("cli: a subcommand without --parent-dataset is aimed at the dev pool, 
     "--node-id",
     "dev",
   ]);
-  // The user's own flags stay, after the defaults, and replace a default they give.
+  // The user's own words come first (a subcommand's action word must), and a flag they give
+  // replaces its default.
   assert.deepEqual(cliArgs(PATHS, ["list", "--node-id=other", "--json"]), [
     "list",
+    "--node-id=other",
+    "--json",
     "--endpoint",
     `unix://${CSI}/csi.sock`,
     "--stage-publish-base-dir",
     `${CSI}/base`,
     "--parent-dataset",
     "zfscsidev/nomad",
-    "--node-id=other",
-    "--json",
+  ]);
+  assert.deepEqual(cliArgs(PATHS, ["backup", "set", "pg", "--interval", "1h"]).slice(0, 5), [
+    "backup",
+    "set",
+    "pg",
+    "--interval",
+    "1h",
   ]);
   // demo takes the socket and base only.
   assert.deepEqual(cliArgs(PATHS, ["demo", "--keep"]), [
     "demo",
+    "--keep",
     "--endpoint",
     `unix://${CSI}/csi.sock`,
     "--stage-publish-base-dir",
     `${CSI}/base`,
-    "--keep",
   ]);
   // Another pool: nothing added. help, flags alone, host volume operations: nothing.
   for (

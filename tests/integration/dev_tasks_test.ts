@@ -193,6 +193,23 @@ Deno.test("deno task dev -- --store DIR --metrics-listen ADDR serves metrics and
     });
 
     await t.step(
+      "deno task cli -- backup set and snapshots: subcommands with an action word and a volume",
+      async () => {
+        const set = await cli(env, ["backup", "set", "devtask", "--interval", "2h"]);
+        assert.equal(set.code, 0, set.stderr);
+        const listed = await cli(env, ["list", "--json"]);
+        const rows = JSON.parse(listed.stdout) as {
+          name: string;
+          backupIntervalSeconds?: number;
+        }[];
+        assert.deepEqual(rows.map((v) => [v.name, v.backupIntervalSeconds]), [["devtask", 7200]]);
+        const snaps = await cli(env, ["snapshots", "devtask", "--store", `file://${storeDir}`]);
+        assert.equal(snaps.code, 0, snaps.stderr);
+        assert.match(snaps.stdout, /store/);
+      },
+    );
+
+    await t.step(
       "deno task cli -- verify reads the same store, with the store's grant",
       async () => {
         const r = await cli(env, ["verify", "devtask", "--store", `file://${storeDir}`]);
