@@ -164,7 +164,8 @@ export async function run(
     s.intervalSeconds > 0
       ? `every ${intervalText(s.intervalSeconds)}${s.source === "default" ? " (default)" : ""}`
       : s.source === "none"
-      ? "none"
+      // Not given --backup-interval, this command cannot know the plugin's: name it instead.
+      ? "none of its own: the plugin's --backup-interval"
       : "off";
   io.out(
     `Volume "${volume.name}": backups ${say(now)} (was ${say(was)}), keep ${result.keep}.` +

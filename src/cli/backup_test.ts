@@ -38,7 +38,7 @@ Deno.test("backup set gives a volume its own interval and keep policy, as the sc
     "last=2,hourly=0,daily=7,weekly=0",
   );
   assert.deepEqual(io.stdout, [
-    'Volume "pg": backups every 1h30m (was none), keep last=2,hourly=0,daily=7,weekly=0. ' +
+    'Volume "pg": backups every 1h30m (was none of its own: the plugin\'s --backup-interval), keep last=2,hourly=0,daily=7,weekly=0. ' +
     "The plugin backs it up only with --store.",
   ]);
   // A host volume by its dataset component; 0 turns it off; "default" gives it back.
