@@ -13,7 +13,7 @@
 
 import type { Logger } from "../log.ts";
 import type { Store } from "../store/store.ts";
-import { FencedError, type Holding, renew } from "./owner.ts";
+import { FencedError, type HolderTerms, type Holding, renew } from "./owner.ts";
 
 /** One-shot timers; replaceable in tests and in the fault-schedule simulator. */
 export interface FollowTimers {
@@ -78,7 +78,8 @@ export interface Proof {
 }
 
 /**
- * Writes the lease once, conditionally, as proof that this node holds `held`'s generation now.
+ * Writes the lease once, conditionally (with this node's `terms`), as proof that this node holds
+ * `held`'s generation now.
  * @throws {FencedError} when another node acquired it, or it was released or deleted
  * @throws {StoreError} when the store fails (nothing is proved then)
  */
@@ -87,9 +88,10 @@ export async function proveHolding(
   volumeKey: string,
   held: Holding,
   clocks: LeaseClocks,
+  terms?: HolderTerms,
 ): Promise<Proof> {
   const sentAt = clocks.monotonic();
-  const holding = await renew(store, volumeKey, held, clocks.now());
+  const holding = await renew(store, volumeKey, held, clocks.now(), terms);
   return { holding, sentAt };
 }
 
@@ -114,15 +116,26 @@ export class LeaseKeeper {
     store: Store,
     volumeKey: string,
     holding: Holding,
-    opts: { ttlSeconds: number; clocks: LeaseClocks; timers: FollowTimers; log: Logger },
+    opts: {
+      ttlSeconds: number;
+      clocks: LeaseClocks;
+      timers: FollowTimers;
+      log: Logger;
+      /** What each renewal promises (owner.ts HolderTerms). */
+      terms?: HolderTerms;
+      /** Told of each renewal that landed: the monotonic ms it was sent at. */
+      onRenewed?: (proof: Proof) => void;
+    },
   ) {
     this.#timers = opts.timers;
     this.#holding = holding;
     const every = renewEveryMs(opts.ttlSeconds);
     const renewOnce = async () => {
       try {
-        this.#holding = await renew(store, volumeKey, this.#holding, opts.clocks.now());
+        const proof = await proveHolding(store, volumeKey, this.#holding, opts.clocks, opts.terms);
+        this.#holding = proof.holding;
         this.#failures = 0;
+        opts.onRenewed?.(proof);
       } catch (err) {
         if (err instanceof FencedError) {
           this.#fenced = err;

@@ -47,6 +47,12 @@ export interface OwnerRecord {
   readonly renewedAt: string;
   /** How often, at most, the holder promises to renew while it holds the volume. */
   readonly ttlSeconds: number;
+  /**
+   * Whether the holder promised to make its copy read-only by itself when it cannot renew in
+   * time (it runs with `--takeover-after`; lease.ts SelfFence): only then may another node take
+   * the volume over by the rule (rule.ts). Absent (records of older versions): false.
+   */
+  readonly selfFence?: boolean;
   /** Why the last release happened, when it was not the holder's own. */
   readonly releasedBy?: string;
   /**
@@ -61,6 +67,22 @@ export interface OwnerRecord {
 export interface Holding {
   readonly record: OwnerRecord;
   readonly etag: string;
+}
+
+/**
+ * What a holder promises with each write of the owner object: the lease it renews within, and
+ * whether it fences itself (makes its copy read-only) when it cannot renew in time.
+ */
+export interface HolderTerms {
+  readonly ttlSeconds: number;
+  readonly selfFence: boolean;
+}
+
+/** `r` with the holder's terms written in (selfFence is left out when false, as before). */
+function withTerms(r: OwnerRecord, terms: HolderTerms | undefined): OwnerRecord {
+  if (!terms) return r;
+  const { selfFence: _, ...rest } = r;
+  return { ...rest, ttlSeconds: terms.ttlSeconds, ...(terms.selfFence ? { selfFence: true } : {}) };
 }
 
 /** The volume was taken over: this node's write was refused, and must not be retried. */
@@ -142,6 +164,9 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
     fail("settings.properties", "an object of strings");
   }
   const releasedBy = o.releasedBy === undefined ? undefined : str("releasedBy");
+  if (o.selfFence !== undefined && typeof o.selfFence !== "boolean") {
+    fail("selfFence", "true or false");
+  }
   const standbys = o.standbys;
   if (
     standbys !== undefined &&
@@ -160,6 +185,7 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
     headAt: strOrNull("headAt"),
     renewedAt: str("renewedAt"),
     ttlSeconds: count("ttlSeconds"),
+    ...(o.selfFence === true ? { selfFence: true } : {}),
     ...(releasedBy === undefined ? {} : { releasedBy }),
     ...(standbys === undefined ? {} : { standbys: [...standbys as string[]] }),
     settings: {
@@ -254,6 +280,8 @@ export interface AcquireOptions {
   readonly nowMs: number;
   /** The lease this node promises to renew within. */
   readonly ttlSeconds: number;
+  /** Whether this node fences itself when it cannot renew in time (see {@linkcode HolderTerms}). */
+  readonly selfFence?: boolean;
   /**
    * Whether the volume may be taken from its current holder (see rule.ts): called with the
    * record and etag read; a refusal's message is the error's. Never called for a record this
@@ -300,14 +328,13 @@ export async function acquire(
       if (!verdict.ok) throw new HeldElsewhereError(verdict.message, r, current.etag);
     }
     const { releasedBy: _, ...rest } = r;
-    const next: OwnerRecord = {
+    const next: OwnerRecord = withTerms({
       ...rest,
       holder: opts.node,
       generation: mine ? r.generation : r.generation + 1,
       state: "held",
       renewedAt: new Date(opts.nowMs).toISOString(),
-      ttlSeconds: opts.ttlSeconds,
-    };
+    }, { ttlSeconds: opts.ttlSeconds, selfFence: opts.selfFence === true });
     try {
       const put = await store.putBytes(ownerKey(volumeKey), encodeOwner(next), {
         ifMatch: current.etag,
@@ -371,7 +398,9 @@ async function change(
 }
 
 /**
- * Renews the lease (a new renewedAt, hence a new etag that takers see change).
+ * Renews the lease (a new renewedAt, hence a new etag that takers see change), with `terms`
+ * written in when given (a holder restarted with another `--lease-ttl` or `--takeover-after`
+ * promises what it keeps now).
  * @throws {FencedError} when the volume was taken over; StoreError when the store fails
  */
 export function renew(
@@ -379,11 +408,13 @@ export function renew(
   volumeKey: string,
   held: Holding,
   nowMs: number,
+  terms?: HolderTerms,
 ): Promise<Holding> {
-  return change(store, volumeKey, held, (r) => ({
-    ...r,
-    renewedAt: new Date(nowMs).toISOString(),
-  }));
+  return change(store, volumeKey, held, (r) =>
+    withTerms({
+      ...r,
+      renewedAt: new Date(nowMs).toISOString(),
+    }, terms));
 }
 
 /** A stored snapshot that becomes the head. */
@@ -394,7 +425,7 @@ export interface NewHead {
 }
 
 /**
- * Moves `head` to a snapshot this node just stored (and renews).
+ * Moves `head` to a snapshot this node just stored (and renews, with `terms` as renew).
  * @throws {FencedError} when the volume was taken over: the snapshot never becomes the head
  * @throws {StoreError} when the store fails
  */
@@ -404,14 +435,16 @@ export function moveHead(
   held: Holding,
   head: NewHead,
   nowMs: number,
+  terms?: HolderTerms,
 ): Promise<Holding> {
   if (!GUID.test(head.guid)) throw new TypeError(`"${head.guid}" is not a ZFS guid`);
-  return change(store, volumeKey, held, (r) => ({
-    ...r,
-    head: head.guid,
-    headAt: head.createdAt,
-    renewedAt: new Date(nowMs).toISOString(),
-  }));
+  return change(store, volumeKey, held, (r) =>
+    withTerms({
+      ...r,
+      head: head.guid,
+      headAt: head.createdAt,
+      renewedAt: new Date(nowMs).toISOString(),
+    }, terms));
 }
 
 /**
