@@ -445,11 +445,10 @@ export class FollowVolumes {
       }
       if (this.#renewing.has(dataset) || this.#keeping.has(dataset)) continue;
       this.#renewing.add(dataset);
-      const readonly = props.get("readonly")?.value === "on";
-      const copy = {
-        writable: !readonly,
-        suspended: readonly && props.get(FOLLOW_SUSPENDED_PROPERTY)?.value === "on",
-      };
+      // Suspended by the marker alone: zfs-fuse reports a mounted copy's `readonly` as the
+      // mount's ("off", source temporary) even after `zfs set readonly=on`, which it enforces.
+      const suspended = props.get(FOLLOW_SUSPENDED_PROPERTY)?.value === "on";
+      const copy = { writable: !suspended && props.get("readonly")?.value !== "on", suspended };
       // The generation as the listing read it: no zfs process per volume, only store requests
       // (a renewal that finds a takeover reads the copy again before it acts).
       runs.push(

@@ -173,6 +173,16 @@ export class SelfFence {
     };
     this.#entries.set(dataset, entry);
     this.#known.add(dataset);
+    if (entry.suspended) {
+      // The marker says so; `readonly` is set again in case the old process stopped between
+      // its two sets (zfs-fuse sets one property per call).
+      void this.#turn(dataset, () => this.#setSuspended(dataset)).catch((err) =>
+        this.#d.log.error("could not make a suspended copy read-only again", {
+          dataset,
+          error: err,
+        })
+      );
+    }
     this.#schedule(dataset, entry);
     return true;
   }
@@ -293,10 +303,7 @@ export class SelfFence {
         },
       );
       try {
-        await this.#d.zfs.setProperties(dataset, [
-          ["readonly", "on"],
-          [FOLLOW_SUSPENDED_PROPERTY, "on"],
-        ]);
+        await this.#setSuspended(dataset);
       } catch (err) {
         if (err instanceof ZfsError && err.kind === "not_found") {
           this.#entries.delete(dataset);
@@ -324,6 +331,14 @@ export class SelfFence {
         );
       }
     });
+  }
+
+  /** Read-only, and marked so (readonly first: the marker never claims what is not so). */
+  #setSuspended(dataset: string): Promise<void> {
+    return this.#d.zfs.setProperties(dataset, [
+      ["readonly", "on"],
+      [FOLLOW_SUSPENDED_PROPERTY, "on"],
+    ]);
   }
 
   /** Makes a suspended copy writable again if its last write is within the proof's margin. */

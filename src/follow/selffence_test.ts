@@ -288,17 +288,34 @@ Deno.test("self-fencing after a restart: a copy left writable stays so only if i
   }
 });
 
-Deno.test("self-fencing after a restart: a copy left suspended is made writable again by the first renewal that lands", async () => {
-  const vt = new VirtualTime();
-  const h = await nodeOn();
-  const held = await holdAs(h.store, "n1", { selfFence: true });
-  leftHeld(h, held, { readonly: "on", [FOLLOW_SUSPENDED_PROPERTY]: "on" });
-  const a = follow(h, vt, h.store, { takeoverAfterMs: TAKEOVER_AFTER_MS });
-  a.start();
-  await settle();
-  assert.equal(h.pool.value(DS, "readonly"), "off");
-  assert.equal(h.pool.value(DS, FOLLOW_SUSPENDED_PROPERTY), "off");
-  a.stop();
+Deno.test("self-fencing after a restart: a copy left suspended is made writable again by the first renewal that lands, and kept read-only until then", async (t) => {
+  // zfs-fuse reports a mounted copy's readonly as the mount's ("off") after `zfs set
+  // readonly=on`, which it enforces: the marker is what says the copy is suspended.
+  for (const readonly of ["on", "off"]) {
+    await t.step(`readonly reads "${readonly}"`, async () => {
+      const vt = new VirtualTime();
+      const h = await nodeOn();
+      const held = await holdAs(h.store, "n1", { selfFence: true });
+      leftHeld(h, held, { readonly, [FOLLOW_SUSPENDED_PROPERTY]: "on" });
+      const faulty = new FaultyStore(h.store);
+      const heal = cutOff(faulty);
+      const a = follow(h, vt, faulty, { takeoverAfterMs: TAKEOVER_AFTER_MS });
+      a.start();
+      await settle();
+      assert.equal(
+        h.pool.value(DS, "readonly"),
+        "on",
+        "read-only while nothing proves the holding",
+      );
+      assert.equal(h.pool.value(DS, FOLLOW_SUSPENDED_PROPERTY), "on");
+      assert.deepEqual(a.fenceState().map((f) => f.suspended), [true]);
+      heal();
+      await vt.advance(TTL_MS / 3);
+      assert.equal(h.pool.value(DS, "readonly"), "off");
+      assert.equal(h.pool.value(DS, FOLLOW_SUSPENDED_PROPERTY), "off");
+      a.stop();
+    });
+  }
 });
 
 Deno.test("self-fencing after a restart: a copy left read-only without the marker (a release cut short) is renewed, never made writable", async () => {
