@@ -11,7 +11,9 @@
  * Lease renewals are the exception: each volume's lease is written on time whatever runs in
  * its queue or any other volume's (a release's final upload may take long), and only what a
  * renewal finds (a takeover) waits for the queue before it changes the copy. A copy is made
- * writable only right after a conditional write proved this node holds the volume (lease.ts).
+ * writable only right after a conditional write proved this node holds the volume (lease.ts),
+ * and with `--takeover-after` it is made read-only again by itself when no such write has landed
+ * for three quarters of the TTL (selffence.ts), before any node may take the volume over.
  * A NodeStage repeated while one is preparing the volume joins it and answers when it ends.
  * zfs-fuse cannot resume a receive: an interrupted one (a killed plugin, a failed download)
  * leaves nothing half made (a full receive goes into a hidden dataset renamed only when whole;
@@ -464,12 +466,12 @@ export class FollowVolumes {
 
   /**
    * Renews at once, then every third of the TTL, without keeping the process alive. The first
-   * round is a restarted plugin's first look at the copies it holds: a copy left writable is
-   * kept writable only if its renewal lands (and is watched from then on); one taken over is
-   * fenced; one whose renewal fails is made read-only at once when its owner object promised
-   * self-fencing (the old process's last write may be as old as that promise allows), else left
-   * as it is with an error logged (only an explicit takeover can take it); a copy left
-   * suspended is made writable again once a renewal lands.
+   * round is a restarted plugin's first look at the copies it holds: a copy left writable stays
+   * so only if its renewal lands within a quarter of the TTL (and is watched from then on); one
+   * taken over is fenced; one whose renewal does not land in time is made read-only (suspended)
+   * when its owner object promised self-fencing (the old process's last write may be as old as
+   * that promise allows), else left as it is with an error logged (only an explicit takeover can
+   * take it); a copy left suspended stays read-only until a renewal lands.
    */
   start(): void {
     if (this.#cancel !== undefined) return;
@@ -1024,8 +1026,9 @@ export class FollowVolumes {
   /**
    * This node's writable copy is no longer the volume (another node took it over): it is marked
    * fenced (so it is set aside at its next stage), made read-only and unmounted if nothing uses
-   * it. OpenZFS remounts a mounted filesystem read-only at once; zfs-fuse does not, so a job
-   * still running there keeps writing until it stops (to a copy nothing publishes).
+   * it. OpenZFS remounts a mounted filesystem read-only at once; zfs-fuse refuses to open files
+   * for writing from then on, but a job still running there writes on through files it had open
+   * until it stops (to a copy nothing publishes).
    */
   async #fenced(volume: FollowVolume, record: OwnerRecord | undefined): Promise<void> {
     await this.#fence.forget(volume.dataset);
