@@ -374,3 +374,39 @@ Deno.test("self-fencing: a zfs set that ends past the TTL is logged as an error,
   assert.equal(h.pool.value(DS, "readonly"), "on", "suspended at half the TTL now");
   a.stop();
 });
+
+Deno.test("self-fencing: a renewal answered later than half the TTL after it was sent does not make the copy writable again; the next one does", async () => {
+  const vt = new VirtualTime();
+  const h = await nodeOn();
+  const faulty = new FaultyStore(h.store);
+  const a = follow(h, vt, faulty, { takeoverAfterMs: TAKEOVER_AFTER_MS });
+  creates(h);
+  await a.prepareStage({ name: "pg", dataset: DS });
+  a.start();
+  await settle();
+  const t0 = vt.mono;
+  const heal = cutOff(faulty);
+  await vt.advance(0.8 * TTL_MS);
+  assert.equal(h.pool.value(DS, "readonly"), "on");
+  heal();
+  // The renewal sent at 1.0 TTL lands at once, and its answer comes 0.6 TTL later.
+  let answer = () => {};
+  faulty.inject(
+    (c) => c.op === "putBytes" && c.key === ownerKey("pg"),
+    { kind: "late", until: new Promise<void>((r) => answer = r) },
+    1,
+  );
+  await vt.advance(t0 + TTL_MS - vt.mono);
+  await vt.advance(0.6 * TTL_MS);
+  answer();
+  await settle();
+  assert.equal(
+    h.pool.value(DS, "readonly"),
+    "on",
+    "an answer 0.6 TTL after its send proves too little",
+  );
+  // The next round (every third of the TTL) lands and is answered at once.
+  await vt.advance(t0 + TTL_MS + (2 / 3) * TTL_MS - vt.mono);
+  assert.equal(h.pool.value(DS, "readonly"), "off");
+  a.stop();
+});
