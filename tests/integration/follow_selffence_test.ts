@@ -43,9 +43,20 @@ import { print } from "../support/store_trials.ts";
 import { tryRun } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
-/** Short leases, for a test: renewed every second, suspended 2.25 s after the last write. */
-const LEASE_TTL_S = 3;
-const TAKEOVER_AFTER_S = 1;
+/**
+ * Short leases, for a test: 3 s (renewed every second, suspended 2.25 s after the last write
+ * that landed), or ZFS_CSI_TEST_LEASE_TTL_S for a slow machine (the OpenZFS VM under TCG, where
+ * a zfs command takes seconds); --takeover-after a third of it, at least 1 s.
+ */
+const LEASE_TTL_S = Number(Deno.env.get("ZFS_CSI_TEST_LEASE_TTL_S") ?? "3");
+if (!Number.isInteger(LEASE_TTL_S) || LEASE_TTL_S < 3) {
+  throw new RangeError(`ZFS_CSI_TEST_LEASE_TTL_S must be an integer of at least 3`);
+}
+const TAKEOVER_AFTER_S = Math.max(1, Math.round(LEASE_TTL_S / 3));
+/** TTL + --takeover-after, in ms: the time scale of every wait below. */
+const RULE_MS = (LEASE_TTL_S + TAKEOVER_AFTER_S) * 1000;
+/** How long a stalled request waits at the proxy: well past the takeover. */
+const STALL_MS = 5 * RULE_MS;
 const STAGE_DEADLINE_MS = 180_000;
 const PREFIX = "clusters/selffence";
 const VOLUME = "fenced";
@@ -216,7 +227,7 @@ async function run(
       const details = String((err as { details?: string }).details ?? err);
       if (/held by node "node-a"/.test(details)) refused++;
       else print(`follow self-fence: B's stage failed otherwise, tried again: ${details}`);
-      assert.ok(performance.now() - cut < 60_000, `B never took over${logTail(b)}`);
+      assert.ok(performance.now() - cut < 15 * RULE_MS, `B never took over${logTail(b)}`);
       await new Promise((res) => setTimeout(res, 250));
     }
   }
@@ -267,7 +278,10 @@ async function run(
   proxy.set({ kind: "pass" });
   const healed = performance.now();
   while ((await a.pool.get(dsA, "org.zfs-csi:follow-released")) !== "fenced") {
-    assert.ok(performance.now() - healed < 45_000, `A never learnt of the takeover${logTail(a)}`);
+    assert.ok(
+      performance.now() - healed < STALL_MS + 10 * RULE_MS,
+      `A never learnt of the takeover${logTail(a)}`,
+    );
     await new Promise((res) => setTimeout(res, 250));
   }
   // Still read-only for its job (its `readonly` reads "off" on zfs-fuse while it is mounted).
@@ -301,5 +315,5 @@ selfFenceTest(
 
 selfFenceTest(
   "follow self-fence: a holder whose store stalls makes its copy read-only before the taker's is writable",
-  { kind: "delay", ms: 20_000 },
+  { kind: "delay", ms: STALL_MS },
 );
