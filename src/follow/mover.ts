@@ -57,6 +57,7 @@ import {
   renew,
 } from "./owner.ts";
 import { CopyGate } from "./gate.ts";
+import { movesForward } from "./head.ts";
 import {
   type FollowTimers,
   type LeaseClocks,
@@ -928,9 +929,9 @@ export class FollowVolumes {
     const { record } = state.holding;
     const key = encodeComponent("Volume name", volume.name);
     if (record.head !== null && record.head !== m.guid) {
-      // Only forward: the new snapshot's chain must run through the head.
-      const chain = await this.#chain(key, m.guid, this.#d.log).catch(() => []);
-      if (!chain.some((c) => c.guid === record.head)) {
+      // Only forward: after the head on its chain, or on a newer chain (head.ts).
+      const { manifests } = await readManifests(this.#d.store, key, this.#d.log);
+      if (!movesForward(manifests, m.guid, record.head)) {
         this.#d.log.info("stored snapshot is not after the head; the head stays", {
           dataset: volume.dataset,
           guid: m.guid,
