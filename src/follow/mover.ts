@@ -32,7 +32,7 @@ import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
 import { restoreVolume } from "../replicate/restore.ts";
 import { ChainError, chainTo } from "../store/chain.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
-import type { Store } from "../store/store.ts";
+import type { RequestOptions, Store } from "../store/store.ts";
 import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -66,7 +66,9 @@ import {
   proofMarginMs,
   proveHolding,
   REAL_TIMERS,
+  renewalLimitMs,
   renewEveryMs,
+  withinRenewalLimit,
 } from "./lease.ts";
 import { writeMarkers } from "./markers.ts";
 import { ProgressStore } from "./progress.ts";
@@ -829,7 +831,11 @@ export class FollowVolumes {
    * The owner object while this node holds the volume under its copy's generation (read from
    * zfs unless the caller just read it).
    */
-  async #holding(volume: FollowVolume, copyGeneration?: number): Promise<
+  async #holding(
+    volume: FollowVolume,
+    copyGeneration?: number,
+    options?: RequestOptions,
+  ): Promise<
     | { kind: "mine"; holding: Holding }
     | { kind: "released"; record: OwnerRecord }
     | { kind: "fenced"; record?: OwnerRecord }
@@ -837,7 +843,11 @@ export class FollowVolumes {
     const generation = copyGeneration ?? generationOf(
       await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]),
     );
-    const current = await readOwner(this.#d.store, encodeComponent("Volume name", volume.name));
+    const current = await readOwner(
+      this.#d.store,
+      encodeComponent("Volume name", volume.name),
+      options,
+    );
     const r = current?.record;
     if (!current || !r) return { kind: "fenced" };
     if (r.holder === this.#d.node && r.generation === generation) {
@@ -984,24 +994,29 @@ export class FollowVolumes {
         suspended: copy.suspended,
       });
     try {
-      const state = await this.#holding(volume, generation);
-      if (state.kind === "released") return;
-      if (state.kind === "mine") {
-        // Until this node's write lands, the promise in force is the one last written.
-        if (adopted) {
-          this.#fence.promised(dataset, generation, state.holding.record.selfFence === true);
-        }
-        const sentAt = this.#clocks.monotonic();
-        await renew(
-          this.#d.store,
-          encodeComponent("Volume name", volume.name),
-          state.holding,
-          this.#now(),
-          this.#terms,
-        );
-        this.#fence.proved(dataset, generation, { sentAt, promised: own, resume: true });
-        return;
-      }
+      const key = encodeComponent("Volume name", volume.name);
+      // Given up after a quarter of the TTL (a store that never answers must not hold back
+      // the next renewal), and outside any call's store wait.
+      const found = await withinRenewalLimit(
+        this.#timers,
+        renewalLimitMs(this.#ttl),
+        `Renewing the lease of "${key}"`,
+        async (options) => {
+          const state = await this.#holding(volume, generation, options);
+          if (state.kind !== "mine") return state.kind;
+          // Until this node's write lands, the promise in force is the one last written.
+          if (adopted) {
+            this.#fence.promised(dataset, generation, state.holding.record.selfFence === true);
+          }
+          const sentAt = this.#clocks.monotonic();
+          await renew(this.#d.store, key, state.holding, this.#now(), this.#terms, options);
+          // A renewal given up proves nothing, even if its answer comes after all.
+          options.signal?.throwIfAborted();
+          this.#fence.proved(dataset, generation, { sentAt, promised: own, resume: true });
+          return "renewed";
+        },
+      );
+      if (found !== "fenced") return;
     } catch (err) {
       if (!(err instanceof FencedError)) {
         if (adopted && copy.writable && !this.#fence.promises(dataset)) {

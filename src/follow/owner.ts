@@ -14,7 +14,7 @@
 
 import { Code, CsiError } from "../errors.ts";
 import { ownerKey } from "../store/layout.ts";
-import { type Store, StoreError } from "../store/store.ts";
+import { type RequestOptions, type Store, StoreError } from "../store/store.ts";
 
 /** Whether a node holds the volume, none does, or it was deleted. */
 export type OwnerState = "held" | "released" | "deleted";
@@ -205,9 +205,13 @@ export function encodeOwner(record: OwnerRecord): Uint8Array {
  * @throws {CsiError} FAILED_PRECONDITION when it cannot be read (it is never overwritten then)
  * @throws {StoreError} when the store fails
  */
-export async function readOwner(store: Store, volumeKey: string): Promise<Holding | undefined> {
+export async function readOwner(
+  store: Store,
+  volumeKey: string,
+  options?: RequestOptions,
+): Promise<Holding | undefined> {
   const key = ownerKey(volumeKey);
-  const got = await store.getBytes(key);
+  const got = await store.getBytes(key, options);
   if (!got) return undefined;
   try {
     return { record: parseOwner(got.bytes), etag: got.etag };
@@ -368,18 +372,21 @@ async function change(
   volumeKey: string,
   held: Holding,
   edit: (r: OwnerRecord) => OwnerRecord,
+  options?: RequestOptions,
 ): Promise<Holding> {
   let base = held;
   for (let attempt = 1;; attempt++) {
+    // A change given up (a renewal's time limit) sends nothing more.
+    options?.signal?.throwIfAborted();
     const next = edit(base.record);
     try {
       const put = await store.putBytes(ownerKey(volumeKey), encodeOwner(next), {
         ifMatch: base.etag,
-      });
+      }, options);
       return { record: next, etag: put.etag };
     } catch (err) {
       if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
-      const now = await readOwner(store, volumeKey);
+      const now = await readOwner(store, volumeKey, options);
       const r = now?.record;
       if (
         !now || !r || r.state !== "held" || r.holder !== held.record.holder ||
@@ -401,6 +408,7 @@ async function change(
  * Renews the lease (a new renewedAt, hence a new etag that takers see change), with `terms`
  * written in when given (a holder restarted with another `--lease-ttl` or `--takeover-after`
  * promises what it keeps now).
+ * `options` (a signal) go with each of its requests.
  * @throws {FencedError} when the volume was taken over; StoreError when the store fails
  */
 export function renew(
@@ -409,12 +417,13 @@ export function renew(
   held: Holding,
   nowMs: number,
   terms?: HolderTerms,
+  options?: RequestOptions,
 ): Promise<Holding> {
   return change(store, volumeKey, held, (r) =>
     withTerms({
       ...r,
       renewedAt: new Date(nowMs).toISOString(),
-    }, terms));
+    }, terms), options);
 }
 
 /** A stored snapshot that becomes the head. */
