@@ -33,6 +33,7 @@ import { restoreVolume } from "../replicate/restore.ts";
 import { ChainError, chainTo } from "../store/chain.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import type { RequestOptions, Store } from "../store/store.ts";
+import { withOwnStoreWait } from "../store/wait.ts";
 import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -644,9 +645,13 @@ export class FollowVolumes {
     } catch (err) {
       await stopLease().catch(() => {});
       // Acquired here but not made usable (the store or zfs failed): hand the volume back, head
-      // unchanged, so that the next stage anywhere can take it without a takeover.
+      // unchanged, so that the next stage anywhere can take it without a takeover. With a store
+      // wait of its own: the call's may be what ran out, and this write must neither fail at
+      // once for that nor wait without bound.
       if (acquired) {
-        await release(store, volumeKey, lease.holding, undefined, this.#now()).catch((e) =>
+        await withOwnStoreWait(() =>
+          release(store, volumeKey, lease.holding, undefined, this.#now())
+        ).catch((e) =>
           log.warn("could not hand the volume back after a failed stage", { error: e })
         );
       }

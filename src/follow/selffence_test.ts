@@ -20,6 +20,7 @@ import {
 } from "../../tests/support/follow_harness.ts";
 import type { MemoryStore } from "../../tests/support/memory_store.ts";
 import { ownerKey } from "../store/layout.ts";
+import { BoundedStore, StoreWaitError } from "../store/wait.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
 import { type FollowDeps, FollowVolumes } from "./mover.ts";
 import { forceRelease, type Holding, readOwner } from "./owner.ts";
@@ -443,4 +444,25 @@ Deno.test("lease renewal: a renewal the store never answers is abandoned within 
   assert.equal(h.pool.value(DS, "readonly"), "off", "never suspended");
   assert.equal(errors(h, /not renewed in time/).length, 0, h.logs.join("\n"));
   a.stop();
+});
+
+Deno.test("a stage whose --store-wait ran out hands the volume back with a budget of its own", async () => {
+  const vt = new VirtualTime();
+  const h = await nodeOn();
+  const faulty = new FaultyStore(h.store);
+  // The stage's proof (the second write of the owner object, after the acquire) stalls.
+  let writes = 0;
+  faulty.inject(
+    (c) => c.op === "putBytes" && c.key === ownerKey("pg") && ++writes === 2,
+    { kind: "hold", until: new Promise<void>(() => {}) },
+    1,
+  );
+  const ctx = { operation: 'NodeStageVolume "pg"', signal: new AbortController().signal };
+  const bounded = new BoundedStore(faulty, { limitMs: 20, call: () => ctx });
+  const a = follow(h, vt, bounded, { takeoverAfterMs: TAKEOVER_AFTER_MS });
+  creates(h);
+  await assert.rejects(() => a.prepareStage({ name: "pg", dataset: DS }), StoreWaitError);
+  const r = (await readOwner(h.store, "pg"))!.record;
+  assert.deepEqual([r.holder, r.state], ["n1", "released"], "handed back, head unchanged");
+  assert.notEqual(h.pool.value(DS, "readonly"), "off", "the copy was never made writable");
 });
