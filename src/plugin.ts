@@ -78,6 +78,7 @@ export async function startPlugin(
     ? {
       Activity: (await import("./metrics/activity.ts")).Activity,
       startMetrics: (await import("./metrics/start.ts")).startMetrics,
+      followFenceSource: (await import("./metrics/follow.ts")).followFenceSource,
     }
     : undefined;
   const activity = meters ? new meters.Activity() : undefined;
@@ -200,6 +201,11 @@ export async function startPlugin(
       methods: Object.values(handlers).flatMap((h) => Object.keys(h ?? {})),
     })
     : undefined;
+  // Whether this node's held copies of follow volumes are suspended (src/follow/selffence.ts).
+  if (metered && meters && parts && serveNode) {
+    const follow = parts.follow;
+    metered.metrics.addSource(meters.followFenceSource(() => follow.fenceState()));
+  }
   health.startPeriodic();
   let server: RunningServer;
   try {
@@ -213,7 +219,10 @@ export async function startPlugin(
     await metered?.endpoint.stop();
     throw err;
   }
-  // Housekeeping (purge, backups, pruning, leases, standby copies, sweep) waits for the first
+  // The leases of follow volumes held here, at once: a restarted plugin's copies stay writable
+  // only if a renewal lands soon (src/follow/mover.ts start), so they wait for nothing else.
+  if (serveNode) parts?.follow.start();
+  // Housekeeping (purge, backups, pruning, standby copies, sweep) waits for the first
   // health check and the first Probe answered, so the Probe an orchestrator waits on at start is
   // not answered behind the processes it starts; with no Probe, HOUSEKEEPING_WAIT_MS after the
   // check.
@@ -226,8 +235,6 @@ export async function startPlugin(
       if (serveController) trash.startPeriodic();
       parts?.scheduler.start();
       parts?.pruner.startPeriodic();
-      // The holder renews the leases of the follow volumes staged here.
-      if (serveNode) parts?.follow.start();
       // Standby copies live on this node's pool: only a node keeps them.
       if (serveNode) parts?.standby?.start();
       sweep?.start();

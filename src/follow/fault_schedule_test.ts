@@ -4,10 +4,9 @@
  * driven by seeded schedules of Nomad calls, backups, pauses, kills, clock steps and store
  * faults; the four invariants are checked throughout (tests/faults/invariants.ts).
  *
- * Issue 21 lists defects this test finds on the code it was written against; until they are
- * fixed, the seeds it runs here break invariants, so by default a broken invariant is printed
- * and not failed. With FAULTS_EXPECT_FIXED=1 every broken invariant fails the test. A model
- * error (a command the model pools do not know) always fails it.
+ * Issue 21 lists defects this test found on the code it was written against; they are fixed,
+ * and any broken invariant (or a model error: a command the model pools do not know) fails the
+ * test, with the scenario and the plugins' log lines.
  *
  * FAULTS_SEEDS (default 300) and FAULTS_FROM (default 0) choose the seeds;
  * `deno task test:faults --seeds N` runs as many as asked, outside the unit suite.
@@ -17,8 +16,6 @@ import assert from "node:assert/strict";
 import { formatFailure } from "../../tests/faults/report.ts";
 import { generate, type Scenario } from "../../tests/faults/schedule.ts";
 import { runScenario } from "../../tests/faults/world.ts";
-
-const expectFixed = Deno.env.get("FAULTS_EXPECT_FIXED") === "1";
 
 function envCount(name: string, fallback: number): number {
   const v = Deno.env.get(name);
@@ -30,27 +27,16 @@ function envCount(name: string, fallback: number): number {
 Deno.test("fault schedules: the four invariants hold over many seeds", async () => {
   const from = envCount("FAULTS_FROM", 0);
   const count = envCount("FAULTS_SEEDS", 300);
-  const broken: string[] = [];
   const started = performance.now();
   for (let seed = from; seed < from + count; seed++) {
     const r = await runScenario(generate(seed), { logLevel: "warn" });
-    const v = r.violation;
-    if (!v) continue;
+    if (!r.violation) continue;
     // A failure to read is run again with the plugins' log lines (runs repeat exactly).
-    if (v.invariant === "sim" || expectFixed) {
-      assert.fail(formatFailure(await runScenario(r.scenario), { log: true }));
-    }
-    broken.push(`seed ${seed}: invariant ${v.invariant}: ${v.message.slice(0, 160)}`);
+    assert.fail(formatFailure(await runScenario(r.scenario), { log: true }));
   }
   const seconds = (performance.now() - started) / 1000;
   // deno-lint-ignore no-console
-  console.log(
-    `${count} seeds in ${seconds.toFixed(1)} s; ${broken.length} broke an invariant` +
-      (broken.length > 0
-        ? ` (known defects of issue 21 until fixed; FAULTS_EXPECT_FIXED=1 fails on them):\n  ` +
-          broken.join("\n  ")
-        : ""),
-  );
+  console.log(`${count} seeds in ${seconds.toFixed(1)} s; none broke an invariant`);
 });
 
 /** A schedule with no fault at all: jobs placed, written, moved and stopped. */

@@ -12,8 +12,9 @@
  */
 
 import type { Logger } from "../log.ts";
-import type { Store } from "../store/store.ts";
-import { FencedError, type Holding, renew } from "./owner.ts";
+import { type RequestOptions, type Store, StoreError } from "../store/store.ts";
+import { outsideStoreWait } from "../store/wait.ts";
+import { FencedError, type HolderTerms, type Holding, renew } from "./owner.ts";
 
 /** One-shot timers; replaceable in tests and in the fault-schedule simulator. */
 export interface FollowTimers {
@@ -44,6 +45,53 @@ export interface LeaseClocks {
 /** How often a holder writes its lease: every third of the TTL, at least every second. */
 export function renewEveryMs(ttlSeconds: number): number {
   return Math.max(1, ttlSeconds / 3) * 1000;
+}
+
+/**
+ * How long one renewal (its read and its write of the owner object) may wait for the store
+ * before it is given up: a quarter of the TTL, shorter than the renewal period (a third), so a
+ * request the store never answers (the S3 client's own limits are a minute per try, and it
+ * tries several times) never holds back the next renewal, which goes out at its time. A write
+ * given up may still land later: the next renewal's If-Match then fails and it renews on the
+ * record read again (owner.ts). A renewal given up proves nothing, as any failed one
+ * (selffence.ts counts only writes whose answer came).
+ */
+export function renewalLimitMs(ttlSeconds: number): number {
+  return ttlSeconds * 250;
+}
+
+/**
+ * Runs one renewal's store requests (`fn`) outside any CSI call's store wait (a lease kept
+ * while a NodeStage receives must not be cut short by that call's `--store-wait`, nor fail at
+ * once after it is spent), and gives it up after `limitMs` on `timers`: its requests get a
+ * signal that aborts then (the S3 client closes its socket), and its promise rejects then even
+ * if a request does not stop.
+ * @throws {StoreError} "unavailable" when the limit ran out; what `fn` throws
+ */
+export async function withinRenewalLimit<T>(
+  timers: FollowTimers,
+  limitMs: number,
+  what: string,
+  fn: (options: RequestOptions) => Promise<T>,
+): Promise<T> {
+  const abort = new AbortController();
+  let cancel = () => {};
+  const limit = new Promise<never>((_, reject) => {
+    cancel = timers.after(() => {
+      const err = new StoreError(
+        "unavailable",
+        `${what}: the store did not answer within ${limitMs / 1000} s (a quarter of the lease's ` +
+          `TTL); given up, the next renewal goes out at its time`,
+      );
+      abort.abort(err);
+      reject(err);
+    }, limitMs);
+  });
+  try {
+    return await Promise.race([outsideStoreWait(() => fn({ signal: abort.signal })), limit]);
+  } finally {
+    cancel();
+  }
 }
 
 /**
@@ -78,7 +126,8 @@ export interface Proof {
 }
 
 /**
- * Writes the lease once, conditionally, as proof that this node holds `held`'s generation now.
+ * Writes the lease once, conditionally (with this node's `terms`), as proof that this node holds
+ * `held`'s generation now.
  * @throws {FencedError} when another node acquired it, or it was released or deleted
  * @throws {StoreError} when the store fails (nothing is proved then)
  */
@@ -87,17 +136,20 @@ export async function proveHolding(
   volumeKey: string,
   held: Holding,
   clocks: LeaseClocks,
+  terms?: HolderTerms,
+  options?: RequestOptions,
 ): Promise<Proof> {
   const sentAt = clocks.monotonic();
-  const holding = await renew(store, volumeKey, held, clocks.now());
+  const holding = await renew(store, volumeKey, held, clocks.now(), terms, options);
   return { holding, sentAt };
 }
 
 /**
  * Renews one holding every {@linkcode renewEveryMs} until stopped, while a stage receives
- * (its copy is not marked held yet, so the node's own renewals do not see it). A renewal that
- * fails is logged and tried again at the next turn; one refused because the volume was taken
- * over stops the renewals. Whatever it saw, the stage proves the holding again before it makes
+ * (its copy is not marked held yet, so the node's own renewals do not see it), each renewal
+ * outside the stage's store wait and given up after {@linkcode renewalLimitMs}. A renewal that
+ * fails or is given up is logged and tried again at the next turn; one refused because the
+ * volume was taken over stops the renewals. Whatever it saw, the stage proves the holding again before it makes
  * the copy writable ({@linkcode proveHolding}): a renewal that failed with a 503 or a timeout
  * proves nothing either way.
  */
@@ -114,15 +166,33 @@ export class LeaseKeeper {
     store: Store,
     volumeKey: string,
     holding: Holding,
-    opts: { ttlSeconds: number; clocks: LeaseClocks; timers: FollowTimers; log: Logger },
+    opts: {
+      ttlSeconds: number;
+      clocks: LeaseClocks;
+      timers: FollowTimers;
+      log: Logger;
+      /** What each renewal promises (owner.ts HolderTerms). */
+      terms?: HolderTerms;
+      /** Told of each renewal that landed: the monotonic ms it was sent at. */
+      onRenewed?: (proof: Proof) => void;
+    },
   ) {
     this.#timers = opts.timers;
     this.#holding = holding;
     const every = renewEveryMs(opts.ttlSeconds);
+    const limitMs = renewalLimitMs(opts.ttlSeconds);
     const renewOnce = async () => {
       try {
-        this.#holding = await renew(store, volumeKey, this.#holding, opts.clocks.now());
+        const proof = await withinRenewalLimit(
+          this.#timers,
+          limitMs,
+          `Renewing the lease of "${volumeKey}"`,
+          (options) =>
+            proveHolding(store, volumeKey, this.#holding, opts.clocks, opts.terms, options),
+        );
+        this.#holding = proof.holding;
         this.#failures = 0;
+        opts.onRenewed?.(proof);
       } catch (err) {
         if (err instanceof FencedError) {
           this.#fenced = err;

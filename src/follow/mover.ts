@@ -11,7 +11,9 @@
  * Lease renewals are the exception: each volume's lease is written on time whatever runs in
  * its queue or any other volume's (a release's final upload may take long), and only what a
  * renewal finds (a takeover) waits for the queue before it changes the copy. A copy is made
- * writable only right after a conditional write proved this node holds the volume (lease.ts).
+ * writable only right after a conditional write proved this node holds the volume (lease.ts),
+ * and with `--takeover-after` it is made read-only again by itself when no such write has landed
+ * for three quarters of the TTL (selffence.ts), before any node may take the volume over.
  * A NodeStage repeated while one is preparing the volume joins it and answers when it ends.
  * zfs-fuse cannot resume a receive: an interrupted one (a killed plugin, a failed download)
  * leaves nothing half made (a full receive goes into a hidden dataset renamed only when whole;
@@ -30,7 +32,8 @@ import { type ReceiveDeps, receiveFromStore } from "../replicate/receive.ts";
 import { restoreVolume } from "../replicate/restore.ts";
 import { ChainError, chainTo } from "../store/chain.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
-import type { Store } from "../store/store.ts";
+import type { RequestOptions, Store } from "../store/store.ts";
+import { withOwnStoreWait } from "../store/wait.ts";
 import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -46,6 +49,7 @@ import {
   describeOwner,
   FencedError,
   type FollowSettings,
+  type HolderTerms,
   type Holding,
   moveHead,
   type OwnerRecord,
@@ -63,11 +67,14 @@ import {
   proofMarginMs,
   proveHolding,
   REAL_TIMERS,
+  renewalLimitMs,
   renewEveryMs,
+  withinRenewalLimit,
 } from "./lease.ts";
 import { writeMarkers } from "./markers.ts";
 import { ProgressStore } from "./progress.ts";
 import { judgeTakeover, LeaseObserver } from "./rule.ts";
+import { type FenceState, FOLLOW_SUSPENDED_PROPERTY, SelfFence } from "./selffence.ts";
 
 /** The release marker of a copy this node holds (writable). */
 const HELD = "none";
@@ -123,7 +130,10 @@ export interface FollowDeps extends CopyDeps {
   readonly backup: (dataset: string, options?: BackupOptions) => Promise<BackupOutcome>;
   /** The lease this node promises to renew within (default 30 s). */
   readonly ttlSeconds?: number;
-  /** `--takeover-after`: undefined = only an explicit takeover. */
+  /**
+   * `--takeover-after`: undefined = only an explicit takeover. With it, this node also promises
+   * to fence itself (selffence.ts), and takes over by the rule only holders that promised it.
+   */
   readonly takeoverAfterMs?: number;
   /** Longest gap between two progress lines of a receive (default 10 s). */
   readonly progressEveryMs?: number;
@@ -194,6 +204,9 @@ export class FollowVolumes {
   readonly #clocks: LeaseClocks;
   readonly #timers: FollowTimers;
   readonly #ttl: number;
+  /** What every write of an owner object here promises. */
+  readonly #terms: HolderTerms;
+  readonly #fence: SelfFence;
   readonly #gate: CopyGate;
   /** The tail of each volume's queue of steps. */
   readonly #tails = new Map<string, Promise<void>>();
@@ -220,7 +233,20 @@ export class FollowVolumes {
     this.#clocks = { now: this.#now, monotonic };
     this.#timers = deps.timers ?? REAL_TIMERS;
     this.#ttl = deps.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+    this.#terms = { ttlSeconds: this.#ttl, selfFence: deps.takeoverAfterMs !== undefined };
+    this.#fence = new SelfFence({
+      zfs: deps.zfs,
+      log: deps.log,
+      monotonic,
+      timers: this.#timers,
+      ttlSeconds: this.#ttl,
+    });
     this.#gate = deps.gate ?? new CopyGate();
+  }
+
+  /** This node's writable copies of follow volumes and whether each is suspended (metrics). */
+  fenceState(): FenceState[] {
+    return this.#fence.state();
   }
 
   /** What keeps standby receives out of this node's stages and releases. */
@@ -391,17 +417,21 @@ export class FollowVolumes {
    * final upload, and keeps its lease this way: its copy stays marked held until that upload
    * is stored). A volume whose last renewal still waits for the store is not asked again; one a
    * stage is preparing is renewed by that stage. What a renewal finds taken over is judged
-   * again in the volume's turn before anything is changed on the copy. Never throws: failures
-   * are logged.
+   * again in the volume's turn before anything is changed on the copy. Each renewal that lands
+   * keeps the copy writable (selffence.ts), or makes a suspended one writable again; a copy a
+   * previous run of the plugin left writable or suspended here is adopted by its first renewal
+   * (see {@linkcode start}). Never throws: failures are logged.
    */
   async renewAll(): Promise<void> {
     let tree;
     try {
       tree = await this.#d.zfs.getTree(this.#d.parentDataset, 1, [
         "type",
+        "readonly",
         MANAGED_PROPERTY,
         FOLLOW_GENERATION_PROPERTY,
         FOLLOW_RELEASED_PROPERTY,
+        FOLLOW_SUSPENDED_PROPERTY,
       ]);
     } catch (err) {
       this.#d.log.warn("lease renewal could not list the volumes", { error: err });
@@ -421,10 +451,14 @@ export class FollowVolumes {
       }
       if (this.#renewing.has(dataset) || this.#keeping.has(dataset)) continue;
       this.#renewing.add(dataset);
+      // Suspended by the marker alone: zfs-fuse reports a mounted copy's `readonly` as the
+      // mount's ("off", source temporary) even after `zfs set readonly=on`, which it enforces.
+      const suspended = props.get(FOLLOW_SUSPENDED_PROPERTY)?.value === "on";
+      const copy = { writable: !suspended && props.get("readonly")?.value !== "on", suspended };
       // The generation as the listing read it: no zfs process per volume, only store requests
       // (a renewal that finds a takeover reads the copy again before it acts).
       runs.push(
-        this.#renewOne({ name, dataset }, generation)
+        this.#renewOne({ name, dataset }, generation, copy)
           .catch((err) =>
             this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
           )
@@ -434,7 +468,15 @@ export class FollowVolumes {
     await Promise.all(runs);
   }
 
-  /** Renews every third of the TTL, without keeping the process alive. */
+  /**
+   * Renews at once, then every third of the TTL, without keeping the process alive. The first
+   * round is a restarted plugin's first look at the copies it holds: a copy left writable stays
+   * so only if its renewal lands within a quarter of the TTL (and is watched from then on); one
+   * taken over is fenced; one whose renewal does not land in time is made read-only (suspended)
+   * when its owner object promised self-fencing (the old process's last write may be as old as
+   * that promise allows), else left as it is with an error logged (only an explicit takeover can
+   * take it); a copy left suspended stays read-only until a renewal lands.
+   */
   start(): void {
     if (this.#cancel !== undefined) return;
     const every = renewEveryMs(this.#ttl);
@@ -443,6 +485,7 @@ export class FollowVolumes {
       void this.renewAll();
     };
     this.#cancel = this.#timers.after(tick, every);
+    void this.renewAll();
   }
 
   /** Stops renewing (a stopped plugin's leases expire; the volumes stay held by this node). */
@@ -478,10 +521,12 @@ export class FollowVolumes {
       // Listed with the follow volumes (no standbys: a registered volume names none).
       await writeMarkers(store, volumeKey, spec.name, []);
     }
+    const acquireSent = this.#clocks.monotonic();
     const { holding, acquired, previous } = await acquire(store, volumeKey, {
       node: this.#d.node,
       nowMs: this.#now(),
       ttlSeconds: this.#ttl,
+      selfFence: this.#terms.selfFence,
       mayTakeOver: (current) =>
         judgeTakeover(current, {
           volumeKey,
@@ -494,6 +539,14 @@ export class FollowVolumes {
     });
     this.#observer.forget(volumeKey);
     const r = holding.record;
+    // A copy this node held all along (a repeated stage) stays watched: each write here counts.
+    const landed = (sentAt: number) =>
+      this.#fence.proved(spec.dataset, r.generation, {
+        sentAt,
+        promised: this.#terms.selfFence,
+        resume: false,
+      });
+    if (!acquired) landed(acquireSent);
     // A receive may outlast the lease: renew it meanwhile, so no node takes the volume over
     // from a holder that is busy receiving it.
     const lease = new LeaseKeeper(store, volumeKey, holding, {
@@ -501,6 +554,8 @@ export class FollowVolumes {
       clocks: this.#clocks,
       timers: this.#timers,
       log,
+      terms: this.#terms,
+      onRenewed: (proof) => landed(proof.sentAt),
     });
     this.#keeping.add(spec.dataset);
     const stopLease = () => lease.stop().finally(() => this.#keeping.delete(spec.dataset));
@@ -584,15 +639,19 @@ export class FollowVolumes {
       const held = await stopLease().catch((err) => {
         throw fencedStage(err, "while this node received it");
       });
-      await this.#makeWritable(spec.dataset, volumeKey, held, log).catch((err) => {
+      await this.#makeWritable(spec.dataset, volumeKey, held, log, landed).catch((err) => {
         throw fencedStage(err, "before this node could make its copy writable");
       });
     } catch (err) {
       await stopLease().catch(() => {});
       // Acquired here but not made usable (the store or zfs failed): hand the volume back, head
-      // unchanged, so that the next stage anywhere can take it without a takeover.
+      // unchanged, so that the next stage anywhere can take it without a takeover. With a store
+      // wait of its own: the call's may be what ran out, and this write must neither fail at
+      // once for that nor wait without bound.
       if (acquired) {
-        await release(store, volumeKey, lease.holding, undefined, this.#now()).catch((e) =>
+        await withOwnStoreWait(() =>
+          release(store, volumeKey, lease.holding, undefined, this.#now())
+        ).catch((e) =>
           log.warn("could not hand the volume back after a failed stage", { error: e })
         );
       }
@@ -710,11 +769,17 @@ export class FollowVolumes {
     volumeKey: string,
     held: Holding,
     log: Logger,
+    landed: (sentAt: number) => void,
   ): Promise<Holding> {
     const { zfs, store } = this.#d;
     const r = held.record;
     const interval = r.settings.properties[BACKUP_INTERVAL_PROPERTY];
-    let proof = await proveHolding(store, volumeKey, held, this.#clocks);
+    const prove = async (h: Holding) => {
+      const p = await proveHolding(store, volumeKey, h, this.#clocks, this.#terms);
+      landed(p.sentAt);
+      return p;
+    };
+    let proof = await prove(held);
     // The generation first: a crash right after leaves a copy that knows whose it is.
     await zfs.setProperties(dataset, [
       [FOLLOW_GENERATION_PROPERTY, String(r.generation)],
@@ -732,16 +797,29 @@ export class FollowVolumes {
         );
       }
       log.warn("proving the holding again: the copy was not ready within the proof's margin");
-      proof = await proveHolding(store, volumeKey, proof.holding, this.#clocks);
+      proof = await prove(proof.holding);
     }
-    await zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+    // Watched from this proof on (selffence.ts): suspended if no later write lands in time.
+    await this.#fence.open(
+      dataset,
+      { volume: r.volume, generation: r.generation },
+      { sentAt: proof.sentAt, promised: this.#terms.selfFence },
+      [["readonly", "off"], ["canmount", "on"]],
+    );
     if (!this.#outlasted(proof)) return proof.holding;
     // zfs took longer than the margin: whether this node still held the volume when the copy
     // became writable is decided by another proof (under the same generation, no node
     // acquired it in between).
     try {
-      return (await proveHolding(store, volumeKey, proof.holding, this.#clocks)).holding;
+      const again = await proveHolding(store, volumeKey, proof.holding, this.#clocks, this.#terms);
+      this.#fence.proved(dataset, r.generation, {
+        sentAt: again.sentAt,
+        promised: this.#terms.selfFence,
+        resume: true,
+      });
+      return again.holding;
     } catch (err) {
+      await this.#fence.forget(dataset);
       await zfs.setProperties(dataset, [["readonly", "on"]]).catch((e) =>
         log.error("could not make the copy read-only again", { error: e })
       );
@@ -758,7 +836,11 @@ export class FollowVolumes {
    * The owner object while this node holds the volume under its copy's generation (read from
    * zfs unless the caller just read it).
    */
-  async #holding(volume: FollowVolume, copyGeneration?: number): Promise<
+  async #holding(
+    volume: FollowVolume,
+    copyGeneration?: number,
+    options?: RequestOptions,
+  ): Promise<
     | { kind: "mine"; holding: Holding }
     | { kind: "released"; record: OwnerRecord }
     | { kind: "fenced"; record?: OwnerRecord }
@@ -766,7 +848,11 @@ export class FollowVolumes {
     const generation = copyGeneration ?? generationOf(
       await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]),
     );
-    const current = await readOwner(this.#d.store, encodeComponent("Volume name", volume.name));
+    const current = await readOwner(
+      this.#d.store,
+      encodeComponent("Volume name", volume.name),
+      options,
+    );
     const r = current?.record;
     if (!current || !r) return { kind: "fenced" };
     if (r.holder === this.#d.node && r.generation === generation) {
@@ -795,6 +881,7 @@ export class FollowVolumes {
     checkOwned(volume.dataset, props);
     const state = await this.#holding(volume);
     if (state.kind !== "mine") {
+      await this.#fence.forget(volume.dataset);
       await this.#lockDown(volume.dataset);
       if (state.kind === "fenced") {
         log.warn("this node no longer holds the follow volume: its copy stays read-only", {
@@ -803,7 +890,9 @@ export class FollowVolumes {
       }
       return;
     }
-    // No more writes, and no scheduled backup of a copy that is not the volume any more.
+    // No more writes, and no scheduled backup of a copy that is not the volume any more. Not
+    // watched from here on: a renewal must not make it writable again (selffence.ts).
+    await this.#fence.forget(volume.dataset);
     await zfs.setProperties(volume.dataset, [["readonly", "on"], [BACKUP_INTERVAL_PROPERTY, "0"]]);
     const outcome = await this.#d.backup(volume.dataset);
     if (outcome.status !== "stored") {
@@ -872,30 +961,79 @@ export class FollowVolumes {
     // holding's writes. Nothing is made writable on its strength, so no margin applies
     // (lease.ts proofMarginMs): a move that lands late is as true as one that lands at once.
     try {
-      await moveHead(this.#d.store, key, state.holding, {
-        guid: m.guid,
-        createdAt: m.createdAt,
-      }, this.#now());
+      const sentAt = this.#clocks.monotonic();
+      await moveHead(
+        this.#d.store,
+        key,
+        state.holding,
+        {
+          guid: m.guid,
+          createdAt: m.createdAt,
+        },
+        this.#now(),
+        this.#terms,
+      );
+      this.#fence.proved(volume.dataset, record.generation, {
+        sentAt,
+        promised: this.#terms.selfFence,
+        resume: !this.#keeping.has(volume.dataset),
+      });
     } catch (err) {
       if (!(err instanceof FencedError)) throw err;
       await this.#fenced(volume, err.current);
     }
   }
 
-  async #renewOne(volume: FollowVolume, generation: number): Promise<void> {
-    const state = await this.#holding(volume, generation);
-    if (state.kind === "released") return;
-    if (state.kind === "mine") {
-      try {
-        await renew(
-          this.#d.store,
-          encodeComponent("Volume name", volume.name),
-          state.holding,
-          this.#now(),
-        );
-        return;
-      } catch (err) {
-        if (!(err instanceof FencedError)) throw err;
+  async #renewOne(
+    volume: FollowVolume,
+    generation: number,
+    copy: { readonly writable: boolean; readonly suspended: boolean },
+  ): Promise<void> {
+    const { dataset } = volume;
+    const own = this.#terms.selfFence;
+    // A copy a previous run of the plugin left writable or suspended here: watched from now
+    // on, writable only if this renewal lands in time (selffence.ts adopt).
+    const adopted = (copy.writable || copy.suspended) &&
+      this.#fence.adopt(dataset, { volume: volume.name, generation }, {
+        promised: own,
+        suspended: copy.suspended,
+      });
+    try {
+      const key = encodeComponent("Volume name", volume.name);
+      // Given up after a quarter of the TTL (a store that never answers must not hold back
+      // the next renewal), and outside any call's store wait.
+      const found = await withinRenewalLimit(
+        this.#timers,
+        renewalLimitMs(this.#ttl),
+        `Renewing the lease of "${key}"`,
+        async (options) => {
+          const state = await this.#holding(volume, generation, options);
+          if (state.kind !== "mine") return state.kind;
+          // Until this node's write lands, the promise in force is the one last written.
+          if (adopted) {
+            this.#fence.promised(dataset, generation, state.holding.record.selfFence === true);
+          }
+          const sentAt = this.#clocks.monotonic();
+          await renew(this.#d.store, key, state.holding, this.#now(), this.#terms, options);
+          // A renewal given up proves nothing, even if its answer comes after all.
+          options.signal?.throwIfAborted();
+          this.#fence.proved(dataset, generation, { sentAt, promised: own, resume: true });
+          return "renewed";
+        },
+      );
+      if (found !== "fenced") return;
+    } catch (err) {
+      if (!(err instanceof FencedError)) {
+        if (adopted && copy.writable && !this.#fence.promises(dataset)) {
+          this.#d.log.error(
+            "this node holds a follow volume whose copy is writable, and cannot renew its " +
+              "lease: the copy is left writable (its holder did not promise to fence itself, so " +
+              "only an explicit takeover can take the volume); its lease is tried again at " +
+              "every renewal",
+            { dataset, error: err },
+          );
+        }
+        throw err;
       }
     }
     // Taken over, as this look saw it. Judged again in the volume's turn, after any stage or
@@ -909,10 +1047,12 @@ export class FollowVolumes {
   /**
    * This node's writable copy is no longer the volume (another node took it over): it is marked
    * fenced (so it is set aside at its next stage), made read-only and unmounted if nothing uses
-   * it. OpenZFS remounts a mounted filesystem read-only at once; zfs-fuse does not, so a job
-   * still running there keeps writing until it stops (to a copy nothing publishes).
+   * it. OpenZFS remounts a mounted filesystem read-only at once; zfs-fuse refuses to open files
+   * for writing from then on, but a job still running there writes on through files it had open
+   * until it stops (to a copy nothing publishes).
    */
   async #fenced(volume: FollowVolume, record: OwnerRecord | undefined): Promise<void> {
+    await this.#fence.forget(volume.dataset);
     this.#d.log.error(
       "follow volume was taken over by another node: this node's copy is made read-only, and " +
         "what was written here after the store's head is not the volume's",

@@ -14,7 +14,7 @@
 
 import { Code, CsiError } from "../errors.ts";
 import { ownerKey } from "../store/layout.ts";
-import { type Store, StoreError } from "../store/store.ts";
+import { type RequestOptions, type Store, StoreError } from "../store/store.ts";
 
 /** Whether a node holds the volume, none does, or it was deleted. */
 export type OwnerState = "held" | "released" | "deleted";
@@ -47,6 +47,12 @@ export interface OwnerRecord {
   readonly renewedAt: string;
   /** How often, at most, the holder promises to renew while it holds the volume. */
   readonly ttlSeconds: number;
+  /**
+   * Whether the holder promised to make its copy read-only by itself when it cannot renew in
+   * time (it runs with `--takeover-after`; lease.ts SelfFence): only then may another node take
+   * the volume over by the rule (rule.ts). Absent (records of older versions): false.
+   */
+  readonly selfFence?: boolean;
   /** Why the last release happened, when it was not the holder's own. */
   readonly releasedBy?: string;
   /**
@@ -61,6 +67,22 @@ export interface OwnerRecord {
 export interface Holding {
   readonly record: OwnerRecord;
   readonly etag: string;
+}
+
+/**
+ * What a holder promises with each write of the owner object: the lease it renews within, and
+ * whether it fences itself (makes its copy read-only) when it cannot renew in time.
+ */
+export interface HolderTerms {
+  readonly ttlSeconds: number;
+  readonly selfFence: boolean;
+}
+
+/** `r` with the holder's terms written in (selfFence is left out when false, as before). */
+function withTerms(r: OwnerRecord, terms: HolderTerms | undefined): OwnerRecord {
+  if (!terms) return r;
+  const { selfFence: _, ...rest } = r;
+  return { ...rest, ttlSeconds: terms.ttlSeconds, ...(terms.selfFence ? { selfFence: true } : {}) };
 }
 
 /** The volume was taken over: this node's write was refused, and must not be retried. */
@@ -142,6 +164,9 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
     fail("settings.properties", "an object of strings");
   }
   const releasedBy = o.releasedBy === undefined ? undefined : str("releasedBy");
+  if (o.selfFence !== undefined && typeof o.selfFence !== "boolean") {
+    fail("selfFence", "true or false");
+  }
   const standbys = o.standbys;
   if (
     standbys !== undefined &&
@@ -160,6 +185,7 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
     headAt: strOrNull("headAt"),
     renewedAt: str("renewedAt"),
     ttlSeconds: count("ttlSeconds"),
+    ...(o.selfFence === true ? { selfFence: true } : {}),
     ...(releasedBy === undefined ? {} : { releasedBy }),
     ...(standbys === undefined ? {} : { standbys: [...standbys as string[]] }),
     settings: {
@@ -179,9 +205,13 @@ export function encodeOwner(record: OwnerRecord): Uint8Array {
  * @throws {CsiError} FAILED_PRECONDITION when it cannot be read (it is never overwritten then)
  * @throws {StoreError} when the store fails
  */
-export async function readOwner(store: Store, volumeKey: string): Promise<Holding | undefined> {
+export async function readOwner(
+  store: Store,
+  volumeKey: string,
+  options?: RequestOptions,
+): Promise<Holding | undefined> {
   const key = ownerKey(volumeKey);
-  const got = await store.getBytes(key);
+  const got = await store.getBytes(key, options);
   if (!got) return undefined;
   try {
     return { record: parseOwner(got.bytes), etag: got.etag };
@@ -254,6 +284,8 @@ export interface AcquireOptions {
   readonly nowMs: number;
   /** The lease this node promises to renew within. */
   readonly ttlSeconds: number;
+  /** Whether this node fences itself when it cannot renew in time (see {@linkcode HolderTerms}). */
+  readonly selfFence?: boolean;
   /**
    * Whether the volume may be taken from its current holder (see rule.ts): called with the
    * record and etag read; a refusal's message is the error's. Never called for a record this
@@ -300,14 +332,13 @@ export async function acquire(
       if (!verdict.ok) throw new HeldElsewhereError(verdict.message, r, current.etag);
     }
     const { releasedBy: _, ...rest } = r;
-    const next: OwnerRecord = {
+    const next: OwnerRecord = withTerms({
       ...rest,
       holder: opts.node,
       generation: mine ? r.generation : r.generation + 1,
       state: "held",
       renewedAt: new Date(opts.nowMs).toISOString(),
-      ttlSeconds: opts.ttlSeconds,
-    };
+    }, { ttlSeconds: opts.ttlSeconds, selfFence: opts.selfFence === true });
     try {
       const put = await store.putBytes(ownerKey(volumeKey), encodeOwner(next), {
         ifMatch: current.etag,
@@ -341,18 +372,21 @@ async function change(
   volumeKey: string,
   held: Holding,
   edit: (r: OwnerRecord) => OwnerRecord,
+  options?: RequestOptions,
 ): Promise<Holding> {
   let base = held;
   for (let attempt = 1;; attempt++) {
+    // A change given up (a renewal's time limit) sends nothing more.
+    options?.signal?.throwIfAborted();
     const next = edit(base.record);
     try {
       const put = await store.putBytes(ownerKey(volumeKey), encodeOwner(next), {
         ifMatch: base.etag,
-      });
+      }, options);
       return { record: next, etag: put.etag };
     } catch (err) {
       if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
-      const now = await readOwner(store, volumeKey);
+      const now = await readOwner(store, volumeKey, options);
       const r = now?.record;
       if (
         !now || !r || r.state !== "held" || r.holder !== held.record.holder ||
@@ -371,7 +405,10 @@ async function change(
 }
 
 /**
- * Renews the lease (a new renewedAt, hence a new etag that takers see change).
+ * Renews the lease (a new renewedAt, hence a new etag that takers see change), with `terms`
+ * written in when given (a holder restarted with another `--lease-ttl` or `--takeover-after`
+ * promises what it keeps now).
+ * `options` (a signal) go with each of its requests.
  * @throws {FencedError} when the volume was taken over; StoreError when the store fails
  */
 export function renew(
@@ -379,11 +416,14 @@ export function renew(
   volumeKey: string,
   held: Holding,
   nowMs: number,
+  terms?: HolderTerms,
+  options?: RequestOptions,
 ): Promise<Holding> {
-  return change(store, volumeKey, held, (r) => ({
-    ...r,
-    renewedAt: new Date(nowMs).toISOString(),
-  }));
+  return change(store, volumeKey, held, (r) =>
+    withTerms({
+      ...r,
+      renewedAt: new Date(nowMs).toISOString(),
+    }, terms), options);
 }
 
 /** A stored snapshot that becomes the head. */
@@ -394,7 +434,7 @@ export interface NewHead {
 }
 
 /**
- * Moves `head` to a snapshot this node just stored (and renews).
+ * Moves `head` to a snapshot this node just stored (and renews, with `terms` as renew).
  * @throws {FencedError} when the volume was taken over: the snapshot never becomes the head
  * @throws {StoreError} when the store fails
  */
@@ -404,14 +444,16 @@ export function moveHead(
   held: Holding,
   head: NewHead,
   nowMs: number,
+  terms?: HolderTerms,
 ): Promise<Holding> {
   if (!GUID.test(head.guid)) throw new TypeError(`"${head.guid}" is not a ZFS guid`);
-  return change(store, volumeKey, held, (r) => ({
-    ...r,
-    head: head.guid,
-    headAt: head.createdAt,
-    renewedAt: new Date(nowMs).toISOString(),
-  }));
+  return change(store, volumeKey, held, (r) =>
+    withTerms({
+      ...r,
+      head: head.guid,
+      headAt: head.createdAt,
+      renewedAt: new Date(nowMs).toISOString(),
+    }, terms));
 }
 
 /**

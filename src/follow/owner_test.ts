@@ -236,7 +236,8 @@ Deno.test("acquire of a volume without an owner object is NOT_FOUND", async () =
 Deno.test("judgeTakeover: refused until the lease is seen unchanged for TTL + takeover-after", async () => {
   const store = new MemoryStore();
   await created(store);
-  await acquire(store, VOL, as("node-a"));
+  // node-a runs with --takeover-after: it promises to fence itself.
+  await acquire(store, VOL, { ...as("node-a"), selfFence: true });
   let mono = 1_000;
   const observer = new LeaseObserver(() => mono);
   const rule = { takeoverAfterMs: 60_000 };
@@ -258,7 +259,7 @@ Deno.test("judgeTakeover: refused until the lease is seen unchanged for TTL + ta
   await assert.rejects(tryB, /in 1s/);
   // The holder renews: the clock starts again.
   const held = (await readOwner(store, VOL))!;
-  await renew(store, VOL, held, T0 + 1);
+  await renew(store, VOL, held, T0 + 1, { ttlSeconds: 30, selfFence: true });
   mono += 5_000;
   await assert.rejects(tryB, /unchanged for 0s/);
   mono += 90_000;
@@ -285,6 +286,93 @@ Deno.test("judgeTakeover without takeover-after refuses forever and names the co
   assert.match(v.message, /taken over only explicitly/);
   assert.match(v.message, /zfs-csi takeover pg-data/);
   assert.match(v.message, /last copy in the store is from 2026-01-01T00:00:00Z \(1h01m old\)/);
+});
+
+// Issue 21, self-fencing: only a holder that promised to make its copy read-only by itself is
+// taken over by the rule.
+
+Deno.test("judgeTakeover with takeover-after never takes a holder that did not promise to fence itself", async () => {
+  const store = new MemoryStore();
+  await created(store);
+  // node-a runs without --takeover-after (or is older): its record has no selfFence.
+  const a = (await acquire(store, VOL, as("node-a"))).holding;
+  assert.equal(a.record.selfFence, undefined, "no promise written");
+  let mono = 0;
+  const observer = new LeaseObserver(() => mono);
+  const tryB = () =>
+    acquire(store, VOL, {
+      ...as("node-b"),
+      selfFence: true,
+      mayTakeOver: (cur) =>
+        judgeTakeover(cur, {
+          volumeKey: VOL,
+          observer,
+          rule: { takeoverAfterMs: 5_000 },
+          nowMs: T0 + 60_000,
+        }),
+    });
+  await assert.rejects(tryB, HeldElsewhereError);
+  // Silent for ten days as node-b sees it: still only an explicit takeover.
+  mono += 10 * 86_400_000;
+  await assert.rejects(tryB, (err: unknown) => {
+    assert.ok(err instanceof HeldElsewhereError);
+    assert.match(
+      err.message,
+      /node "node-a" runs without --takeover-after and does not fence itself: take it over explicitly with "zfs-csi takeover pg-data" once it is gone/i,
+    );
+    return true;
+  });
+  assert.equal((await readOwner(store, VOL))!.record.holder, "node-a");
+  // node-a restarts with --takeover-after: its next renewal promises, and the rule applies.
+  await renew(store, VOL, (await readOwner(store, VOL))!, T0 + 1, {
+    ttlSeconds: 30,
+    selfFence: true,
+  });
+  await assert.rejects(tryB, /may be taken over once its lease has been unchanged for 35s/);
+  mono += 35_000;
+  const b = await tryB();
+  assert.equal(b.holding.record.holder, "node-b");
+  assert.equal(b.holding.record.selfFence, true, "node-b promises in its turn");
+});
+
+Deno.test("the holder's terms: acquire and renew write its TTL and its promise; moveHead and release keep them", async (t) => {
+  await eachStore(t, async (store) => {
+    await created(store);
+    let a = (await acquire(store, VOL, { ...as("node-a"), selfFence: true })).holding;
+    assert.equal((await readOwner(store, VOL))!.record.selfFence, true);
+    a = await moveHead(store, VOL, a, { guid: "7", createdAt: "2026-01-01T00:00:00Z" }, T0);
+    assert.equal((await readOwner(store, VOL))!.record.selfFence, true, "kept by a head move");
+    // Restarted with another --lease-ttl and without --takeover-after.
+    a = await renew(store, VOL, a, T0 + 1, { ttlSeconds: 90, selfFence: false });
+    const r = (await readOwner(store, VOL))!.record;
+    assert.equal(r.ttlSeconds, 90, "takers count the lease the holder keeps now");
+    assert.equal(r.selfFence, undefined, "no promise: the field is left out, as before");
+    a = await renew(store, VOL, a, T0 + 2);
+    assert.equal((await readOwner(store, VOL))!.record.ttlSeconds, 90, "no terms: kept");
+  });
+});
+
+Deno.test("parseOwner reads selfFence as true or false, absent in older records", () => {
+  const base = {
+    format: 1,
+    volume: VOL,
+    uid: UID,
+    holder: "node-a",
+    generation: 1,
+    state: "held",
+    head: null,
+    headAt: null,
+    renewedAt: "2026-01-01T00:00:00.000Z",
+    ttlSeconds: 30,
+    settings,
+  };
+  assert.equal(parseOwner(JSON.stringify(base)).selfFence, undefined);
+  assert.equal(parseOwner(JSON.stringify({ ...base, selfFence: true })).selfFence, true);
+  assert.equal(parseOwner(JSON.stringify({ ...base, selfFence: false })).selfFence, undefined);
+  assert.throws(
+    () => parseOwner(JSON.stringify({ ...base, selfFence: "yes" })),
+    /field "selfFence" must be true or false/,
+  );
 });
 
 Deno.test("parseOwner refuses damaged records, naming the field", () => {

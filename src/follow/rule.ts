@@ -3,9 +3,12 @@
  * Wall clocks of different nodes are never compared: the taker watches the owner object itself
  * and counts, on its own monotonic clock, how long the object has stayed exactly as it was (the
  * same etag). A holder that renews changes the etag at least every TTL, so an object unchanged
- * for TTL + `--takeover-after` means the holder is gone (or cut off from the store, in which
- * case its next write is fenced). With `--takeover-after` off, only an explicit takeover
- * (takeover.ts) releases a lost holder's volume.
+ * for TTL + `--takeover-after` means the holder is gone, or cut off from the store: then only a
+ * holder that promised to fence itself (`selfFence` in the owner object, written by a node that
+ * runs with `--takeover-after`) has made its copy read-only by then (lease.ts SelfFence), and
+ * only such a holder's volume is taken over by the rule. With `--takeover-after` off, or a
+ * holder that did not promise, only an explicit takeover (takeover.ts) releases a lost
+ * holder's volume.
  */
 
 import type { Holding } from "./owner.ts";
@@ -56,9 +59,9 @@ export type Verdict = { ok: true } | { ok: false; message: string };
 
 /**
  * Judges a volume another node holds: allowed once the object has been seen unchanged for its
- * TTL plus the rule's wait; otherwise a message naming the holder, when it last renewed (by its
- * clock, and how long it has looked silent from here), how old the last copy in the store is,
- * and what will allow the takeover.
+ * TTL plus the rule's wait, and only when its holder promised to fence itself; otherwise a
+ * message naming the holder, when it last renewed (by its clock, and how long it has looked
+ * silent from here), how old the last copy in the store is, and what will allow the takeover.
  */
 export function judgeTakeover(
   current: Holding,
@@ -72,10 +75,12 @@ export function judgeTakeover(
 ): Verdict {
   const r = current.record;
   const unchangedMs = opts.observer.observe(opts.volumeKey, current.etag);
+  // A holder that does not fence itself may still write to its copy whenever it is taken.
+  const byRule = opts.rule.takeoverAfterMs !== undefined && r.selfFence === true;
   const needMs = opts.rule.takeoverAfterMs === undefined
     ? undefined
     : r.ttlSeconds * 1000 + opts.rule.takeoverAfterMs;
-  if (needMs !== undefined && unchangedMs >= needMs) return { ok: true };
+  if (byRule && needMs !== undefined && unchangedMs >= needMs) return { ok: true };
   const copy = r.head === null
     ? "the store holds no copy of it yet"
     : `the last copy in the store is from ${r.headAt ?? "an unknown time"}` +
@@ -83,6 +88,10 @@ export function judgeTakeover(
   const when = needMs === undefined
     ? `It is taken over only explicitly: if node "${r.holder}" is lost, run ` +
       `"zfs-csi takeover ${r.volume}" (it then loses what it wrote after that copy)`
+    : !byRule
+    ? `Node "${r.holder}" runs without --takeover-after and does not fence itself: take it ` +
+      `over explicitly with "zfs-csi takeover ${r.volume}" once it is gone (it then loses what ` +
+      `it wrote after that copy)`
     : `It may be taken over once its lease has been unchanged for ${
       ageText(needMs)
     } as seen from this node (the holder's TTL ${r.ttlSeconds}s plus --takeover-after), ` +

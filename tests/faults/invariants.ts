@@ -4,14 +4,21 @@
  * 1. At most one node has a writable copy of a volume at any virtual instant. A copy is
  *    writable while a job could write to it: a bind of it at a staging or target path lets
  *    writes through (pool_model.ts; the dataset's own mount is no job's). Checked at every
- *    change of a pool. Not counted against the protocol, because no implementation can avoid
- *    them: the copy of a holder that the store took over legitimately (the holder had been
- *    paused or killed, or its own requests on the owner object had failed, since the object
- *    last changed; or an operator ran `zfs-csi takeover`) while that copy was writable: a holder
- *    cut off keeps writing until it learns (README "What can be lost"); and, after such a
- *    takeover, a copy mounted for a job that was made writable in good faith: while the store
- *    said the node held it, or right after the node proved it did (madeWritable). Any other
- *    copy a job can write must be one the store says this node holds, under its generation.
+ *    change of a pool. A holder that promised to fence itself (`selfFence` in the owner
+ *    object: it runs with `--takeover-after`, as every simulated node does) and was neither
+ *    paused nor down since the object last changed must have its copy read-only (readonly=on)
+ *    by the time another node takes the volume over by the rule, whatever its requests met
+ *    (a takeover that finds it writable breaks this invariant at once). Not counted against
+ *    the protocol, because no implementation can avoid them: the copy of a holder that the
+ *    store took over legitimately while that copy was writable (the holder had been paused or
+ *    killed since the object last changed: a plugin that does not run fences nothing; a holder
+ *    that did not promise to fence itself and whose requests on the owner object had failed;
+ *    or an operator ran `zfs-csi takeover`), and a self-fenced copy a job still writes to on
+ *    zfs-fuse (which keeps a mount's mode until it is unmounted; README "What can be lost");
+ *    and, after such a takeover, a copy mounted for a job that was made writable in good faith:
+ *    while the store said the node held it, or right after the node proved it did
+ *    (madeWritable). Any other copy a job can write must be one the store says this node
+ *    holds, under its generation.
  * 2. The store's head and its whole chain are always restorable: the head's manifest, each base
  *    back to a full stream, each stream present with the manifest's size and SHA-256, and the
  *    streams received in order into an empty pool by ZFS's rules (pool_model.ts receiveInto).
@@ -345,8 +352,28 @@ export class Invariants {
     const from = before.holder;
     const node = this.#nodes.find((n) => n.name === from);
     const faults = this.#ownerFaults.get(`${from}:${volume}`) ?? [];
-    const earned = forced || node === undefined || node.outOfActionIn(prev!.at, now) ||
-      faults.some((t) => t >= prev!.at && t <= now);
+    const away = node === undefined || node.outOfActionIn(prev!.at, now);
+    // A holder that promised to fence itself (selfFence, with --takeover-after) and ran all
+    // along must have made its copy read-only before its lease could expire, whatever its
+    // requests met: a takeover by the rule finds it so, or breaks invariant 1 here, before
+    // any job writes to the taker's copy.
+    const promised = taken && before.selfFence === true && !away;
+    if (promised && this.#stillWritable(node!, volume, before.generation)) {
+      const last = this.#proofs.get(`${from}:${volume}`);
+      this.fail(
+        1,
+        `${writer} took volume "${volume}" over from ${from}, which promised to fence itself ` +
+          `and ran all along, but its copy (generation ${before.generation}) was still ` +
+          `writable (readonly=off) ${
+            last === undefined ? "with no write landed" : `${(now - last.at) / 1000} s after`
+          } its last landed write as holder (TTL ${before.ttlSeconds ?? "?"} s)`,
+        [from, writer],
+      );
+      this.#superseded.set(`${volume}:${from}:${before.generation}`, false);
+      return;
+    }
+    const earned = forced || away || promised ||
+      (before.selfFence !== true && faults.some((t) => t >= prev!.at && t <= now));
     this.#superseded.set(`${volume}:${from}:${before.generation}`, earned);
     if (!earned) {
       this.#hint(
@@ -359,9 +386,20 @@ export class Invariants {
     }
     for (const c of this.#writable.values()) {
       if (c.volume === volume && c.node === from && c.excused === undefined) {
-        c.excused = `${writer} took the volume over from ${from}, who had stopped renewing`;
+        c.excused = promised
+          ? `${writer} took the volume over from ${from}, whose copy was read-only by then ` +
+            `(zfs-fuse lets a job write on through a mount made before)`
+          : `${writer} took the volume over from ${from}, who had stopped renewing`;
       }
     }
+  }
+
+  /** Whether `node`'s copy of `volume` under `generation` has readonly=off now. */
+  #stillWritable(node: SimNode, volume: string, generation: number): boolean {
+    const name = `${PARENT}/${volume}`;
+    const obj = node.pool.objects.get(name);
+    return obj !== undefined && generationOf(obj) === generation &&
+      node.pool.value(name, "readonly") === "off";
   }
 
   /** A delete of `node` landed: a manifest deleted is remembered, for the hints. */

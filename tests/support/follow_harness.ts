@@ -16,6 +16,7 @@ import {
 import { type CopyDeps, type FollowDeps, FollowVolumes } from "../../src/follow/mover.ts";
 import type { NodeService } from "../../src/csi/node.ts";
 import { KeyedLock } from "../../src/lock.ts";
+import { Logger } from "../../src/log.ts";
 import type { BackupOutcome } from "../../src/replicate/backup.ts";
 import { encodeJson } from "../../src/store/chain.ts";
 import { manifestKey, type SnapshotManifest, streamKey } from "../../src/store/layout.ts";
@@ -138,6 +139,8 @@ export interface HoldOptions {
   readonly nowMs?: number;
   /** Default {@linkcode neverTakeOver}. */
   readonly mayTakeOver?: TakeoverRule;
+  /** Whether the holder promises to fence itself (it runs with --takeover-after); default no. */
+  readonly selfFence?: boolean;
 }
 
 /**
@@ -154,6 +157,7 @@ export async function holdAs(
     nowMs: options.nowMs ?? 0,
     ttlSeconds: TTL_SECONDS,
     mayTakeOver: options.mayTakeOver ?? neverTakeOver,
+    ...(options.selfFence ? { selfFence: true } : {}),
   });
   return holding;
 }
@@ -186,14 +190,17 @@ export interface FollowHarness {
   readonly copyDeps: CopyDeps;
   /** `copyDeps` (the same locks) plus the holder's backup and lease: for FollowVolumes. */
   readonly deps: FollowDeps;
+  /** Every line logged at info and above (JSON), oldest first. */
+  readonly logs: readonly string[];
 }
 
 /** A fresh node, its pool and an empty store; `options` says what differs. */
 export function followHarness(options: FollowHarnessOptions = {}): FollowHarness {
   const runner = new FakeRunner();
   const pool = new FakePool(runner);
+  const logs: string[] = [];
   // A long timeout: some tests hold a command back on purpose.
-  const { zfs, log } = fakeTools(runner, undefined, 10_000);
+  const { zfs, log } = fakeTools(runner, new Logger("info", {}, (l) => logs.push(l)), 10_000);
   const store = new MemoryStore();
   pool.add(PARENT, { "org.zfs-csi:managed": ["-", "-"] });
   const receive = options.receive;
@@ -228,7 +235,7 @@ export function followHarness(options: FollowHarnessOptions = {}): FollowHarness
       return options.backup?.() ?? Promise.reject(new Error("no backups expected"));
     },
   };
-  return { runner, pool, store, streams, backups, copyDeps, deps };
+  return { runner, pool, store, streams, backups, copyDeps, deps, logs };
 }
 
 /** Lets every promise chain and zero-delay timer the fakes started run to where it waits. */
