@@ -21,6 +21,10 @@ const TRANSIENT_CODES = new Set([
   "ServiceUnavailable",
   "RequestTimeout",
   "OperationAborted",
+  // versitygw's posix backend answers this (409) to a PUT that raced another PUT to the same key
+  // (its temporary files); the plugin's keys are never a prefix of each other, so for our writes
+  // it only ever means that race, and the write is tried again.
+  "ExistingObjectIsDirectory",
 ]);
 const NO_SPACE_CODES = new Set([
   "InsufficientStorage",

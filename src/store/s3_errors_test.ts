@@ -30,6 +30,8 @@ Deno.test("classifyS3Error maps statuses and S3 codes to store error kinds", () 
     [429, "", "unavailable", true],
     [400, "RequestTimeout", "unavailable", true],
     [200, "InternalError", "unavailable", true],
+    [409, "OperationAborted", "unavailable", true],
+    [409, "ExistingObjectIsDirectory", "unavailable", true],
     [501, "NotImplemented", "invalid", false],
     [400, "InvalidArgument", "invalid", false],
     [200, "InvalidPart", "invalid", false],
