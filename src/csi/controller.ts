@@ -42,9 +42,9 @@ import {
   SOURCE_PROPERTY,
   type VolumeRecord,
   volumeRecord,
-} from "./catalog.ts";
+} from "../volume/catalog.ts";
 import { CONTEXT_KEYS, parseVolumeContext } from "./context.ts";
-import { checkOwned } from "./datasets.ts";
+import { checkOwned } from "../volume/datasets.ts";
 import { type HealthChecker, storageProblem } from "./health.ts";
 import { paginate } from "./paging.ts";
 import {
@@ -55,12 +55,12 @@ import {
   sizeOf,
   type VolumeParameters,
   ZFS_PARAMETERS,
-} from "./parameters.ts";
-import { checkRecordedName, checkRetry } from "./tenancy.ts";
-import { obstacleMessage } from "./subtree.ts";
-import { planSize } from "./sizing.ts";
-import { checkRequisite, nodeIsIn } from "./topology.ts";
-import type { Trash } from "./trash.ts";
+} from "../volume/parameters.ts";
+import { checkRecordedName, checkRetry } from "../volume/tenancy.ts";
+import { obstacleMessage } from "../volume/subtree.ts";
+import { planSize } from "../volume/sizing.ts";
+import { checkRequisite, nodeIsIn } from "../volume/topology.ts";
+import type { Trash } from "../volume/trash.ts";
 import { type StoredEntry, StoredSnapshots } from "./stored_snapshots.ts";
 import {
   isStoredSnapshotId,

@@ -38,11 +38,11 @@ import type { Zfs } from "../zfs/zfs.ts";
 import { parseVolumeContext, type VolumeContext } from "./context.ts";
 import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../replicate/backup.ts";
 import { formatKeepPolicy } from "../store/policy.ts";
-import { checkOwned, type Datasets } from "./datasets.ts";
+import { checkOwned, type Datasets } from "../volume/datasets.ts";
 import { type HealthChecker, storageProblem } from "./health.ts";
 import { RecentMap } from "./recent_map.ts";
-import { planSize, SIZE_STATE } from "./sizing.ts";
-import { stagedAt } from "./tenancy.ts";
+import { planSize, SIZE_STATE } from "../volume/sizing.ts";
+import { stagedAt } from "../volume/tenancy.ts";
 import type {
   NodeExpandVolumeRequest,
   NodeGetVolumeStatsRequest,

@@ -102,7 +102,7 @@ export async function runHostVolumeOperation(
       import("../config_store.ts"),
       import("../lock.ts"),
       import("../run.ts"),
-      import("../csi/trash.ts"),
+      import("../volume/trash.ts"),
       import("../system_tools.ts"),
       import("./config.ts"),
       import("./volumes.ts"),

@@ -7,7 +7,7 @@
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { PARAMETERS_PROPERTY } from "../csi/catalog.ts";
+import { PARAMETERS_PROPERTY } from "../volume/catalog.ts";
 import { chainTo } from "../store/chain.ts";
 import { type KeepPolicy, type SnapshotManifest, type VolumeRecord } from "../store/layout.ts";
 import { needsFull, parseInterval, parseKeepPolicy } from "../store/policy.ts";
@@ -20,7 +20,7 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
-import { hostStoreName, isHostDataset } from "../dhv/names.ts";
+import { hostStoreName, isHostDataset } from "../volume/host_names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** What the zfs side works with (a part of backup.ts BackupDeps). */
@@ -140,7 +140,7 @@ export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volu
 
 /**
  * The name a volume's backups are recorded under: a CSI volume's name, or a host volume's
- * dataset component (src/dhv/names.ts: its own store key); undefined for any other child.
+ * dataset component (src/volume/host_names.ts: its own store key); undefined for any other child.
  */
 function volumeNameOf(parent: string, dataset: string): string | undefined {
   if (isHostDataset(parent, dataset)) return hostStoreName(parent, dataset);

@@ -19,7 +19,7 @@ import {
   UNRESTRICTED_POLICY,
   type VolumeParameters,
 } from "./parameters.ts";
-import type { Capacity } from "./validate.ts";
+import type { Capacity } from "../csi/validate.ts";
 
 /** The properties that make a volume's size. */
 export const SIZE_PROPERTIES = ["refquota", "quota", "refreservation"] as const;
