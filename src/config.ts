@@ -14,7 +14,7 @@ import {
   type StoreConfig,
 } from "./config_store.ts";
 import { absolutePath, ConfigError, parseDuration } from "./config_values.ts";
-import { type ParameterPolicy, resolveParameterPolicy } from "./volume/parameters.ts";
+import { type ParameterPolicy, resolveParameterPolicy } from "./parameters.ts";
 import { type ListenAddress, parseListenAddress } from "./listen_address.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { defaultProgram } from "./permissions.ts";

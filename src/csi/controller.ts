@@ -55,7 +55,7 @@ import {
   sizeOf,
   type VolumeParameters,
   ZFS_PARAMETERS,
-} from "../volume/parameters.ts";
+} from "../parameters.ts";
 import { checkRecordedName, checkRetry } from "../volume/tenancy.ts";
 import { obstacleMessage } from "../volume/subtree.ts";
 import { planSize } from "../volume/sizing.ts";

@@ -10,7 +10,7 @@
 import type { Config } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { BACKUP_PARAMETERS, type VolumeParameters } from "../volume/parameters.ts";
+import { BACKUP_PARAMETERS, type VolumeParameters } from "../parameters.ts";
 import {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_KEEP_PROPERTY,

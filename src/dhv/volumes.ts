@@ -16,12 +16,7 @@ import type { Logger } from "../log.ts";
 import { MIN_VOLUME_BYTES } from "../size.ts";
 import { PARAMETERS_PROPERTY, userValue } from "../volume/catalog.ts";
 import { checkOwned } from "../volume/datasets.ts";
-import {
-  checkSizes,
-  parseParameters,
-  sizeOf,
-  type VolumeParameters,
-} from "../volume/parameters.ts";
+import { checkSizes, parseParameters, sizeOf, type VolumeParameters } from "../parameters.ts";
 import { planSize, SIZE_STATE } from "../volume/sizing.ts";
 import { obstacleMessage } from "../volume/subtree.ts";
 import type { Trash } from "../volume/trash.ts";

@@ -18,7 +18,7 @@ import {
   sizeOf,
   UNRESTRICTED_POLICY,
   type VolumeParameters,
-} from "./parameters.ts";
+} from "../parameters.ts";
 import type { Capacity } from "../csi/validate.ts";
 
 /** The properties that make a volume's size. */
