@@ -58,7 +58,7 @@ import {
 } from "../parameters.ts";
 import { checkRecordedName, checkRetry } from "../volume/tenancy.ts";
 import { obstacleMessage } from "../volume/subtree.ts";
-import { planSize } from "../volume/sizing.ts";
+import { type Capacity, planSize } from "../volume/sizing.ts";
 import { checkRequisite, nodeIsIn } from "../volume/topology.ts";
 import type { Trash } from "../volume/trash.ts";
 import { type StoredEntry, StoredSnapshots } from "./stored_snapshots.ts";
@@ -106,7 +106,7 @@ import type {
   VolumeCapability,
   VolumeContentSource,
 } from "./types.ts";
-import { type Capacity, checkCapability, checkCapacity, required } from "./validate.ts";
+import { checkCapability, checkCapacity, required } from "./validate.ts";
 import { fittedSnapshotName, fittedVolumeName, isFormOf } from "../zfs/fit.ts";
 import { MIN_VOLUME_BYTES } from "../size.ts";
 

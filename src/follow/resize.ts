@@ -16,8 +16,13 @@
  */
 
 import { Code, CsiError } from "../errors.ts";
-import { currentSizes, orderedChanges, planSize, SIZE_PROPERTIES } from "../volume/sizing.ts";
-import type { Capacity } from "../csi/validate.ts";
+import {
+  type Capacity,
+  currentSizes,
+  orderedChanges,
+  planSize,
+  SIZE_PROPERTIES,
+} from "../volume/sizing.ts";
 import { ownerKey } from "../store/layout.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import type { PropertyList } from "../zfs/args.ts";
