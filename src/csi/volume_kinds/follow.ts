@@ -49,6 +49,7 @@ import { checkCapacity } from "../validate.ts";
 import { checkCapabilities, type KindCommon } from "./common.ts";
 import type { SnapshotRequest, VolumeKind } from "./kind.ts";
 import type { OrdinaryVolumes } from "./ordinary.ts";
+import type { ControllerDeps } from "../controller.ts";
 
 /** Volumes that follow their job. */
 export class FollowKind implements VolumeKind {
@@ -201,14 +202,7 @@ export class FollowKind implements VolumeKind {
    * @throws {CsiError} NOT_FOUND when the store has no such volume; OUT_OF_RANGE for a shrink
    */
   async expand(id: string, dataset: string, capacity: Capacity): Promise<unknown> {
-    const follow = this.#c.d.follow;
-    if (!follow) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
-          `with --store`,
-      );
-    }
+    const follow = this.#store(id);
     const name = this.#c.nameOf(dataset);
     const key = encodeComponent("Volume name", name);
     const done = await withLock(
@@ -280,14 +274,7 @@ export class FollowKind implements VolumeKind {
    * @throws {CsiError} FAILED_PRECONDITION naming the holder, or when there is no store
    */
   async #deleteInStore(id: string, dataset: string): Promise<void> {
-    const follow = this.#c.d.follow;
-    if (!follow) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
-          `with --store`,
-      );
-    }
+    const follow = this.#store(id);
     const name = this.#c.nameOf(dataset);
     await withLock(
       this.#c.d.locks,
@@ -344,6 +331,20 @@ export class FollowKind implements VolumeKind {
       return unreadableFollowEntry(id, err);
     }
     return r && r.state !== "deleted" ? this.entry(r) : undefined;
+  }
+
+  /**
+   * The follow deps (the store), for an existing follow volume `id`.
+   * @throws {CsiError} FAILED_PRECONDITION when this plugin has no store
+   */
+  #store(id: string): NonNullable<ControllerDeps["follow"]> {
+    const follow = this.#c.d.follow;
+    if (follow) return follow;
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
+        `with --store`,
+    );
   }
 
   /** The owner record of the follow volume of `dataset`; undefined when none or deleted. */
