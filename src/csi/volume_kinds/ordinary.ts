@@ -7,15 +7,12 @@
 
 import { Code, CsiError, ZfsError } from "../../errors.ts";
 import { withLock } from "../../lock.ts";
-import { resolveSnapshot, resolveVolume, snapshotIdOf, volumeIdFor } from "../../zfs/ids.ts";
+import { resolveSnapshot, snapshotIdOf, volumeIdFor } from "../../zfs/ids.ts";
 import {
-  byteLength,
   childDataset,
-  cloneSnapshotComponent,
   encodeComponent,
   MANAGED_PROPERTY,
   MANAGED_VALUE,
-  MAX_DATASET_NAME,
   NAME_PROPERTY,
 } from "../../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../../zfs/parse.ts";
@@ -37,30 +34,16 @@ import {
   parseParameters,
   type VolumeParameters,
 } from "../../parameters.ts";
-import {
-  isStoredSnapshotId,
-  parseStoredSnapshotId,
-  type StoredSnapshotRef,
-} from "../../store/snapshot_ids.ts";
+import { isStoredSnapshotId } from "../../store/snapshot_ids.ts";
 import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../../replicate/backup.ts";
 import { formatKeepPolicy } from "../../store/policy.ts";
 import { MIN_VOLUME_BYTES } from "../../size.ts";
-import type { CreateVolumeRequest, VolumeContentSource } from "../types.ts";
-import { checkCapacity, required } from "../validate.ts";
+import type { CreateVolumeRequest } from "../types.ts";
+import { checkCapacity } from "../validate.ts";
 import { checkCapabilities, type KindCommon, VOLUME_STATE } from "./common.ts";
 import type { SnapshotRequest, VolumeKind } from "./kind.ts";
 import type { StoredKind } from "./stored.ts";
-
-/** A checked content source. */
-type Source =
-  | {
-    readonly kind: "snapshot";
-    readonly id: string;
-    readonly snapshot: string;
-    readonly dataset: string;
-  }
-  | { readonly kind: "volume"; readonly id: string; readonly dataset: string }
-  | { readonly kind: "stored"; readonly id: string; readonly ref: StoredSnapshotRef };
+import { cloneFrom, contentSource } from "./sources.ts";
 
 /** Ordinary volumes: datasets on this node. */
 export class OrdinaryVolumes implements VolumeKind {
@@ -104,7 +87,7 @@ export class OrdinaryVolumes implements VolumeKind {
           `${MIN_VOLUME_BYTES} bytes`,
       );
     }
-    const source = this.#source(req.volume_content_source);
+    const source = contentSource(this.#c, this.#stored, req.volume_content_source);
     checkSizes(params, size);
     // A stored snapshot is recorded as a snapshot source, as Nomad named it.
     const sourceText = source
@@ -140,7 +123,7 @@ export class OrdinaryVolumes implements VolumeKind {
         } else if (source.kind === "stored") {
           refquota = await this.#stored.restoreFrom(source.ref, dataset, props, params, size);
         } else {
-          refquota = await this.#cloneFrom(source, dataset, props, params, size);
+          refquota = await cloneFrom(this.#c, source, { dataset, props, params, size });
         }
       } catch (err) {
         if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
@@ -380,115 +363,6 @@ export class OrdinaryVolumes implements VolumeKind {
     checkRetry(id, want.name, props, Math.floor(Date.now() / 1000));
     this.#c.d.log.info("CreateVolume repeated: answered with the volume it made", { volumeId: id });
     return { volume: this.#c.volumeMessage(id, record) };
-  }
-
-  /** Checks a content source and resolves it on this node. */
-  #source(src: VolumeContentSource | null | undefined): Source | undefined {
-    if (!src) return undefined;
-    if (src.snapshot) {
-      const id = required("volume_content_source.snapshot.snapshot_id", src.snapshot.snapshot_id);
-      if (isStoredSnapshotId(id)) {
-        const stored = parseStoredSnapshotId(id);
-        if (!stored) throw new CsiError(Code.NOT_FOUND, `Snapshot "${id}" not found`);
-        this.#stored.storeFor(id);
-        return { kind: "stored", id, ref: stored };
-      }
-      let ref;
-      try {
-        ref = resolveSnapshot(id, this.#c.scope, { mutating: true });
-      } catch (err) {
-        if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
-          throw new CsiError(Code.NOT_FOUND, `Snapshot "${id}" not found: ${err.message}`);
-        }
-        throw err;
-      }
-      return { kind: "snapshot", id, snapshot: ref.snapshot, dataset: ref.dataset };
-    }
-    if (src.volume) {
-      const id = required("volume_content_source.volume.volume_id", src.volume.volume_id);
-      let dataset;
-      try {
-        dataset = resolveVolume(id, this.#c.scope, { mutating: true }).dataset;
-      } catch (err) {
-        if (err instanceof CsiError && err.code === Code.INVALID_ARGUMENT) {
-          throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found: ${err.message}`);
-        }
-        throw err;
-      }
-      return { kind: "volume", id, dataset };
-    }
-    throw new CsiError(
-      Code.INVALID_ARGUMENT,
-      "volume_content_source names neither a snapshot nor a volume",
-    );
-  }
-
-  /**
-   * Clones the source into `dataset`; returns the refquota set (the source's when no size was
-   * asked for). A volume source is cloned through a hidden snapshot that goes away with the
-   * clone; one left by an attempt that failed before cloning is purged after an hour.
-   */
-  async #cloneFrom(
-    source: Exclude<Source, { readonly kind: "stored" }>,
-    dataset: string,
-    props: Record<string, string>,
-    params: VolumeParameters,
-    size: number,
-  ): Promise<number> {
-    const src = await this.#c.d.zfs.getProperties(source.dataset, VOLUME_STATE);
-    const what = source.kind === "snapshot" ? "Snapshot" : "Volume";
-    if (!src) throw new CsiError(Code.NOT_FOUND, `${what} "${source.id}" not found`);
-    checkOwned(source.dataset, src);
-    let snapshot: string;
-    let referenced: number;
-    if (source.kind === "snapshot") {
-      snapshot = source.snapshot;
-      const snap = await this.#c.d.zfs.getProperties(snapshot, ["referenced"]);
-      if (!snap) throw new CsiError(Code.NOT_FOUND, `Snapshot "${source.id}" not found`);
-      referenced = parseBytes(snap.get("referenced")?.value ?? "0");
-    } else {
-      const now = Math.floor(Date.now() / 1000);
-      snapshot = `${source.dataset}@${cloneSnapshotComponent(dataset, now)}`;
-      if (byteLength(snapshot) > MAX_DATASET_NAME) {
-        throw new CsiError(
-          Code.INVALID_ARGUMENT,
-          `Volume "${source.id}" has too long a name to clone from: its snapshot "${snapshot}" ` +
-            `would exceed ${MAX_DATASET_NAME} bytes; snapshot it with a short name and create from that`,
-        );
-      }
-      referenced = parseBytes(src.get("referenced")?.value ?? "0");
-    }
-    const refquota = size > 0 ? size : parseBytes(src.get("refquota")?.value ?? "0");
-    if (refquota > 0 && refquota < referenced) {
-      throw new CsiError(
-        Code.OUT_OF_RANGE,
-        `The source holds ${referenced} bytes, more than the requested capacity of ${refquota} bytes`,
-      );
-    }
-    checkSizes(params, refquota);
-    if (refquota > 0) props.refquota = String(refquota);
-    this.#c.sizeProps(props, params, refquota);
-    if (source.kind === "volume") {
-      try {
-        await this.#c.d.zfs.snapshot(snapshot);
-      } catch (err) {
-        // Made within this second by an attempt that failed after it: as fresh, so use it.
-        if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
-      }
-    }
-    await this.#c.d.zfs.clone(snapshot, dataset, props);
-    if (source.kind === "volume") {
-      try {
-        // Marked now, gone with the clone: ZFS destroys it when no clone needs it any more.
-        await this.#c.d.zfs.destroy(snapshot, { deferred: true });
-      } catch (err) {
-        this.#c.d.log.warn("could not mark a clone's snapshot for deferred destroy", {
-          snapshot,
-          error: err,
-        });
-      }
-    }
-    return refquota;
   }
 
   /** Backup parameters need a store. */
