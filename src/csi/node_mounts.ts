@@ -311,7 +311,7 @@ export class NodeMounts {
   ): Promise<void> {
     await this.#d.mounter.bind(source, target, flags);
     // The dataset's root identity, once confirmed, tells that the bind landed and shows the
-    // volume without the table (see #publishFast); any doubt and the table decides.
+    // volume without the table (see publishFast); any doubt and the table decides.
     const anchor = this.#anchors.get(volume.dataset);
     if (anchor && await this.landed(target, anchor)) return;
     await this.verifyBind(field, target, volume);
