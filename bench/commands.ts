@@ -5,7 +5,7 @@
  * floor the plugin's latency is measured against.
  */
 
-import { PURGE_PROPERTIES } from "../src/csi/trash.ts";
+import { PURGE_PROPERTIES } from "../src/volume/trash.ts";
 
 /** The programs the plugin may run (src/permissions.ts). */
 export const PROGRAMS = ["zfs", "zpool", "mount", "umount"] as const;

@@ -1,4 +1,4 @@
-import { PURGE_PROPERTIES } from "../src/csi/trash.ts";
+import { PURGE_PROPERTIES } from "../src/volume/trash.ts";
 import assert from "node:assert/strict";
 import {
   floorScript,

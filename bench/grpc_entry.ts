@@ -21,7 +21,7 @@ import { Logger } from "../src/log.ts";
 import { Mounter } from "../src/mount/mounter.ts";
 import { type CommandResult, type CommandRunner, DenoCommandRunner } from "../src/run.ts";
 import { Zfs } from "../src/zfs/zfs.ts";
-import { Datasets } from "../src/csi/datasets.ts";
+import { Datasets } from "../src/volume/datasets.ts";
 
 /** A command runner on node:child_process, for Node. */
 const nodeRunner: CommandRunner = {

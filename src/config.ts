@@ -14,8 +14,8 @@ import {
   type StoreConfig,
 } from "./config_store.ts";
 import { absolutePath, ConfigError, parseDuration } from "./config_values.ts";
-import { type ParameterPolicy, resolveParameterPolicy } from "./csi/parameters.ts";
-import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
+import { type ParameterPolicy, resolveParameterPolicy } from "./parameters.ts";
+import { type ListenAddress, parseListenAddress } from "./listen_address.ts";
 import { LOG_LEVELS, type LogLevel } from "./log.ts";
 import { defaultProgram } from "./permissions.ts";
 import { NODE_TOPOLOGY_KEY, PLUGIN_NAME, PLUGIN_VERSION } from "./version.ts";

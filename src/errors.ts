@@ -3,7 +3,7 @@
  * status a client sees. Handlers throw; only {@linkcode toGrpcStatus} decides what is sent.
  */
 
-import { ReplicateError, type ReplicateErrorKind } from "./replicate/errors.ts";
+import { ReplicateError, type ReplicateErrorKind } from "./replicate_errors.ts";
 import { StoreError, type StoreErrorKind } from "./store/store.ts";
 
 /** gRPC status codes (the numeric values are fixed by the gRPC protocol). */

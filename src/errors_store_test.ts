@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Code, toGrpcStatus } from "./errors.ts";
-import { ReplicateError } from "./replicate/errors.ts";
+import { ReplicateError } from "./replicate_errors.ts";
 import { StoreError } from "./store/store.ts";
 
 Deno.test("toGrpcStatus maps each store failure to a code a caller can act on", () => {

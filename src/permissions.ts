@@ -6,8 +6,8 @@
 
 import type { Config } from "./config.ts";
 import type { StoreConfig } from "./config_store.ts";
-import { DHV_ENV } from "./dhv/contract.ts";
-import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
+import { DHV_ENV } from "./host_volume_env.ts";
+import { type ListenAddress, parseListenAddress } from "./listen_address.ts";
 
 /** The programs the plugin starts, by name. Nothing else, and never a shell. */
 export const PROGRAM_NAMES = ["zfs", "zpool", "mount", "umount"] as const;

@@ -5,12 +5,12 @@
 
 import { dirname } from "node:path";
 import type { Config } from "./config.ts";
-import { Datasets } from "./csi/datasets.ts";
+import { Datasets } from "./volume/datasets.ts";
 import { HealthChecker } from "./csi/health.ts";
 import { IdentityService } from "./csi/identity.ts";
 import { NodeService } from "./csi/node.ts";
 import { ControllerService } from "./csi/controller.ts";
-import { Trash } from "./csi/trash.ts";
+import { Trash } from "./volume/trash.ts";
 import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/server.ts";
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";

@@ -6,7 +6,7 @@
 
 import type { Config } from "./config.ts";
 import { StoredSnapshots } from "./csi/stored_snapshots.ts";
-import type { Trash } from "./csi/trash.ts";
+import type { Trash } from "./volume/trash.ts";
 import { headGuard } from "./follow/head.ts";
 import type { FollowVolumes } from "./follow/mover.ts";
 import { SizedFollowVolumes } from "./follow/resize.ts";

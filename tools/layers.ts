@@ -1,7 +1,7 @@
 /**
  * The folders of `src/` and which may import which: prints the folder-to-folder import table
  * (tests aside), the longest files, and every import that looks up a layer or across front ends;
- * exits 1 when there is one. CI runs it (tools/test.sh), so the layers in
+ * exits 1 when there is one. `deno task check` runs it (so CI does), so the layers in
  * ../shared/guide/conventions.md ("Layers") and docs/layout.md stay true.
  *
  *   ./tools/deno run --allow-read tools/layers.ts [--root DIR] [--longest N] [--report-only]

@@ -62,7 +62,7 @@ export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
   },
   takeover: {
     summary: "take a volume that follows its job from a lost holder, from the store's last copy",
-    load: () => import("../follow/takeover_command.ts"),
+    load: () => import("./takeover.ts"),
   },
   demo: {
     summary: "drive a running plugin through a volume's life over its socket",

@@ -3,6 +3,8 @@
  * messages and progress on stderr. Tests give their own sinks and say whether it is a terminal.
  */
 
+import { transferRate } from "../transfer_rate.ts";
+
 const encoder = new TextEncoder();
 
 /** A subcommand's output. */
@@ -129,16 +131,17 @@ export class Progress {
 
   /** The status text: done of total, percent, rate and time left. */
   status(now: number): string {
-    const seconds = Math.max((now - this.#started) / 1000, 0.001);
-    const rate = this.#done / seconds;
+    const { bytesPerSecond, secondsLeft } = transferRate(
+      this.#done,
+      this.#total,
+      now - this.#started,
+    );
     const percent = this.#total > 0
       ? Math.min(100, Math.floor((this.#done / this.#total) * 100))
       : 100;
-    const left = rate > 0 && this.#done < this.#total
-      ? `, about ${humanSeconds((this.#total - this.#done) / rate)} left`
-      : "";
+    const left = secondsLeft === undefined ? "" : `, about ${humanSeconds(secondsLeft)} left`;
     return `${humanBytes(this.#done)} of ${humanBytes(this.#total)} (${percent}%), ` +
-      `${humanBytes(rate)}/s${left}`;
+      `${humanBytes(bytesPerSecond)}/s${left}`;
   }
 
   #show(now: number): void {

@@ -21,8 +21,12 @@ import {
   SCHEDULE_PROPS,
   type ScheduleSource,
 } from "../replicate/scheduler.ts";
-import { deletedMarks } from "../csi/subtree.ts";
-import { HOST_NAMESPACE_PROPERTY, HOST_VOLUME_ID_PROPERTY, isHostDataset } from "../dhv/names.ts";
+import { deletedMarks } from "../volume/subtree.ts";
+import {
+  HOST_NAMESPACE_PROPERTY,
+  HOST_VOLUME_ID_PROPERTY,
+  isHostDataset,
+} from "../volume/host_names.ts";
 import { qualifiedVolumeId } from "../zfs/ids.ts";
 import {
   DELETED_AT_PROPERTY,

@@ -1,6 +1,6 @@
 /**
  * `zfs-csi purge`: destroys now what deletes set aside, instead of after the retention. It is the
- * server's own purge (src/csi/trash.ts) run once with no retention to wait for: the same
+ * server's own purge (src/volume/trash.ts) run once with no retention to wait for: the same
  * listing, the same marks required, each item read again and judged right before it goes, kept
  * (and said why) when anything not made by zfs-csi is in it or clones still need it. Only the
  * waiting is skipped, at the operator's word (--yes); without it, it lists what would go.
@@ -9,7 +9,7 @@
  */
 
 import { ConfigError } from "../config.ts";
-import { Trash } from "../csi/trash.ts";
+import { Trash } from "../volume/trash.ts";
 import { Logger } from "../log.ts";
 import { type CliIo, formatTable, humanBytes, isoSeconds, printJson } from "./io.ts";
 import {

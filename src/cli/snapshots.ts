@@ -14,7 +14,7 @@ import { openStore } from "../store/open.ts";
 import { storedSnapshotId } from "../store/snapshot_ids.ts";
 import { storedSnapshotSize } from "../store/snapshot_size.ts";
 import { storeGrants } from "../permissions.ts";
-import { BACKUP_PREFIX } from "../replicate/local.ts";
+import { BACKUP_PREFIX } from "../volume/backup_names.ts";
 import { decodeComponent, DELETED_PREFIX, STORED_PREFIX } from "../zfs/names.ts";
 import { parseBytes } from "../zfs/parse.ts";
 import { type CliIo, formatTable, humanBytes, humanSeconds, isoSeconds, printJson } from "./io.ts";

@@ -5,7 +5,7 @@
  */
 
 import { Code, CsiError } from "../errors.ts";
-import { isHostDataset } from "../dhv/names.ts";
+import { isHostDataset } from "../volume/host_names.ts";
 import { childDataset, volumeForDataset } from "../zfs/names.ts";
 
 /** A volume an operator named. */

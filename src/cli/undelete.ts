@@ -6,8 +6,8 @@
  */
 
 import { ConfigError } from "../config.ts";
-import { deletedMarks } from "../csi/subtree.ts";
-import { HOST_VOLUME_ID_PROPERTY, isHostDataset } from "../dhv/names.ts";
+import { deletedMarks } from "../volume/subtree.ts";
+import { HOST_VOLUME_ID_PROPERTY, isHostDataset } from "../volume/host_names.ts";
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import { qualifiedVolumeId } from "../zfs/ids.ts";
 import {

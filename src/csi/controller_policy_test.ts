@@ -21,7 +21,7 @@ import type { BackupOutcome } from "../replicate/backup.ts";
 import { BackupScheduler } from "../replicate/scheduler.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { ControllerService } from "./controller.ts";
-import { Trash } from "./trash.ts";
+import { Trash } from "../volume/trash.ts";
 import type { CreateVolumeRequest } from "./types.ts";
 
 const PARENT = "tank/nomad";

@@ -18,7 +18,7 @@ import {
 } from "../../tests/support/service_harness.ts";
 import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { CONTROLLER_CAPABILITIES, ControllerService, MIN_VOLUME_BYTES } from "./controller.ts";
-import { Trash } from "./trash.ts";
+import { Trash } from "../volume/trash.ts";
 import type {
   ControllerExpandVolumeRequest,
   CreateSnapshotRequest,

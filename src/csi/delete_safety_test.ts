@@ -11,7 +11,7 @@ import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakePool, type FakeValue } from "../../tests/support/fake_pool.ts";
 import { fakeServices } from "../../tests/support/service_harness.ts";
 import { ControllerService } from "./controller.ts";
-import { Trash } from "./trash.ts";
+import { Trash } from "../volume/trash.ts";
 
 const PARENT = "tank/nomad";
 const V1 = `${PARENT}/v1`;

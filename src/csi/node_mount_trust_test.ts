@@ -23,7 +23,7 @@ import {
   fsCap,
 } from "../../tests/support/service_harness.ts";
 import { NodeService } from "./node.ts";
-import { Datasets } from "./datasets.ts";
+import { Datasets } from "../volume/datasets.ts";
 import type { LstatFn } from "../mount/identity.ts";
 import type { NodePublishVolumeRequest, NodeStageVolumeRequest } from "./types.ts";
 

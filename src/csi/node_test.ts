@@ -16,9 +16,9 @@ import {
   fsCap,
 } from "../../tests/support/service_harness.ts";
 import { MANAGED_OPTION, zfsArgv } from "../../tests/support/zfs_argv.ts";
-import { VOLUME_PROPERTIES } from "./datasets.ts";
+import { VOLUME_PROPERTIES } from "../volume/datasets.ts";
 import type { FsStats, NodeService } from "./node.ts";
-import { SIZE_STATE } from "./sizing.ts";
+import { SIZE_STATE } from "../volume/sizing.ts";
 import type {
   NodeExpandVolumeRequest,
   NodePublishVolumeRequest,

@@ -35,7 +35,7 @@ import { qualifiedVolumeId } from "../zfs/ids.ts";
 import { decodeComponent, encodeComponent, STORED_PREFIX } from "../zfs/names.ts";
 import { parseBytes } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
-import type { Trash } from "./trash.ts";
+import type { Trash } from "../volume/trash.ts";
 
 /** What the store's CSI side works with. */
 export interface StoredSnapshotsDeps {

@@ -4,7 +4,7 @@ import { FakeStreamRunner } from "../../tests/support/fake_stream_runner.ts";
 import { BackupScheduler } from "../replicate/scheduler.ts";
 import { encodeJson, parseManifest } from "../store/chain.ts";
 import { StoredSnapshots, type StoredSnapshotsDeps } from "./stored_snapshots.ts";
-import { Trash } from "./trash.ts";
+import { Trash } from "../volume/trash.ts";
 
 /** StoredSnapshots over the backup harness; every `.stored-*` snapshot refers to `referenced`. */
 function stored(referenced: string) {

@@ -5,6 +5,7 @@
 
 import { Code, CsiError } from "../errors.ts";
 import type { CapacityRange, VolumeCapability } from "./types.ts";
+import type { Capacity } from "../volume/sizing.ts";
 
 function invalid(message: string): CsiError {
   return new CsiError(Code.INVALID_ARGUMENT, message);
@@ -101,12 +102,6 @@ export function int64Field(field: string, value: string | number | undefined | n
     throw new CsiError(Code.OUT_OF_RANGE, `${field} ${text} is larger than this plugin supports`);
   }
   return n;
-}
-
-/** A checked capacity range; 0 means "not set". */
-export interface Capacity {
-  readonly requiredBytes: number;
-  readonly limitBytes: number;
 }
 
 /** Checks a capacity range (required ≤ limit when both are set). */

@@ -10,7 +10,7 @@
 import type { Config } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { BACKUP_PARAMETERS, type VolumeParameters } from "../csi/parameters.ts";
+import { BACKUP_PARAMETERS, type VolumeParameters } from "../parameters.ts";
 import {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_KEEP_PROPERTY,
@@ -23,7 +23,7 @@ import { formatKeepPolicy } from "../store/policy.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
-import { hostStoreName } from "./names.ts";
+import { hostStoreName } from "../volume/host_names.ts";
 
 /**
  * The backup properties a new host volume's dataset gets: its `backup_interval` (an explicit 0

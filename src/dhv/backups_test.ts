@@ -7,7 +7,7 @@ import { BackupScheduler } from "../replicate/scheduler.ts";
 import { parseManifest, parseVolumeRecord } from "../store/chain.ts";
 import { StoreError } from "../store/store.ts";
 import { keepHostBackups } from "./backups.ts";
-import { hostStoreName } from "./names.ts";
+import { hostStoreName } from "../volume/host_names.ts";
 
 const HOST = `${PARENT}/.host-default_pgdata`;
 const HOST_KEY = "v1/volumes/:2ehost-default_pgdata/";

@@ -6,27 +6,12 @@
  */
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
+import { DHV_ENV } from "../host_volume_env.ts";
 
 /** The operations Nomad runs a plugin with. */
 export const OPERATIONS = ["fingerprint", "create", "delete"] as const;
 /** One of {@linkcode OPERATIONS}. */
 export type Operation = typeof OPERATIONS[number];
-
-/** Every variable Nomad sets for a host volume plugin (all of them, for the permission list). */
-export const DHV_ENV = [
-  "DHV_OPERATION",
-  "DHV_VOLUMES_DIR",
-  "DHV_PLUGIN_DIR",
-  "DHV_CREATED_PATH",
-  "DHV_NAMESPACE",
-  "DHV_VOLUME_NAME",
-  "DHV_VOLUME_ID",
-  "DHV_NODE_ID",
-  "DHV_NODE_POOL",
-  "DHV_CAPACITY_MIN_BYTES",
-  "DHV_CAPACITY_MAX_BYTES",
-  "DHV_PARAMETERS",
-] as const;
 
 /** The environment as the plugin may read it. */
 export type DhvEnv = Readonly<Partial<Record<typeof DHV_ENV[number], string>>>;

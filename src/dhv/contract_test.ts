@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { ALLOWED_ENV } from "../permissions.ts";
+import { DHV_ENV } from "../host_volume_env.ts";
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import {
   checkDirectory,
-  DHV_ENV,
   DhvError,
   exitCodeOf,
   parseBytesVariable,

@@ -9,12 +9,12 @@ import type { ReadTextFile } from "../config.ts";
 import { Logger, type LogSink } from "../log.ts";
 import { grantMessage, programRefusal, readFileGrant } from "../permissions.ts";
 import type { CommandRunner } from "../run.ts";
+import { DHV_ENV } from "../host_volume_env.ts";
 import { PLUGIN_NAME, PLUGIN_VERSION } from "../version.ts";
 import {
   createOutput,
   createRequest,
   deleteRequest,
-  DHV_ENV,
   type DhvEnv,
   DhvError,
   errorOutput,
@@ -102,7 +102,7 @@ export async function runHostVolumeOperation(
       import("../config_store.ts"),
       import("../lock.ts"),
       import("../run.ts"),
-      import("../csi/trash.ts"),
+      import("../volume/trash.ts"),
       import("../system_tools.ts"),
       import("./config.ts"),
       import("./volumes.ts"),

@@ -14,12 +14,12 @@ import type { Config } from "../config.ts";
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { MIN_VOLUME_BYTES } from "../size.ts";
-import { PARAMETERS_PROPERTY, userValue } from "../csi/catalog.ts";
-import { checkOwned } from "../csi/datasets.ts";
-import { checkSizes, parseParameters, sizeOf, type VolumeParameters } from "../csi/parameters.ts";
-import { planSize, SIZE_STATE } from "../csi/sizing.ts";
-import { obstacleMessage } from "../csi/subtree.ts";
-import type { Trash } from "../csi/trash.ts";
+import { PARAMETERS_PROPERTY, userValue } from "../volume/catalog.ts";
+import { checkOwned } from "../volume/datasets.ts";
+import { checkSizes, parseParameters, sizeOf, type VolumeParameters } from "../parameters.ts";
+import { planSize, SIZE_STATE } from "../volume/sizing.ts";
+import { obstacleMessage } from "../volume/subtree.ts";
+import type { Trash } from "../volume/trash.ts";
 import {
   DELETED_NAME_PROPERTY,
   MANAGED_PROPERTY,
@@ -36,7 +36,7 @@ import {
   HOST_VOLUME_ID_PROPERTY,
   hostDataset,
   isHostDataset,
-} from "./names.ts";
+} from "../volume/host_names.ts";
 
 /** What the host volume operations work with. */
 export interface HostVolumeDeps {

@@ -23,8 +23,8 @@
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { KeyedLock } from "../lock.ts";
-import type { Inspection } from "../csi/trash.ts";
-import { checkOwned } from "../csi/datasets.ts";
+import type { Inspection } from "../volume/trash.ts";
+import { checkOwned } from "../volume/datasets.ts";
 import type { BackupOptions, BackupOutcome } from "../replicate/backup.ts";
 import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import { readManifests } from "../replicate/records.ts";
@@ -84,7 +84,7 @@ const FENCED = "fenced";
 /** Default lease TTL: the holder renews at least this often (every third of it). */
 export const DEFAULT_LEASE_TTL_SECONDS = 30;
 
-/** What sets a copy aside: the trash (src/csi/trash.ts), as DeleteVolume does. */
+/** What sets a copy aside: the trash (src/volume/trash.ts), as DeleteVolume does. */
 export interface SetAside {
   inspect(dataset: string): Promise<Inspection | undefined>;
   removeVolume(dataset: string, found: Inspection): Promise<void>;

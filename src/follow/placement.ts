@@ -19,7 +19,7 @@
 import { TOPOLOGY_NAME } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
 import { NODE_TOPOLOGY_KEY } from "../version.ts";
-import type { Topology, TopologyRequirement } from "../csi/topology.ts";
+import type { Topology, TopologyRequirement } from "../volume/topology.ts";
 
 /** The CreateVolume parameter naming the standby nodes, comma-separated. */
 export const STANDBY_KEY = "standby_nodes";

@@ -6,6 +6,7 @@
  */
 
 import type { Logger } from "../log.ts";
+import { transferRate } from "../transfer_rate.ts";
 import type {
   ObjectBytes,
   PutResult,
@@ -60,14 +61,16 @@ export class ProgressStore implements Store {
   report(): void {
     const now = this.#mono();
     this.#lastLog = now;
-    const seconds = Math.max((now - this.#started) / 1000, 0.001);
-    const rate = this.#bytes / seconds;
-    const left = this.#total - this.#bytes;
+    const { bytesPerSecond, secondsLeft } = transferRate(
+      this.#bytes,
+      this.#total,
+      now - this.#started,
+    );
     this.#log.info("receiving from the store", {
       bytes: this.#bytes,
       totalBytes: this.#total,
-      bytesPerSecond: Math.round(rate),
-      ...(rate > 0 && left > 0 ? { etaSeconds: Math.round(left / rate) } : {}),
+      bytesPerSecond: Math.round(bytesPerSecond),
+      ...(secondsLeft === undefined ? {} : { etaSeconds: Math.round(secondsLeft) }),
     });
   }
 

@@ -4,7 +4,7 @@
  * there, with the same conditional write (If-Match on the etag read) as every other change of
  * the owner object: a holder's lease renewal that meets it reads the object again and renews on
  * top of it (owner.ts), so neither write is lost. The sizes are planned as for any volume
- * (src/csi/sizing.ts: never smaller, an unlimited volume stays unlimited, a fixed quota bounds
+ * (src/volume/sizing.ts: never smaller, an unlimited volume stays unlimited, a fixed quota bounds
  * it).
  *
  * The copies follow: the holder's by NodeExpandVolume (Nomad calls it on the claiming node when
@@ -16,8 +16,13 @@
  */
 
 import { Code, CsiError } from "../errors.ts";
-import { currentSizes, orderedChanges, planSize, SIZE_PROPERTIES } from "../csi/sizing.ts";
-import type { Capacity } from "../csi/validate.ts";
+import {
+  type Capacity,
+  currentSizes,
+  orderedChanges,
+  planSize,
+  SIZE_PROPERTIES,
+} from "../volume/sizing.ts";
 import { ownerKey } from "../store/layout.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import type { PropertyList } from "../zfs/args.ts";

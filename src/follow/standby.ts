@@ -45,7 +45,7 @@ import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
 import { type CopyDeps, CREATE_ONLY, setAsideCopy } from "./mover.ts";
 import { type OwnerRecord, readOwner } from "./owner.ts";
 import { recordedSizeChanges } from "./resize.ts";
-import { SIZE_PROPERTIES } from "../csi/sizing.ts";
+import { SIZE_PROPERTIES } from "../volume/sizing.ts";
 
 /** Default time between two ticks. */
 export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;

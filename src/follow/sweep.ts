@@ -19,7 +19,7 @@
 
 import type { KeyedLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
-import { checkOwned } from "../csi/datasets.ts";
+import { checkOwned } from "../volume/datasets.ts";
 import { STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import type { Store } from "../store/store.ts";
 import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";

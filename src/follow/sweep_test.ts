@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { Trash } from "../csi/trash.ts";
+import { Trash } from "../volume/trash.ts";
 import { KeyedLock } from "../lock.ts";
 import { STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import { type Store, StoreError } from "../store/store.ts";

@@ -7,7 +7,7 @@ import type { Store } from "../store/store.ts";
 import { acquire, createOwner, moveHead, readOwner, renew } from "./owner.ts";
 import { FencedError } from "./owner.ts";
 import { defaultWatchMs, planLines, planTakeover, takeover } from "./takeover.ts";
-import { run } from "./takeover_command.ts";
+import { run } from "../cli/takeover.ts";
 
 const never = () => ({ ok: false as const, message: "held" });
 const KEY = "db:5b0:5d";

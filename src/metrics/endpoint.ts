@@ -5,7 +5,7 @@
 
 import type { Logger } from "../log.ts";
 import { CONTENT_TYPE } from "./exposition.ts";
-import type { ListenAddress } from "./listen.ts";
+import type { ListenAddress } from "../listen_address.ts";
 
 /** A listening endpoint. */
 export interface MetricsEndpoint {

@@ -10,7 +10,7 @@ import type { Zfs } from "../zfs/zfs.ts";
 import type { Activity } from "./activity.ts";
 import { StateCollector } from "./collector.ts";
 import { type MetricsEndpoint, startMetricsEndpoint } from "./endpoint.ts";
-import type { ListenAddress } from "./listen.ts";
+import type { ListenAddress } from "../listen_address.ts";
 import { Metrics } from "./metrics.ts";
 import { storeSource } from "./store.ts";
 

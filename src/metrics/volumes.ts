@@ -3,7 +3,7 @@
  * snapshots are counted) and one read of the mount table. Pure: the collector does the I/O.
  */
 
-import { volumeRecord } from "../csi/catalog.ts";
+import { volumeRecord } from "../volume/catalog.ts";
 import type { MountEntry, MountJudge } from "../mount/mountinfo.ts";
 import { BACKUP_LAST_PROPERTY } from "../replicate/local.ts";
 import { MANAGED_PROPERTY } from "../zfs/names.ts";

@@ -34,9 +34,9 @@ import {
 import { pruneOrder, retained } from "../store/policy.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import type { Zfs } from "../zfs/zfs.ts";
+import { backupSequenceOf } from "../volume/backup_names.ts";
 import {
   BACKUP_LAST_PROPERTY,
-  backupSequenceOf,
   checkSameVolume,
   destroyBackups,
   keepOf,
@@ -59,8 +59,6 @@ export {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_KEEP_PROPERTY,
   BACKUP_LAST_PROPERTY,
-  BACKUP_PREFIX,
-  isBackupComponent,
   type LocalSnapshot,
   pickBase,
   STORE_UID_PROPERTY,

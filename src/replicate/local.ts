@@ -7,7 +7,7 @@
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { PARAMETERS_PROPERTY } from "../csi/catalog.ts";
+import { PARAMETERS_PROPERTY } from "../volume/catalog.ts";
 import { chainTo } from "../store/chain.ts";
 import { type KeepPolicy, type SnapshotManifest, type VolumeRecord } from "../store/layout.ts";
 import { needsFull, parseInterval, parseKeepPolicy } from "../store/policy.ts";
@@ -20,7 +20,8 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
-import { hostStoreName, isHostDataset } from "../dhv/names.ts";
+import { hostStoreName, isHostDataset } from "../volume/host_names.ts";
+import { BACKUP_PREFIX, backupSequenceOf, isBackupComponent } from "../volume/backup_names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** What the zfs side works with (a part of backup.ts BackupDeps). */
@@ -44,26 +45,6 @@ export const STORE_UID_PROPERTY = "org.zfs-csi:store-uid";
 /** Unix seconds of the last successful scheduled backup. */
 export const BACKUP_LAST_PROPERTY = "org.zfs-csi:backup-last";
 
-/** Prefix of the snapshots the plugin takes for backups. */
-export const BACKUP_PREFIX = ".backup-";
-
-/**
- * A backup snapshot's name after "@": `.backup-<unix seconds>-<sequence>` (this version: the
- * sequence number its manifest gets, see src/store/chain.ts), or `.backup-<unix seconds>`
- * (taken by earlier versions, still the plugin's).
- */
-const BACKUP_COMPONENT = /^\.backup-\d{1,12}(?:-(\d{1,15}))?$/;
-
-/** Whether a snapshot name (after "@") is one the plugin takes for backups, of any version. */
-export function isBackupComponent(component: string): boolean {
-  return BACKUP_COMPONENT.test(component);
-}
-
-/** The sequence number in a backup snapshot's name, or undefined (another name, or an old one). */
-export function backupSequenceOf(component: string): number | undefined {
-  const n = BACKUP_COMPONENT.exec(component)?.[1];
-  return n === undefined ? undefined : Number(n);
-}
 const UID = /^[0-9a-f]{32}$/;
 const SNAPSHOT_PROPS = ["type", "guid", "createtxg", "creation", "referenced"] as const;
 const VOLUME_PROPS = [
@@ -140,7 +121,7 @@ export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volu
 
 /**
  * The name a volume's backups are recorded under: a CSI volume's name, or a host volume's
- * dataset component (src/dhv/names.ts: its own store key); undefined for any other child.
+ * dataset component (src/volume/host_names.ts: its own store key); undefined for any other child.
  */
 function volumeNameOf(parent: string, dataset: string): string | undefined {
   if (isHostDataset(parent, dataset)) return hostStoreName(parent, dataset);

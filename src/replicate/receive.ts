@@ -18,7 +18,7 @@ import type { SnapshotManifest } from "../store/layout.ts";
 import type { Store, StoredFile } from "../store/store.ts";
 import { receiveArgs } from "../zfs/args.ts";
 import type { Zfs } from "../zfs/zfs.ts";
-import { ReplicateError } from "./errors.ts";
+import { ReplicateError } from "../replicate_errors.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
 
 /** What {@linkcode receiveFromStore} works with. */

@@ -14,7 +14,7 @@ import {
   type StreamScript,
 } from "../../tests/support/fake_stream_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { ReplicateError } from "./errors.ts";
+import { ReplicateError } from "../replicate_errors.ts";
 import { checkChain, receiveFromStore, restoreChain } from "./receive.ts";
 
 const TARGET = "tank/nomad/.restore-v";

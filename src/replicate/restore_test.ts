@@ -7,7 +7,7 @@ import type { SnapshotManifest } from "../store/layout.ts";
 import { FileStore } from "../store/file_store.ts";
 import { fails, FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { joinChunks } from "../../tests/support/fake_stream_runner.ts";
-import { ReplicateError } from "./errors.ts";
+import { ReplicateError } from "../replicate_errors.ts";
 import { restoreTempDataset, restoreVolume } from "./restore.ts";
 
 const PARENT = "tank/nomad";

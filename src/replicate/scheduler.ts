@@ -30,13 +30,13 @@
  */
 
 import type { Logger } from "../log.ts";
-import { PARAMETERS_PROPERTY } from "../csi/catalog.ts";
+import { PARAMETERS_PROPERTY } from "../volume/catalog.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
 import { DELETED_PREFIX, MANAGED_PROPERTY, MANAGED_VALUE, volumeForDataset } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseInterval } from "../store/policy.ts";
-import { isHostDataset } from "../dhv/names.ts";
+import { isHostDataset } from "../volume/host_names.ts";
 import {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_LAST_PROPERTY,

@@ -8,10 +8,10 @@
  */
 
 import { parseConfig } from "../../src/config.ts";
-import { Datasets } from "../../src/csi/datasets.ts";
+import { Datasets } from "../../src/volume/datasets.ts";
 import { HealthChecker } from "../../src/csi/health.ts";
 import { NodeService } from "../../src/csi/node.ts";
-import { Trash } from "../../src/csi/trash.ts";
+import { Trash } from "../../src/volume/trash.ts";
 import { headGuard } from "../../src/follow/head.ts";
 import type { FollowVolumes } from "../../src/follow/mover.ts";
 import { SizedFollowVolumes } from "../../src/follow/resize.ts";

@@ -373,7 +373,7 @@ Deno.test("concurrency: parallel calls on one volume and many, with a seeded sch
         };
       case "create":
         // A repeat fits the volume (64 MiB asked, at least that much held), but is a retry only
-        // until the volume is first staged (src/csi/tenancy.ts); a new one is new.
+        // until the volume is first staged (src/volume/tenancy.ts); a new one is new.
         if (v.exists) return { code: v.everStaged ? Code.ALREADY_EXISTS : OK, apply: () => {} };
         return { code: OK, apply: () => void (v.exists = true) };
     }

@@ -8,7 +8,7 @@
  * zfs-fuse cannot show: holds (`zfs hold` needs pyzfs; see src/csi/delete_safety_test.ts), the
  * `clones` property (OpenZFS), with which a clone outside the parent dataset is refused up front
  * (here it is found only when zfs refuses the destroy, and the volume is set aside instead), and
- * several properties in one `zfs set`. Clock jumps are unit-tested (src/csi/trash_test.ts): this
+ * several properties in one `zfs set`. Clock jumps are unit-tested (src/volume/trash_test.ts): this
  * machine's clock is shared.
  */
 

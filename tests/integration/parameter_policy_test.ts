@@ -52,7 +52,7 @@ function zfsArgvs(plugin: PluginProcess): string[][] {
 }
 
 /**
- * Waits until the plugin's start-up purge (src/csi/trash.ts, begun once the first Probe is
+ * Waits until the plugin's start-up purge (src/volume/trash.ts, begun once the first Probe is
  * answered) has listed the parent, and then until the plugin has started no command for 300 ms:
  * a purge still running would count as commands of the refused call that follows (it did once
  * in CI).

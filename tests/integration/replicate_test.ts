@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { ZfsError } from "../../src/errors.ts";
 import { Logger } from "../../src/log.ts";
 import { receiveFromStore, restoreChain } from "../../src/replicate/receive.ts";
-import { ReplicateError } from "../../src/replicate/errors.ts";
+import { ReplicateError } from "../../src/replicate_errors.ts";
 import { sendToStore } from "../../src/replicate/send.ts";
 import { DenoCommandRunner, DenoStreamRunner } from "../../src/run.ts";
 import { manifestKey, type SnapshotManifest, streamKey } from "../../src/store/layout.ts";

@@ -4,7 +4,7 @@
  * once a node staged it), a name never reaches another name's shortened dataset, and controller
  * calls that change a volume refuse ids without a node unless the plugin id is node-local.
  *
- * Not shown here (the unit tests in src/csi/tenancy_test.ts show them with a fake clock): a
+ * Not shown here (the unit tests in src/volume/tenancy_test.ts show them with a fake clock): a
  * repeat more than 10 minutes after the create.
  */
 

@@ -6,10 +6,10 @@
 
 import { type Config, parseConfig } from "../../src/config.ts";
 import { type ControllerDeps, ControllerService } from "../../src/csi/controller.ts";
-import { Datasets } from "../../src/csi/datasets.ts";
+import { Datasets } from "../../src/volume/datasets.ts";
 import { HealthChecker } from "../../src/csi/health.ts";
 import { type NodeDeps, NodeService } from "../../src/csi/node.ts";
-import { Trash } from "../../src/csi/trash.ts";
+import { Trash } from "../../src/volume/trash.ts";
 import type { VolumeCapability } from "../../src/csi/types.ts";
 import { KeyedLock } from "../../src/lock.ts";
 import { Logger } from "../../src/log.ts";

@@ -11,7 +11,7 @@ import {
   fakeServices,
   fsCap,
 } from "../../tests/support/service_harness.ts";
-import type { ControllerService } from "./controller.ts";
+import type { ControllerService } from "../csi/controller.ts";
 import {
   checkRecordedName,
   checkRetry,
@@ -19,7 +19,7 @@ import {
   RETRY_WINDOW_SECONDS,
   stagedAt,
 } from "./tenancy.ts";
-import type { CreateVolumeRequest, VolumeContentSource } from "./types.ts";
+import type { CreateVolumeRequest, VolumeContentSource } from "../csi/types.ts";
 
 const PARENT = "tank/nomad";
 const MiB = 1024 * 1024;

@@ -22,7 +22,7 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
-import { isBackupComponent } from "../replicate/local.ts";
+import { isBackupComponent } from "./backup_names.ts";
 
 /** Properties read of a dataset's subtree before it is deleted or purged. */
 export const SUBTREE_PROPERTIES = [

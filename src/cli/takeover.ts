@@ -7,14 +7,20 @@
  * has it; it runs on any machine whose build may reach the store.
  */
 
-import type { CliIo } from "../cli/io.ts";
-import { printJson } from "../cli/io.ts";
-import { requireGrant, resolveConfig, splitArgs } from "../cli/setup.ts";
+import type { CliIo } from "./io.ts";
+import { printJson } from "./io.ts";
+import { requireGrant, resolveConfig, splitArgs } from "./setup.ts";
 import { ConfigError } from "../config.ts";
 import { storeGrants } from "../permissions.ts";
 import { openStore } from "../store/open.ts";
-import { ageText } from "./rule.ts";
-import { planLines, planTakeover, refusalText, takeover, type WatchOptions } from "./takeover.ts";
+import { ageText } from "../follow/rule.ts";
+import {
+  planLines,
+  planTakeover,
+  refusalText,
+  takeover,
+  type WatchOptions,
+} from "../follow/takeover.ts";
 
 /** Usage of `takeover`. */
 export const usage =

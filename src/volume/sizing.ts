@@ -18,8 +18,13 @@ import {
   sizeOf,
   UNRESTRICTED_POLICY,
   type VolumeParameters,
-} from "./parameters.ts";
-import type { Capacity } from "./validate.ts";
+} from "../parameters.ts";
+
+/** A checked capacity range (what a caller asked for); 0 means "not set". */
+export interface Capacity {
+  readonly requiredBytes: number;
+  readonly limitBytes: number;
+}
 
 /** The properties that make a volume's size. */
 export const SIZE_PROPERTIES = ["refquota", "quota", "refreservation"] as const;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { ConfigError, parseConfig } from "../config.ts";
-import { parseListenAddress } from "./listen.ts";
+import { ConfigError, parseConfig } from "./config.ts";
+import { parseListenAddress } from "./listen_address.ts";
 
 Deno.test("parseListenAddress takes host:port with IPv4, names and bracketed IPv6", () => {
   assert.deepEqual(parseListenAddress("127.0.0.1:9474"), {

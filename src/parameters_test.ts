@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { Code } from "../errors.ts";
-import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
+import { Code } from "./errors.ts";
+import { assertThrowsCsi } from "../tests/support/assert_errors.ts";
 import {
   checkSizes,
   DEFAULT_DENIED_MODULES,

@@ -6,12 +6,12 @@
  * by default nothing that loosens what the parent sets for the host or costs the whole pool.
  */
 
-import { Code, CsiError } from "../errors.ts";
-import { parseSize } from "../size.ts";
-import { checkProperty } from "../zfs/args.ts";
-import { MANAGED_PROPERTY } from "../zfs/names.ts";
-import type { KeepPolicy } from "../store/layout.ts";
-import { parseInterval, parseKeepPolicy } from "../store/policy.ts";
+import { Code, CsiError } from "./errors.ts";
+import { parseSize } from "./size.ts";
+import { checkProperty } from "./zfs/args.ts";
+import { MANAGED_PROPERTY } from "./zfs/names.ts";
+import type { KeepPolicy } from "./store/layout.ts";
+import { parseInterval, parseKeepPolicy } from "./store/policy.ts";
 
 /** How a parameter is checked. */
 export interface ParameterRule {

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { Code, CsiError } from "../errors.ts";
-import { catalogOf } from "../csi/catalog.ts";
+import { catalogOf } from "./catalog.ts";
 import { encodeVolumeId, volumeForDataset } from "../zfs/names.ts";
 import { resolveVolume } from "../zfs/ids.ts";
 import type { PropertyValue } from "../zfs/parse.ts";
-import { HOST_PREFIX, hostDataset, isHostDataset } from "./names.ts";
+import { HOST_PREFIX, hostDataset, isHostDataset } from "./host_names.ts";
 
 const PARENT = "tank/nomad";
 
