@@ -293,8 +293,23 @@ function tookTheName(err: unknown): err is ZfsError {
  * chain's snapshots (never `-R`: a clone of one of its snapshots stops it).
  */
 async function destroyTemp(deps: RestoreDeps, temp: string): Promise<void> {
-  await deps.zfs.destroy(temp, { recursive: true });
+  // zfs-fuse may call a dataset it just received into (or set a property on) busy for a moment.
+  for (let attempt = 1;; attempt++) {
+    try {
+      await deps.zfs.destroy(temp, { recursive: true });
+      return;
+    } catch (err) {
+      if (!(err instanceof ZfsError && err.kind === "busy") || attempt >= DESTROY_ATTEMPTS) {
+        throw err;
+      }
+      deps.log.info("the temporary dataset is busy; destroying it again", { temp, attempt });
+      await sleep(200 * attempt, undefined);
+    }
+  }
 }
+
+/** Attempts of {@linkcode destroyTemp} while zfs says busy. */
+const DESTROY_ATTEMPTS = 5;
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -573,3 +573,83 @@ Deno.test("follow: a head moved to a zfs send -p incremental is refused by the s
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
 });
+
+Deno.test("store restore (OpenZFS): a raw zfs send -w -p stream's keylocation never says where the key is read from", async () => {
+  await using pool = await TestPool.create();
+  if (!(await isOpenZfs(pool))) {
+    print("  skipped: this ZFS has no encryption (zfs-fuse); the VM run shows it on OpenZFS");
+    return;
+  }
+  // What OpenZFS says to the plugin's probe of receive's -x (zfs.ts receiveOverrides).
+  const probe = await new Deno.Command("zfs", {
+    args: ["receive", "-n", "-u", "-x", "mountpoint", `${pool.parent}/probe`],
+    stdin: "null",
+    stderr: "piped",
+  }).output();
+  print(`  probe: exit ${probe.code}: ${decoder.decode(probe.stderr).trim()}`);
+  const keyDir = `${pool.dir}/keys`;
+  await Deno.mkdir(keyDir);
+  const key = randomHex(32);
+  // The operator's key file, below --key-dir, and the one the stream names, elsewhere.
+  await Deno.writeTextFile(`${keyDir}/op.key`, key);
+  await Deno.writeTextFile(`${pool.dir}/stream.key`, key);
+  const store = fileStoreUnderTest(`${pool.dir}/store`);
+  await Deno.mkdir(`${pool.dir}/store`);
+  const { plugin, manifest } = await storedSource(pool, store, ["--key-dir", keyDir]);
+  await using _ = plugin;
+  const hostPath = `${pool.dir}/host-path`;
+  await Deno.mkdir(hostPath);
+  const made = await madeOutside(
+    pool,
+    "enc",
+    {
+      encryption: "on",
+      keyformat: "hex",
+      keylocation: `file://${pool.dir}/stream.key`,
+      mountpoint: hostPath,
+      setuid: "on",
+    },
+    "enc",
+    ["-w", "-p"],
+  );
+  const stored = await storeAs(store, manifest, made, { raw: true });
+  // Were the stream's keylocation used, the key could not be loaded any more.
+  await Deno.remove(`${pool.dir}/stream.key`);
+  const keylocation = `file://${keyDir}/op.key`;
+  const request = restoreRequest("enc-copy", `store:src:${hex(stored.guid)}`, { keylocation });
+  const dataset = `${pool.parent}/enc-copy`;
+  let res;
+  try {
+    res = await plugin.client.controller("CreateVolume", request, SLOW_CALL_MS);
+  } catch (err) {
+    // Refused: then for a property of the raw stream the plugin does not set itself.
+    const e = err as { code: number; details: string };
+    print(`  raw -w -p stream refused: ${e.code} ${e.details}`);
+    assert.equal(e.code, Code.DATA_LOSS, e.details);
+    await nothingLeft(pool, "enc-copy", hostPath);
+    return;
+  }
+  const keyProps = await sh(
+    "zfs",
+    "get",
+    "-Hp",
+    "-o",
+    "property,value,received,source",
+    "keylocation,keyformat,encryption,pbkdf2iters,encryptionroot,mountpoint,setuid",
+    dataset,
+  );
+  print(`  raw -w -p stream restored:\n${keyProps}`);
+  assert.deepEqual(await receivedBelow(pool.pool), [], "nothing the stream decided");
+  assert.equal(await pool.get(dataset, "keylocation"), keylocation, "the operator's");
+  const claim = await claimVolume(plugin, res.volume, "alloc-enc", { stageDeadlineMs: STAGE_MS });
+  try {
+    assert.equal(await pool.get(dataset, "keystatus"), "available", "loaded from the operator's");
+    assert.equal(
+      await Deno.readTextFile(`${claim.target}/from-the-stream.txt`),
+      "written outside the plugin\n",
+    );
+    assert.deepEqual(await mountedAt(hostPath), []);
+  } finally {
+    await claim.release();
+  }
+});
