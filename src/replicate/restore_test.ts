@@ -189,14 +189,14 @@ function fakeZfs(pool: Pool, opts: FakeZfsOptions | (() => void) = {}) {
           : fails("invalid option 'x'\nusage:\n\treceive [-vnF] <filesystem|volume|snapshot>\n", 2),
     )
     .when((a) => a[1] === "get" && a.includes("-s"), (a) => {
-      const root = a.at(-1)!;
-      if (!pool.has(root)) return fails(`cannot open '${root}': dataset does not exist`);
-      const lines = [...pool.entries()]
-        .filter(([name]) => name === root || name.startsWith(`${root}@`))
-        .flatMap(([name, p]) =>
-          [...p.props ?? []].filter(([, v]) => v.source === "received")
-            .map(([k, v]) => `${name}\t${k}\t${v.value}\t${v.source}`)
-        );
+      const names = a.slice(a.indexOf("all") + 1);
+      const missing = names.find((n) => !pool.has(n));
+      if (missing) return fails(`cannot open '${missing}': dataset does not exist`);
+      const sources = a[a.indexOf("-s") + 1]!.split(",");
+      const lines = names.flatMap((name) =>
+        [...pool.get(name)!.props ?? []].filter(([, v]) => sources.includes(v.source))
+          .map(([k, v]) => `${name}\t${k}\t${v.value}\t${v.source}`)
+      );
       return { stdout: lines.map((l) => `${l}\n`).join("") };
     })
     .when((a) => a[1] === "get" && a.includes("-r"), (a) => {

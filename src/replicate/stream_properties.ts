@@ -208,7 +208,7 @@ export interface StreamPropertiesCheck {
   readonly manifest: SnapshotManifest;
   /** The store's description, for the message. */
   readonly store: string;
-  /** The dataset the stream was received into (its snapshots are checked too). */
+  /** The dataset the stream was received into (the snapshot it made is checked too). */
   readonly dataset: string;
   /** Properties the caller sets locally itself before the dataset is used (they win). */
   readonly settles: ReadonlySet<string>;
@@ -225,8 +225,8 @@ export interface StreamPropertiesCheck {
 
 /**
  * After a receive: sets back the local properties the stream cleared (`localBefore`), then
- * refuses what the stream decided, i.e. any property of the dataset or its snapshots with
- * source `received`, except those the caller settles. What it finds is logged in full,
+ * refuses what the stream decided, i.e. any property of the dataset or of the snapshot the
+ * receive made with source `received`, except those the caller settles. What it finds is logged in full,
  * overridden where zfs allows ({@linkcode overrideReceived}), so that nothing it decided takes
  * effect whatever becomes of the dataset, and the receive undone (`undo`). A stream whose
  * properties were all overridden before (by `-x`, or on this dataset by an earlier refusal of
@@ -240,11 +240,11 @@ export async function checkStreamProperties(
   check: StreamPropertiesCheck,
 ): Promise<void> {
   const { dataset, localBefore } = check;
+  // The dataset and the snapshot this receive made: earlier snapshots were checked when they
+  // were received (zfs-fuse reads all properties of every snapshot a recursive get lists).
   const found = await zfs.propertiesFrom(
-    dataset,
-    localBefore ? ["local", "received"] : [
-      "received",
-    ],
+    [dataset, `${dataset}@${check.manifest.snapshot}`],
+    localBefore ? ["local", "received"] : ["received"],
   );
   const local = new Map(
     [...found.get(dataset) ?? []].filter(([, v]) => v.source === "local"),

@@ -203,23 +203,24 @@ export function sendArgs(spec: SendSpec): string[] {
 export type PropertySource = "local" | "received";
 
 /**
- * Machine-readable `zfs get` of every property of `root` and its snapshots (and children) whose
- * value comes from one of `sources` (`-s`): `received` is what a `zfs send -p` stream decided.
+ * Machine-readable `zfs get` of every property of the datasets and snapshots `names` whose value
+ * comes from one of `sources` (`-s`): `received` is what a `zfs send -p` stream decided.
  */
-export function getBySourceArgs(root: string, sources: readonly PropertySource[]): string[] {
+export function getBySourceArgs(
+  names: readonly string[],
+  sources: readonly PropertySource[],
+): string[] {
   if (sources.length === 0) throw new RangeError("No property source to select");
+  if (names.length === 0) throw new RangeError("No dataset to read");
   return [
     "get",
     "-Hp",
-    "-r",
-    "-d",
-    "1",
     "-s",
     sources.join(","),
     "-o",
     "name,property,value,source",
     "all",
-    root,
+    ...names,
   ];
 }
 

@@ -84,25 +84,24 @@ Deno.test("receiveArgs refuses a property named twice or not a property", () => 
   );
 });
 
-Deno.test("getBySourceArgs asks for what a stream decided on a dataset and its snapshots", () => {
-  assert.deepEqual(getBySourceArgs("tank/v", ["received"]), [
+Deno.test("getBySourceArgs asks for what a stream decided on a dataset and a snapshot", () => {
+  assert.deepEqual(getBySourceArgs(["tank/v", "tank/v@s1"], ["received"]), [
     "get",
     "-Hp",
-    "-r",
-    "-d",
-    "1",
     "-s",
     "received",
     "-o",
     "name,property,value,source",
     "all",
     "tank/v",
+    "tank/v@s1",
   ]);
-  assert.deepEqual(getBySourceArgs("tank/v", ["local", "received"]).slice(5, 7), [
+  assert.deepEqual(getBySourceArgs(["tank/v"], ["local", "received"]).slice(2, 4), [
     "-s",
     "local,received",
   ]);
-  assert.throws(() => getBySourceArgs("tank/v", []), RangeError);
+  assert.throws(() => getBySourceArgs(["tank/v"], []), RangeError);
+  assert.throws(() => getBySourceArgs([], ["local"]), RangeError);
 });
 
 Deno.test("rollbackArgs rolls back to a snapshot, never past later ones", () => {

@@ -312,16 +312,16 @@ export class Zfs {
   }
 
   /**
-   * The properties of `root` and its snapshots (and children) whose value comes from one of
+   * The properties of the datasets and snapshots `names` whose value comes from one of
    * `sources` (`received`: what a received stream decided), by name; a name with none is left
    * out.
-   * @throws {ZfsError} classified (not_found when `root` does not exist)
+   * @throws {ZfsError} classified (not_found when one of them does not exist)
    */
   async propertiesFrom(
-    root: string,
+    names: readonly string[],
     sources: readonly PropertySource[],
   ): Promise<Map<string, PropertyMap>> {
-    const res = await this.#zfs(getBySourceArgs(root, sources));
+    const res = await this.#zfs(getBySourceArgs(names, sources));
     const out = new Map<string, PropertyMap>();
     for (const [name, props] of parseGet(res.stdout)) {
       // Only what zfs says comes from there: a zfs that ignored `-s` must not add anything else.

@@ -902,19 +902,17 @@ Deno.test("Zfs.propertiesFrom reads what a zfs send -p stream decided (captured 
       "/sbin/zfs",
       "get",
       "-Hp",
-      "-r",
-      "-d",
-      "1",
       "-s",
       "received",
       "-o",
       "name,property,value,source",
       "all",
       "tpool/nomad/pg",
+      "tpool/nomad/pg@s1",
     ],
     { stdout: await fixture("zfs_get_received.txt") },
   );
-  const got = await zfs.propertiesFrom("tpool/nomad/pg", ["received"]);
+  const got = await zfs.propertiesFrom(["tpool/nomad/pg", "tpool/nomad/pg@s1"], ["received"]);
   assert.deepEqual([...got.keys()], ["tpool/nomad/pg"]);
   assert.deepEqual(
     Object.fromEntries([...got.get("tpool/nomad/pg")!].map(([k, v]) => [k, v.value])),
@@ -934,7 +932,7 @@ Deno.test("Zfs.propertiesFrom keeps only what zfs says comes from the sources as
     stdout: "tpool/nomad/pg\tmountpoint\t/x\tlocal\ntpool/nomad/pg\tcompression\ton\treceived\n" +
       "tpool/nomad/pg@s\tsnapprop:z\t2\treceived\n",
   });
-  const got = await zfs.propertiesFrom("tpool/nomad/pg", ["received"]);
+  const got = await zfs.propertiesFrom(["tpool/nomad/pg", "tpool/nomad/pg@s"], ["received"]);
   assert.deepEqual([...got.get("tpool/nomad/pg")!.keys()], ["compression"]);
   assert.deepEqual([...got.get("tpool/nomad/pg@s")!.keys()], ["snapprop:z"]);
 });

@@ -157,7 +157,9 @@ export class FakePool {
         const p = this.objects.get(name)!;
         if (s >= 0 && props[0] === "all") {
           for (const [prop, v] of p) {
-            if (v.source === argv[s + 1]) lines.push(`${name}\t${prop}\t${v.value}\t${v.source}\n`);
+            if (argv[s + 1]!.split(",").includes(v.source)) {
+              lines.push(`${name}\t${prop}\t${v.value}\t${v.source}\n`);
+            }
           }
           continue;
         }
