@@ -86,8 +86,9 @@ class StdinClosed extends Error {}
  * Receives one stored stream into `spec.target` (unmounted), checked against its manifest, and
  * makes sure the snapshot zfs made has the manifest's guid and that the stream decided no
  * property (stream_properties.ts: excluded with `-x` where zfs can, checked after on any zfs).
- * Never destroys or rolls back: what a refused stream set is overridden where zfs allows, and
- * the caller decides what becomes of the dataset.
+ * Destroys or rolls back nothing but a refused incremental's own snapshot, checked against
+ * what is there (see {@linkcode ReceiveSpec.undoesRefusal}); what a refused stream set is
+ * overridden where zfs allows.
  * @throws {ReplicateError} checksum when the download is not the manifest's bytes (nothing was
  *   received); guid when the received snapshot is another one; properties when the stream
  *   decided properties
