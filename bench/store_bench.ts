@@ -289,8 +289,8 @@ interface RssTrial {
 /**
  * A plugin's RSS during transfers, as one row against the issue's budget: the most a transfer
  * raised it above the idle RSS measured just before that transfer. The idle RSS grows by itself
- * with the processes the plugin has started (see "RSS grows with the number of processes" in
- * the README; the stage+publish cycles before the file store's trials start hundreds), which no
+ * with the processes the plugin has started (see "Where the growth came from" in
+ * docs/benchmarks.md; the stage+publish cycles before the file store's trials start hundreds), which no
  * transfer causes; the note also gives the peak above the idle RSS before the plugin's first
  * transfer, and each trial's peak, so growth over trials (memory kept) shows too.
  */

@@ -8,6 +8,7 @@ import {
   DEFAULT_BACKUP_KEEP,
   DEFAULT_STORE_DELETED_RETENTION,
   DEFAULT_STORE_REGION,
+  DEFAULT_STORE_WAIT,
   type ReadTextFile,
   resolveStore,
   type StoreConfig,
@@ -28,7 +29,7 @@ export type { FileStoreConfig, ReadTextFile, S3StoreConfig, StoreConfig } from "
 export type PluginMode = "node" | "controller" | "monolith";
 /** The modes, for flags and help. */
 export const PLUGIN_MODES: readonly PluginMode[] = ["node", "controller", "monolith"];
-/** Default mode: see USAGE and the README for why. */
+/** Default mode: see USAGE and docs/volumes.md, "Modes and Nomad's controller routing", for why. */
 export const DEFAULT_MODE: PluginMode = "monolith";
 /** Default time a deleted volume or snapshot is kept before it is destroyed. */
 export const DEFAULT_DELETED_RETENTION = "7d";
@@ -137,6 +138,10 @@ Store (backups; off without --store):
                               (default: ${DEFAULT_BACKUP_KEEP})
   --store-deleted-retention TIME
                               keep a deleted volume's backups this long (default: ${DEFAULT_STORE_DELETED_RETENTION})
+  --store-wait TIME           the longest one CSI call waits for the store in all, from 1s to
+                              1h (default: ${DEFAULT_STORE_WAIT}); then it answers UNAVAILABLE saying how
+                              long it waited. A transfer that moves data is not cut short: it
+                              fails once no byte moved for this long
   --store-endpoint URL        S3 endpoint https://host[:port] (default: AWS's for the region)
   --store-region NAME         S3 region (default: ${DEFAULT_STORE_REGION})
   --store-path-style          address the bucket as endpoint/bucket (MinIO, Garage, versitygw
@@ -164,7 +169,7 @@ controller service.
 
 The node's topology always includes ${NODE_TOPOLOGY_KEY}=<node id>.
 The build must be allowed to reach the store: see ZFS_CSI_STORE_HOSTS, ZFS_CSI_EXTRA_DIRS and
-ZFS_CSI_EXTRA_READ_FILES in the README.
+ZFS_CSI_EXTRA_READ_FILES in docs/security.md.
 Logs are JSON lines on stderr.`;
 
 /** A topology segment name or value; node ids are one too (the value of the node segment). */
@@ -255,6 +260,7 @@ export const CONFIG_OPTIONS = {
   "backup-interval": { type: "string" },
   "backup-keep": { type: "string" },
   "store-deleted-retention": { type: "string" },
+  "store-wait": { type: "string" },
   "lease-ttl": { type: "string" },
   "takeover-after": { type: "string" },
   "standby-interval": { type: "string" },
@@ -379,6 +385,7 @@ export function parseConfig(
       backupInterval: values["backup-interval"],
       backupKeep: values["backup-keep"],
       deletedRetention: values["store-deleted-retention"],
+      wait: values["store-wait"],
     },
     env,
     readTextFile,

@@ -16,6 +16,10 @@ export const DEFAULT_STORE_REGION = "us-east-1";
 export const DEFAULT_STORE_DELETED_RETENTION = "30d";
 /** The keep policy of volumes that set none, when --backup-keep is not given. */
 export const DEFAULT_BACKUP_KEEP = "last=4,hourly=24,daily=14,weekly=8";
+/** How long one CSI call may wait for the store, when --store-wait is not given. */
+export const DEFAULT_STORE_WAIT = "30s";
+/** The bounds of --store-wait, in seconds. */
+const STORE_WAIT_RANGE = [1, 3600] as const;
 
 const REDACTED = "[redacted]";
 
@@ -78,6 +82,11 @@ interface StoreDefaults {
   readonly defaultBackupKeep: KeepPolicy;
   /** How long a deleted volume's backups stay in the store; 0: removed at the next prune. */
   readonly deletedRetentionSeconds: number;
+  /**
+   * How long one CSI call may wait for the store in all (`--store-wait`), and how long a
+   * transfer may move no byte (src/store/wait.ts).
+   */
+  readonly waitSeconds: number;
 }
 
 /** A directory store: `file:///mnt/backup/zfs-csi`. */
@@ -119,6 +128,7 @@ export interface StoreFlags {
   readonly backupInterval: string | undefined;
   readonly backupKeep: string | undefined;
   readonly deletedRetention: string | undefined;
+  readonly wait: string | undefined;
 }
 
 /** Reads a whole text file; main.ts passes one that checks the build may read it. */
@@ -160,6 +170,7 @@ export function resolveStore(
       ["--backup-interval", flags.backupInterval !== undefined] as const,
       ["--backup-keep", flags.backupKeep !== undefined] as const,
       ["--store-deleted-retention", flags.deletedRetention !== undefined] as const,
+      ["--store-wait", flags.wait !== undefined] as const,
     ].find(([, set]) => set);
     if (given) throw new ConfigError(`${given[0]} needs --store (backups are off without one)`);
     return undefined;
@@ -178,6 +189,7 @@ export function resolveStore(
       "--store-deleted-retention",
       flags.deletedRetention ?? DEFAULT_STORE_DELETED_RETENTION,
     ),
+    waitSeconds: storeWait(flags.wait ?? DEFAULT_STORE_WAIT),
   };
   const url = flags.store;
   if (url.startsWith("file:")) {
@@ -400,6 +412,25 @@ export function parseCredentialsText(text: string, path: string): Credentials {
     if (value === undefined) throw new ConfigError(`${flag} has no ${key} in [default]`);
   }
   return new Credentials(id!, secret!, token, path);
+}
+
+/**
+ * The seconds of --store-wait: 1s to 1h. Not 0 or off: a call that may wait for ever is the
+ * fault this bounds (Nomad gives node calls no deadline).
+ * @throws {ConfigError} naming the flag and the range
+ */
+function storeWait(text: string): number {
+  let seconds = NaN;
+  try {
+    seconds = parseDuration("--store-wait", text);
+  } catch {
+    // Refused below, with the range.
+  }
+  const [min, max] = STORE_WAIT_RANGE;
+  if (!(seconds >= min && seconds <= max)) {
+    throw new ConfigError(`--store-wait "${text}" must be a time from 1s to 1h, such as 30s or 2m`);
+  }
+  return seconds;
 }
 
 /** A value read by one of src/store/policy.ts's parsers, its SyntaxError as a ConfigError. */

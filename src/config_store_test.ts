@@ -61,6 +61,7 @@ Deno.test("parseConfig without --store leaves backups off and refuses the store'
       ["--backup-interval", "15m"],
       ["--backup-keep", "last=1"],
       ["--store-deleted-retention", "1d"],
+      ["--store-wait", "1m"],
     ] as const
   ) {
     fails(
@@ -79,6 +80,7 @@ Deno.test("parseConfig reads a file store and fills the backup defaults", () => 
     defaultBackupIntervalSeconds: 0,
     defaultBackupKeep: { last: 4, hourly: 24, daily: 14, weekly: 8 },
     deletedRetentionSeconds: 30 * 86400,
+    waitSeconds: 30,
   });
   assert.ok(Object.isFrozen(config.store));
   assert.ok(Object.isFrozen(config.store?.defaultBackupKeep));
@@ -411,6 +413,19 @@ Deno.test("parseConfig reads the backup defaults with the volumes' own syntax", 
   );
 });
 
+Deno.test("parseConfig reads --store-wait, a time from 1s to 1h", () => {
+  assert.equal(s3(["--store", "s3://my-bucket"]).waitSeconds, 30);
+  assert.equal(s3(["--store", "s3://my-bucket", "--store-wait", "2m"]).waitSeconds, 120);
+  assert.equal(run(["--store", "file:///b", "--store-wait", "1s"]).store?.waitSeconds, 1);
+  assert.equal(run(["--store", "file:///b", "--store-wait", "1h"]).store?.waitSeconds, 3600);
+  for (const value of ["0", "61m", "2h", "30", "", "1.5s", "off"]) {
+    fails(
+      ["--store", "file:///b", "--store-wait", value],
+      `--store-wait "${value}" must be a time from 1s to 1h, such as 30s or 2m`,
+    );
+  }
+});
+
 Deno.test("USAGE documents every store flag", () => {
   for (
     const flag of [
@@ -423,6 +438,7 @@ Deno.test("USAGE documents every store flag", () => {
       "--backup-interval TIME",
       "--backup-keep POLICY",
       "--store-deleted-retention TIME",
+      "--store-wait TIME",
       "AWS_ACCESS_KEY_ID",
       "ZFS_CSI_STORE_HOSTS",
     ]

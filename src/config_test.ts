@@ -339,7 +339,7 @@ Deno.test("parseConfig refuses unknown parameter names and bad values in the pol
     [
       ["--allow-parameter", "mountpoint=/etc"],
       '--allow-parameter "mountpoint=/etc": "mountpoint" is not a parameter zfs-csi accepts ' +
-      "(a ZFS property of the README's list, quota, refreservation, backup_interval, backup_keep, module:name, module:* or *)",
+      "(a ZFS property of the list in docs/parameters.md, quota, refreservation, backup_interval, backup_keep, module:name, module:* or *)",
     ],
     [["--allow-parameter", "compresion=lz4"], /"compresion" is not a parameter zfs-csi accepts/],
     [["--allow-parameter", "setuid"], /^--allow-parameter "setuid" is not of the form NAME=VALUE/],

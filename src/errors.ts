@@ -123,6 +123,8 @@ const storeKindToCode: Record<StoreErrorKind, GrpcCode> = {
   no_space: Code.RESOURCE_EXHAUSTED,
   denied: Code.PERMISSION_DENIED,
   invalid: Code.INTERNAL,
+  // A missing bucket, a server that ignores conditional writes: the operator's to fix.
+  misconfigured: Code.FAILED_PRECONDITION,
 };
 
 const replicateKindToCode: Record<ReplicateErrorKind, GrpcCode> = {

@@ -11,6 +11,8 @@ Deno.test("toGrpcStatus maps each store failure to a code a caller can act on", 
     ["no_space", Code.RESOURCE_EXHAUSTED],
     ["denied", Code.PERMISSION_DENIED],
     ["invalid", Code.INTERNAL],
+    // A missing bucket, a server without conditional writes: the operator's to fix.
+    ["misconfigured", Code.FAILED_PRECONDITION],
   ] as const;
   for (const [kind, code] of cases) {
     const status = toGrpcStatus(new StoreError(kind, `Cannot read "k" in s3://b/p`));

@@ -4,6 +4,7 @@
  * (built for their local directories), so what is tested is what ships.
  */
 
+import type { Config } from "./config.ts";
 import type { StoreConfig } from "./config_store.ts";
 import { DHV_ENV } from "./dhv/contract.ts";
 import { type ListenAddress, parseListenAddress } from "./metrics/listen.ts";
@@ -128,7 +129,7 @@ export const ALLOWED_ENV = [
  * Directories a production binary may write: Nomad's default `mount_dir` (the socket) and
  * `stage_publish_base_dir` inside a container task, and the host paths a raw_exec task gets
  * with the two usual Nomad data_dir locations. Operators with another data_dir extend this at
- * compile time with ZFS_CSI_EXTRA_DIRS (see README).
+ * compile time with ZFS_CSI_EXTRA_DIRS (see docs/security.md, "Permissions of the binary").
  */
 export const PRODUCTION_DIRS = [
   "/csi",
@@ -212,8 +213,9 @@ export function permissionFlags(scope: PermissionScope): string[] {
     // Only the store's host:port and the metrics address, and only when there is one.
     ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),
     `--allow-env=${ALLOWED_ENV.join(",")}`,
-    // statfs(2) for NodeGetVolumeStats.
-    "--allow-sys=statfs",
+    // statfs(2) for NodeGetVolumeStats; the kernel's uptime, the one clock every process of the
+    // machine shares, to tell an interrupted `zfs-csi verify`'s scratch dataset (cli/scratch.ts).
+    "--allow-sys=statfs,osUptime",
     "--no-prompt",
   ];
 }
@@ -228,6 +230,93 @@ export const V8_FLAGS = "--v8-flags=--max-semi-space-size=1,--max-old-space-size
 /** Everything `deno run` / `deno compile` needs besides the script: permissions and V8 flags. */
 export function runtimeFlags(scope: PermissionScope): string[] {
   return [...permissionFlags(scope), V8_FLAGS];
+}
+
+/**
+ * The build variables that widen a build beyond {@linkcode PRODUCTION_DIRS} and
+ * {@linkcode PRODUCTION_READ_FILES}: `deno task compile` reads them from its environment, and
+ * `deno task dev` and `deno task cli` take them too. Paths are colon-separated, hosts and
+ * listen addresses comma-separated (an IPv6 host has colons).
+ */
+export const BUILD_VARIABLES = {
+  extraDirs: { name: "ZFS_CSI_EXTRA_DIRS", separator: ":" },
+  storeHosts: { name: "ZFS_CSI_STORE_HOSTS", separator: "," },
+  extraReadFiles: { name: "ZFS_CSI_EXTRA_READ_FILES", separator: ":" },
+  metricsListen: { name: "ZFS_CSI_METRICS_LISTEN", separator: "," },
+} as const;
+
+/** What a build may do beyond every build's base: the build variables' values, as lists. */
+export interface BuildNeeds {
+  /** Directories to read and write (ZFS_CSI_EXTRA_DIRS): another data_dir, a file store. */
+  readonly extraDirs: readonly string[];
+  /** host[:port] of the store (ZFS_CSI_STORE_HOSTS); none: no network to a store. */
+  readonly storeHosts: readonly string[];
+  /** Single files to read (ZFS_CSI_EXTRA_READ_FILES), e.g. a store credentials file. */
+  readonly extraReadFiles: readonly string[];
+  /** host:port the metrics endpoint may listen on (ZFS_CSI_METRICS_LISTEN); none: no endpoint. */
+  readonly metricsListen: readonly string[];
+}
+
+const NEED_KEYS: readonly (keyof BuildNeeds)[] = [
+  "extraDirs",
+  "storeHosts",
+  "extraReadFiles",
+  "metricsListen",
+];
+
+/** Needs with each list made by `list`. */
+function needsBy(list: (key: keyof BuildNeeds) => readonly string[]): BuildNeeds {
+  return {
+    extraDirs: list("extraDirs"),
+    storeHosts: list("storeHosts"),
+    extraReadFiles: list("extraReadFiles"),
+    metricsListen: list("metricsListen"),
+  };
+}
+
+/** A build that needs nothing beyond the base. */
+export const NO_NEEDS: BuildNeeds = Object.freeze({
+  extraDirs: [],
+  storeHosts: [],
+  extraReadFiles: [],
+  metricsListen: [],
+});
+
+/** The build variables' values by name, as an environment holds them. */
+export type BuildVariables = Readonly<Record<string, string | undefined>>;
+
+/** {@linkcode BuildNeeds} from the build variables; empty items are dropped. */
+export function needsFromVariables(vars: BuildVariables): BuildNeeds {
+  return needsBy((key) => {
+    const { name, separator } = BUILD_VARIABLES[key];
+    return (vars[name] ?? "").split(separator).map((s) => s.trim()).filter((s) => s !== "");
+  });
+}
+
+/** The build variables that give `needs`, as `NAME=value` words (none for an empty list). */
+export function variablesOf(needs: BuildNeeds): string[] {
+  return NEED_KEYS.filter((key) => needs[key].length > 0).map((key) =>
+    `${BUILD_VARIABLES[key].name}=${needs[key].join(BUILD_VARIABLES[key].separator)}`
+  );
+}
+
+/** Both lists of needs, each item once, in order. */
+export function mergeNeeds(a: BuildNeeds, b: BuildNeeds): BuildNeeds {
+  return needsBy((key) => [...new Set([...a[key], ...b[key]])]);
+}
+
+/**
+ * The permission flags and V8 settings of a binary built for `needs`: the one function from what
+ * the binary needs to its flags. `deno task compile` bakes these in; `deno task dev` and
+ * `deno task cli` run main.ts with them for the needs their own arguments imply.
+ */
+export function binaryFlags(needs: BuildNeeds): string[] {
+  return runtimeFlags({
+    dirs: [...PRODUCTION_DIRS, ...needs.extraDirs],
+    netHosts: needs.storeHosts,
+    readFiles: [...PRODUCTION_READ_FILES, ...needs.extraReadFiles],
+    listen: needs.metricsListen,
+  });
 }
 
 /** Permissions the config needs from the build, and the build variable that adds them. */
@@ -287,6 +376,82 @@ export function metricsGrant(listen: ListenAddress): NeededGrant {
     descriptors: [{ name: "net", host: listen.hostPort }],
     what: `listen for metrics on "${listen.hostPort}"`,
     fix: `ZFS_CSI_METRICS_LISTEN=${listen.hostPort}`,
+  };
+}
+
+/** What the store and the metrics endpoint a config names need from the build. */
+export function serviceGrants(config: Config): NeededGrant[] {
+  return [
+    ...(config.store ? storeGrants(config.store) : []),
+    ...(config.metricsListen ? [metricsGrant(config.metricsListen)] : []),
+  ];
+}
+
+/** Reading and writing one directory: ZFS_CSI_EXTRA_DIRS. */
+export function dirGrant(path: string, what: string): NeededGrant {
+  return {
+    descriptors: [{ name: "read", path }, { name: "write", path }],
+    what: `read and write ${what} "${path}"`,
+    fix: `ZFS_CSI_EXTRA_DIRS=${path}`,
+  };
+}
+
+/**
+ * Everything a config needs from the build: the socket's directory, the staging and publish
+ * base directories, and {@linkcode serviceGrants}.
+ */
+export function configGrants(config: Config): NeededGrant[] {
+  const socketDir = config.socketPath.slice(0, config.socketPath.lastIndexOf("/")) || "/";
+  return [
+    dirGrant(socketDir, "the socket's directory"),
+    ...config.stagePublishDirs.map((dir) => dirGrant(dir, "the staging and publish directory")),
+    ...serviceGrants(config),
+  ];
+}
+
+/** Whether `path` is `dir` or lies below it (what a Deno path grant for `dir` covers). */
+function within(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
+}
+
+/**
+ * The build variables that meet `grants`, as {@linkcode BuildNeeds}: each grant's fix
+ * (`NAME=value`), less what every build has (a path within {@linkcode PRODUCTION_DIRS}, one of
+ * {@linkcode PRODUCTION_READ_FILES}) and paths within another needed directory. The needs a
+ * refusal names are exactly those that meet it.
+ * @throws {TypeError} for a fix that is not one of {@linkcode BUILD_VARIABLES}
+ */
+export function grantNeeds(grants: readonly NeededGrant[]): BuildNeeds {
+  const byName = new Map<string, keyof BuildNeeds>(
+    NEED_KEYS.map((key) => [BUILD_VARIABLES[key].name, key]),
+  );
+  const lists: Record<keyof BuildNeeds, string[]> = {
+    extraDirs: [],
+    storeHosts: [],
+    extraReadFiles: [],
+    metricsListen: [],
+  };
+  for (const grant of grants) {
+    const eq = grant.fix.indexOf("=");
+    const key = byName.get(grant.fix.slice(0, eq));
+    if (eq < 0 || key === undefined) {
+      throw new TypeError(`Grant fix "${grant.fix}" is not NAME=value of a build variable`);
+    }
+    lists[key].push(grant.fix.slice(eq + 1));
+  }
+  const dirs = [...new Set(lists.extraDirs)].filter((d) =>
+    !PRODUCTION_DIRS.some((p) => within(d, p))
+  );
+  const neededDirs = dirs.filter((d) => !dirs.some((o) => o !== d && within(d, o)));
+  const allDirs = [...PRODUCTION_DIRS, ...neededDirs];
+  return {
+    extraDirs: neededDirs,
+    storeHosts: [...new Set(lists.storeHosts)],
+    extraReadFiles: [...new Set(lists.extraReadFiles)].filter((f) =>
+      !(PRODUCTION_READ_FILES as readonly string[]).includes(f) &&
+      !allDirs.some((d) => within(f, d))
+    ),
+    metricsListen: [...new Set(lists.metricsListen)],
   };
 }
 

@@ -3,20 +3,29 @@ import { parseConfig, type StoreConfig } from "./config.ts";
 import {
   ALLOWED_ENV,
   ALLOWED_PROGRAMS,
+  binaryFlags,
+  configGrants,
   defaultProgram,
   grantMessage,
+  grantNeeds,
   listenHost,
+  mergeNeeds,
   metricsGrant,
+  needsFromVariables,
   netHost,
+  NO_NEEDS,
   permissionFlags,
   PRODUCTION_DIRS,
+  PRODUCTION_READ_FILES,
   PROGRAM_DIRS,
   PROGRAM_NAMES,
   type ProgramLookup,
   programRefusal,
   runtimeFlags,
+  serviceGrants,
   storeGrants,
   V8_FLAGS,
+  variablesOf,
 } from "./permissions.ts";
 
 const RUN_FLAG = `--allow-run=${ALLOWED_PROGRAMS.join(",")}`;
@@ -149,7 +158,7 @@ Deno.test("permissionFlags lists the directories for reading and writing, once e
     `--allow-read=/csi,/local/csi,${READ_PROGRAMS}`,
     "--allow-write=/csi,/local/csi",
     `--allow-env=${ALLOWED_ENV.join(",")}`,
-    "--allow-sys=statfs",
+    "--allow-sys=statfs,osUptime",
     "--no-prompt",
   ]);
   assert.ok(ALLOWED_ENV.includes("CSI_ENDPOINT"));
@@ -278,4 +287,198 @@ Deno.test("metricsGrant asks for the listen address and names ZFS_CSI_METRICS_LI
     'this build may not listen for metrics on "127.0.0.1:9474"; rebuild with ' +
       "ZFS_CSI_METRICS_LISTEN=127.0.0.1:9474 deno task compile",
   );
+});
+
+Deno.test("needsFromVariables splits paths on ':' and hosts on ','; variablesOf writes them back", () => {
+  assert.deepEqual(needsFromVariables({}), NO_NEEDS);
+  const vars = {
+    ZFS_CSI_EXTRA_DIRS: "/srv/csi::/mnt/backup",
+    ZFS_CSI_STORE_HOSTS: "s3.example.com, [::1]:9000,",
+    ZFS_CSI_EXTRA_READ_FILES: "/secrets/s3.ini",
+    ZFS_CSI_METRICS_LISTEN: "0.0.0.0:9474, [::1]:9474",
+    HOME: "/root",
+  };
+  const needs = needsFromVariables(vars);
+  assert.deepEqual(needs, {
+    extraDirs: ["/srv/csi", "/mnt/backup"],
+    storeHosts: ["s3.example.com", "[::1]:9000"],
+    extraReadFiles: ["/secrets/s3.ini"],
+    metricsListen: ["0.0.0.0:9474", "[::1]:9474"],
+  });
+  assert.deepEqual(variablesOf(needs), [
+    "ZFS_CSI_EXTRA_DIRS=/srv/csi:/mnt/backup",
+    "ZFS_CSI_STORE_HOSTS=s3.example.com,[::1]:9000",
+    "ZFS_CSI_EXTRA_READ_FILES=/secrets/s3.ini",
+    "ZFS_CSI_METRICS_LISTEN=0.0.0.0:9474,[::1]:9474",
+  ]);
+  assert.deepEqual(
+    needsFromVariables(Object.fromEntries(variablesOf(needs).map((v) => v.split(/=(.*)/s)))),
+    needs,
+  );
+  assert.deepEqual(variablesOf(NO_NEEDS), []);
+  assert.deepEqual(
+    mergeNeeds(needs, { ...NO_NEEDS, extraDirs: ["/mnt/backup", "/x"] }).extraDirs,
+    ["/srv/csi", "/mnt/backup", "/x"],
+  );
+});
+
+Deno.test("binaryFlags: the production base plus the needs, as runtimeFlags writes them", () => {
+  assert.deepEqual(
+    binaryFlags(NO_NEEDS),
+    runtimeFlags({ dirs: [...PRODUCTION_DIRS], readFiles: [...PRODUCTION_READ_FILES] }),
+  );
+  const needs = needsFromVariables({
+    ZFS_CSI_EXTRA_DIRS: "/mnt/backup",
+    ZFS_CSI_STORE_HOSTS: "127.0.0.1:7070",
+    ZFS_CSI_EXTRA_READ_FILES: "/secrets/s3.ini",
+    ZFS_CSI_METRICS_LISTEN: "127.0.0.1:9474",
+  });
+  assert.deepEqual(
+    binaryFlags(needs),
+    runtimeFlags({
+      dirs: [...PRODUCTION_DIRS, "/mnt/backup"],
+      netHosts: ["127.0.0.1:7070"],
+      readFiles: [...PRODUCTION_READ_FILES, "/secrets/s3.ini"],
+      listen: ["127.0.0.1:9474"],
+    }),
+  );
+});
+
+function configOf(
+  args: string[],
+  env: Record<string, string> = {},
+  files: Record<string, string> = {},
+) {
+  const parsed = parseConfig(
+    ["--parent-dataset", "tank/nomad", "--node-id", "n1", ...args],
+    env,
+    (p) => {
+      const text = files[p];
+      if (text === undefined) throw new Error(`no ${p}`);
+      return text;
+    },
+  );
+  assert.ok(parsed.kind === "run");
+  return parsed.config;
+}
+
+Deno.test("configGrants: the socket's and base directories, then the store and metrics grants", () => {
+  const config = configOf([
+    "--endpoint",
+    "unix:///srv/dev/csi/csi.sock",
+    "--stage-publish-base-dir",
+    "/srv/dev/csi/base",
+    "--store",
+    "file:///mnt/backup",
+    "--metrics-listen",
+    "127.0.0.1:9474",
+  ]);
+  assert.deepEqual(configGrants(config).map((g) => g.fix), [
+    "ZFS_CSI_EXTRA_DIRS=/srv/dev/csi",
+    "ZFS_CSI_EXTRA_DIRS=/srv/dev/csi/base",
+    "ZFS_CSI_EXTRA_DIRS=/mnt/backup",
+    "ZFS_CSI_METRICS_LISTEN=127.0.0.1:9474",
+  ]);
+  // The plugin refuses with serviceGrants' messages (src/plugin.ts): the same grants.
+  assert.deepEqual(serviceGrants(config), configGrants(config).slice(2));
+});
+
+Deno.test("grantNeeds: the build variables each refusal names, less what every build has", () => {
+  const s3 = configOf(
+    [
+      "--store",
+      "s3://bkt",
+      "--store-endpoint",
+      "http://127.0.0.1:7070",
+      "--store-path-style",
+      "--store-credentials-file",
+      "/secrets/s3.ini",
+    ],
+    {},
+    { "/secrets/s3.ini": "aws_access_key_id=A\naws_secret_access_key=B\n" },
+  );
+  // The default socket /csi/csi.sock and base /local/csi are production directories.
+  assert.deepEqual(grantNeeds(configGrants(s3)), {
+    ...NO_NEEDS,
+    storeHosts: ["127.0.0.1:7070"],
+    extraReadFiles: ["/secrets/s3.ini"],
+  });
+  const dev = configOf([
+    "--endpoint",
+    "unix:///srv/dev/csi/csi.sock",
+    "--stage-publish-base-dir",
+    "/srv/dev/csi/base",
+    "--stage-publish-base-dir",
+    "/var/lib/nomad/client/csi/other",
+    "--store",
+    "file:///srv/dev/csi/store",
+    "--metrics-listen",
+    "[::1]:9474",
+  ]);
+  // Below another needed directory or a production one: nothing more.
+  assert.deepEqual(grantNeeds(configGrants(dev)), {
+    ...NO_NEEDS,
+    extraDirs: ["/srv/dev/csi"],
+    metricsListen: ["[::1]:9474"],
+  });
+  // A credentials file inside a needed directory is read through that directory's grant.
+  assert.deepEqual(
+    grantNeeds([
+      ...configGrants(dev),
+      { descriptors: [], what: "read x", fix: "ZFS_CSI_EXTRA_READ_FILES=/srv/dev/csi/s3.ini" },
+      {
+        descriptors: [],
+        what: "read y",
+        fix: `ZFS_CSI_EXTRA_READ_FILES=${PRODUCTION_READ_FILES[0]}`,
+      },
+    ]).extraReadFiles,
+    [],
+  );
+  // "/" covers everything; "/srvx" is not below "/srv".
+  assert.deepEqual(
+    grantNeeds([
+      { descriptors: [], what: "a", fix: "ZFS_CSI_EXTRA_DIRS=/srv" },
+      { descriptors: [], what: "b", fix: "ZFS_CSI_EXTRA_DIRS=/srvx" },
+    ]).extraDirs,
+    ["/srv", "/srvx"],
+  );
+  assert.throws(
+    () => grantNeeds([{ descriptors: [], what: "x", fix: "HOME=/root" }]),
+    { name: "TypeError", message: 'Grant fix "HOME=/root" is not NAME=value of a build variable' },
+  );
+});
+
+Deno.test("grantNeeds meets every grant it is given: binaryFlags then allow each descriptor", () => {
+  const config = configOf(
+    [
+      "--endpoint",
+      "unix:///srv/dev/csi/csi.sock",
+      "--stage-publish-base-dir",
+      "/srv/dev/csi/base",
+      "--store",
+      "s3://bkt/p",
+      "--store-endpoint",
+      "http://127.0.0.1:7070",
+      "--store-path-style",
+      "--store-credentials-file",
+      "/secrets/s3.ini",
+      "--metrics-listen",
+      "127.0.0.1:9474",
+    ],
+    {},
+    { "/secrets/s3.ini": "aws_access_key_id=A\naws_secret_access_key=B\n" },
+  );
+  const flags = binaryFlags(grantNeeds(configGrants(config)));
+  const list = (name: string) =>
+    (flags.find((f) => f.startsWith(`--allow-${name}=`)) ?? "=").split("=")[1]!.split(",");
+  const covers = (paths: string[], p: string) =>
+    paths.some((d) => p === d || p.startsWith(d + "/"));
+  for (const grant of configGrants(config)) {
+    for (const d of grant.descriptors) {
+      if (d.name === "read") assert.ok(covers(list("read"), String(d.path)), grant.fix);
+      else if (d.name === "write") assert.ok(covers(list("write"), String(d.path)), grant.fix);
+      else if (d.name === "net") assert.ok(list("net").includes(String(d.host)), grant.fix);
+      else assert.fail(`unexpected descriptor ${d.name}`);
+    }
+  }
 });

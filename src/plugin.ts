@@ -15,10 +15,11 @@ import { type RunningServer, type ServiceHandlers, startServer } from "./grpc/se
 import { KeyedLock } from "./lock.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/metrics.ts";
-import { grantMessage, metricsGrant, programRefusal, storeGrants } from "./permissions.ts";
+import { grantMessage, programRefusal, serviceGrants } from "./permissions.ts";
 import { type CommandRunner, DenoCommandRunner, ObservedRunner } from "./run.ts";
 import { DEFAULT_SWEEP_INTERVAL_SECONDS, DeletedCopySweep } from "./follow/sweep.ts";
 import { mounterFor, zfsFor } from "./system_tools.ts";
+import type { StoreParts } from "./store_parts.ts";
 
 /** A started plugin. */
 export interface Plugin {
@@ -56,11 +57,7 @@ export function checkPermissions(config: Config): void {
   }
   // The store's directory, or its host:port and credentials file, and the metrics address
   // (src/permissions.ts).
-  const grants = [
-    ...(config.store ? storeGrants(config.store) : []),
-    ...(config.metricsListen ? [metricsGrant(config.metricsListen)] : []),
-  ];
-  for (const grant of grants) {
+  for (const grant of serviceGrants(config)) {
     if (grant.descriptors.some((d) => Deno.permissions.querySync(d).state !== "granted")) {
       throw new Error(grantMessage(grant));
     }
@@ -113,6 +110,9 @@ export async function startPlugin(
       ...(activity ? { activity } : {}),
     })
     : undefined;
+  // Whether an S3 server enforces conditional writes, which follow volumes need: probed in the
+  // background (readiness does not wait), its verdict there for the handlers when it comes.
+  if (parts && config.store?.kind === "s3") void reportConditionalWrites(parts, log);
   // Copies of follow volumes deleted elsewhere (warm and standby ones) live on this node's pool.
   const sweep = parts && serveNode
     ? new DeletedCopySweep({
@@ -166,6 +166,7 @@ export async function startPlugin(
           follow: {
             store: parts.follow.store,
             ttlSeconds: parts.follow.ttlSeconds,
+            conditionalWrites: parts.conditionalWrites,
             ...(parts.standby ? { standby: parts.standby } : {}),
           },
         }
@@ -187,7 +188,17 @@ export async function startPlugin(
   }
   // Listening before serving: a taken port stops the start before Nomad sees a socket.
   const metered = config.metricsListen && activity && meters
-    ? meters.startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
+    ? meters.startMetrics(config.metricsListen, {
+      config,
+      activity,
+      zfs,
+      mounter,
+      runner,
+      log,
+      // The store's reachability, and every served method's counter at 0 from the start.
+      ...(parts ? { store: parts.follow.store } : {}),
+      methods: Object.values(handlers).flatMap((h) => Object.keys(h ?? {})),
+    })
     : undefined;
   health.startPeriodic();
   let server: RunningServer;
@@ -207,6 +218,7 @@ export async function startPlugin(
   // not answered behind the processes it starts; with no Probe, HOUSEKEEPING_WAIT_MS after the
   // check.
   let stopped = false;
+  let scratch: { stop(): void } | undefined;
   void health.refresh()
     .then(() => orAfter(identity.firstProbeAnswered, HOUSEKEEPING_WAIT_MS))
     .then(() => {
@@ -219,6 +231,13 @@ export async function startPlugin(
       // Standby copies live on this node's pool: only a node keeps them.
       if (serveNode) parts?.standby?.start();
       sweep?.start();
+      // Scratch datasets of `zfs-csi verify` runs that died (src/cli/scratch.ts): loaded only now.
+      void import("./cli/scratch.ts").then(({ ScratchSweep }) => {
+        if (stopped) return;
+        const found = new ScratchSweep({ zfs, parentDataset: config.parentDataset, log });
+        found.start();
+        scratch = found;
+      });
     });
   return {
     server,
@@ -230,9 +249,34 @@ export async function startPlugin(
       parts?.follow.stop();
       parts?.standby?.stop();
       sweep?.stop();
+      scratch?.stop();
       await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };
+}
+
+/** Runs the store's conditional-write probe and logs its verdict. Never throws. */
+async function reportConditionalWrites(
+  parts: Pick<StoreParts, "conditionalWrites" | "follow">,
+  log: Logger,
+): Promise<void> {
+  const store = parts.follow.store.description;
+  const v = await parts.conditionalWrites.verdict();
+  if (v.kind === "enforced") {
+    log.info("the store enforces conditional writes", { store });
+  } else if (v.kind === "not_enforced") {
+    log.error(
+      "the store does not enforce conditional writes: volumes that follow their job are " +
+        "refused on it (ordinary backups go on)",
+      { store, answer: v.detail },
+    );
+  } else {
+    log.warn(
+      "could not check that the store enforces conditional writes; checked again when a " +
+        "volume that follows its job needs them",
+      { store, error: v.error },
+    );
+  }
 }
 
 /**

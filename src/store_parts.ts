@@ -7,7 +7,7 @@
 import type { Config } from "./config.ts";
 import { StoredSnapshots } from "./csi/stored_snapshots.ts";
 import type { Trash } from "./csi/trash.ts";
-import { headChain } from "./follow/head.ts";
+import { headGuard } from "./follow/head.ts";
 import type { FollowVolumes } from "./follow/mover.ts";
 import { SizedFollowVolumes } from "./follow/resize.ts";
 import { StandbyFollower } from "./follow/standby.ts";
@@ -23,6 +23,8 @@ import { BackupScheduler, type SchedulerDeps } from "./replicate/scheduler.ts";
 import { sendToStore } from "./replicate/send.ts";
 import { DenoStreamRunner, ObservedStreamRunner, type StreamRunner } from "./run.ts";
 import { FileStore } from "./store/file_store.ts";
+import { ConditionalGuardStore, ConditionalWrites } from "./store/conditional.ts";
+import { BoundedStore } from "./store/wait.ts";
 import type { Zfs } from "./zfs/zfs.ts";
 
 /** The store's background work and its CSI side, with `--store`. */
@@ -34,6 +36,11 @@ export interface StoreParts {
   readonly follow: FollowVolumes;
   /** Warm copies of the follow volumes naming this node a standby; absent when off. */
   readonly standby?: StandbyFollower;
+  /**
+   * Whether the store enforces conditional writes, which follow volumes need: their store
+   * refuses every conditional write until it is known to (src/store/conditional.ts).
+   */
+  readonly conditionalWrites: ConditionalWrites;
 }
 
 /** The store's parts for the plugin, or undefined without `--store`. */
@@ -42,7 +49,19 @@ export function storeParts(
   deps: { zfs: Zfs; locks: KeyedLock; trash: Trash; log: Logger; activity?: Activity },
 ): StoreParts | undefined {
   if (!config.store) return undefined;
-  const store = openStore(config.store);
+  const opened = openStore(config.store);
+  // Every CSI call waits for the store at most --store-wait in all (src/store/wait.ts).
+  const store = new BoundedStore(opened, { limitMs: config.store.waitSeconds * 1000 });
+  // Volumes that follow their job need conditional writes the server enforces: an S3 server is
+  // probed (src/plugin.ts starts it), the directory store enforces them by construction. A call
+  // that waits for the probe takes the wait from its own budget.
+  const conditionalWrites = new ConditionalWrites({
+    store: opened,
+    probe: { node: config.nodeId, bucket: config.store.kind === "s3" },
+    enforced: opened instanceof FileStore,
+    waitAs: (what, fn) => store.current()?.request(what, fn) ?? fn(),
+  });
+  const followStore = new ConditionalGuardStore(store, conditionalWrites);
   const log = deps.log.child({ store: store.description });
   const activity = deps.activity;
   const parent = config.parentDataset;
@@ -61,14 +80,14 @@ export function storeParts(
     node: config.nodeId,
     defaultKeep: config.store.defaultBackupKeep,
     cache: new Map(),
-    // A volume that follows its job keeps its head's chain, whatever the keep policy says.
-    protect: (volumeKey, manifests) => headChain(store, volumeKey, manifests),
+    // A volume that follows its job is pruned only by its holder, never its head's chain.
+    protect: (volumeKey, manifests) => headGuard(store, config.nodeId, volumeKey, manifests),
   };
   const receive: ReceiveDeps = { streams, zfsPath: config.zfsPath, zfs: deps.zfs, store, log };
   // Each stage also gives the copy the size the store records (expanded since it was made).
   const follow = new SizedFollowVolumes({
     zfs: deps.zfs,
-    store,
+    store: followStore,
     locks: deps.locks,
     trash: deps.trash,
     log: log.child({ part: "follow" }),
@@ -88,7 +107,7 @@ export function storeParts(
   const standbyInterval = config.follow?.standbyIntervalSeconds;
   const standby = standbyInterval === undefined ? undefined : new StandbyFollower({
     zfs: deps.zfs,
-    store,
+    store: followStore,
     locks: deps.locks,
     trash: deps.trash,
     log: log.child({ part: "standby" }),
@@ -107,13 +126,16 @@ export function storeParts(
     parentDataset: config.parentDataset,
     log,
     backup: activity ? meteredBackup(scheduled, activity, parent) : scheduled,
+    // Volumes that chose no interval, made before --backup-interval was set or after.
+    defaultIntervalSeconds: config.store.defaultBackupIntervalSeconds,
   });
   const pruner = new StorePruner({
     store,
     log,
+    node: config.nodeId,
     deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
     // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
-    ...(store instanceof FileStore ? { cleanTemp: () => store.cleanTemp() } : {}),
+    ...(opened instanceof FileStore ? { cleanTemp: () => opened.cleanTemp() } : {}),
   });
   const stored = new StoredSnapshots({
     zfs: deps.zfs,
@@ -127,5 +149,12 @@ export function storeParts(
     receive,
     log,
   });
-  return { stored, scheduler, pruner, follow, ...(standby ? { standby } : {}) };
+  return {
+    stored,
+    scheduler,
+    pruner,
+    follow,
+    ...(standby ? { standby } : {}),
+    conditionalWrites,
+  };
 }

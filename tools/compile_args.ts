@@ -1,63 +1,55 @@
-/** The exact `deno compile` arguments of the release binary; kept pure so a test can read them. */
+/**
+ * The exact commands that build the release binary; kept pure so a test can read them.
+ *
+ * Two steps, because `deno compile --v8-flags=...` applies the flags to the compiling process
+ * too: the binary's 128 MiB old-generation cap (src/permissions.ts V8_FLAGS) then caps the
+ * type checker, which needs more on a fresh clone (no type-check cache) and dies with "Fatal
+ * JavaScript out of memory". So the graph is type-checked first with the compiler's own heap,
+ * then compiled with --no-check and the runtime flags, which `deno compile` bakes into the
+ * binary. DENO_V8_FLAGS is no way around it: `deno compile` does not bake it in, and it does not
+ * override --v8-flags for the compiling process either (both seen on Deno 2.8.3).
+ */
 
-import { PRODUCTION_DIRS, PRODUCTION_READ_FILES, runtimeFlags } from "../src/permissions.ts";
+import { binaryFlags, type BuildNeeds, NO_NEEDS } from "../src/permissions.ts";
 
-/** What varies between builds. */
-export interface CompileOptions {
-  /** More directories to read and write (ZFS_CSI_EXTRA_DIRS), e.g. a file store's. */
-  readonly extraDirs: readonly string[];
-  /** host[:port] of the store (ZFS_CSI_STORE_HOSTS); none: the binary has no network. */
-  readonly storeHosts?: readonly string[];
-  /** Single files to read (ZFS_CSI_EXTRA_READ_FILES), e.g. a store credentials file. */
-  readonly extraReadFiles?: readonly string[];
-  /** host:port the metrics endpoint may listen on (ZFS_CSI_METRICS_LISTEN); none: no endpoint. */
-  readonly metricsListen?: readonly string[];
+/** The entry point of the binary. */
+export const ENTRY_POINT = "main.ts";
+
+/** What varies between builds: the build variables' needs, where to write, for which target. */
+export interface CompileOptions extends Partial<BuildNeeds> {
   readonly output: string;
   readonly target?: string;
 }
 
-/** Build variables as the compile task reads them from its environment. */
-export interface BuildVariables {
-  readonly ZFS_CSI_EXTRA_DIRS?: string | undefined;
-  readonly ZFS_CSI_STORE_HOSTS?: string | undefined;
-  readonly ZFS_CSI_EXTRA_READ_FILES?: string | undefined;
-  readonly ZFS_CSI_METRICS_LISTEN?: string | undefined;
-}
+/** Arguments after `deno` of the type check, run with the compiler's default heap. */
+export const CHECK_ARGS: readonly string[] = Object.freeze(["check", "--frozen", ENTRY_POINT]);
 
 /**
- * The permission parts of {@linkcode CompileOptions} from the build variables: paths are
- * colon-separated, hosts and listen addresses comma-separated (an IPv6 host has colons).
- */
-export function fromBuildVariables(
-  vars: BuildVariables,
-): Pick<CompileOptions, "extraDirs" | "storeHosts" | "extraReadFiles" | "metricsListen"> {
-  const list = (v: string | undefined, sep: string) =>
-    (v ?? "").split(sep).map((s) => s.trim()).filter((s) => s !== "");
-  return {
-    extraDirs: list(vars.ZFS_CSI_EXTRA_DIRS, ":"),
-    storeHosts: list(vars.ZFS_CSI_STORE_HOSTS, ","),
-    extraReadFiles: list(vars.ZFS_CSI_EXTRA_READ_FILES, ":"),
-    metricsListen: list(vars.ZFS_CSI_METRICS_LISTEN, ","),
-  };
-}
-
-/**
- * Arguments after `deno`. The CSI descriptor (src/grpc/csi_descriptor.json) is a JSON import
- * and the store and metrics modules are imported by literal specifiers, so all are in the graph.
+ * Arguments after `deno` of the compile step. The CSI descriptor (src/grpc/csi_descriptor.json)
+ * is a JSON import and the store and metrics modules are imported by literal specifiers, so all
+ * are in the graph.
  */
 export function compileArgs(opts: CompileOptions): string[] {
+  const needs: BuildNeeds = {
+    extraDirs: opts.extraDirs ?? NO_NEEDS.extraDirs,
+    storeHosts: opts.storeHosts ?? NO_NEEDS.storeHosts,
+    extraReadFiles: opts.extraReadFiles ?? NO_NEEDS.extraReadFiles,
+    metricsListen: opts.metricsListen ?? NO_NEEDS.metricsListen,
+  };
   return [
     "compile",
     "--frozen",
-    ...runtimeFlags({
-      dirs: [...PRODUCTION_DIRS, ...opts.extraDirs],
-      netHosts: opts.storeHosts ?? [],
-      readFiles: [...PRODUCTION_READ_FILES, ...opts.extraReadFiles ?? []],
-      listen: opts.metricsListen ?? [],
-    }),
+    // Checked by CHECK_ARGS just before, under the compiler's own heap.
+    "--no-check",
+    ...binaryFlags(needs),
     ...(opts.target ? ["--target", opts.target] : []),
     "--output",
     opts.output,
-    "main.ts",
+    ENTRY_POINT,
   ];
+}
+
+/** The build, step by step: each entry is the arguments after `deno` of one command. */
+export function compilePipeline(opts: CompileOptions): string[][] {
+  return [[...CHECK_ARGS], compileArgs(opts)];
 }

@@ -1,17 +1,47 @@
 import assert from "node:assert/strict";
 import {
   ALLOWED_PROGRAMS,
+  binaryFlags,
+  needsFromVariables,
   permissionFlags,
   PRODUCTION_DIRS,
   PRODUCTION_READ_FILES,
   V8_FLAGS,
 } from "../src/permissions.ts";
-import { compileArgs, fromBuildVariables } from "./compile_args.ts";
+import { CHECK_ARGS, compileArgs, compilePipeline } from "./compile_args.ts";
+
+Deno.test("compilePipeline type-checks under the compiler's own heap, then compiles unchecked with the binary's V8 flags", () => {
+  const steps = compilePipeline({ output: "zfs-csi" });
+  assert.equal(steps.length, 2);
+  const [check, compile] = steps;
+  // The binary's 128 MiB old-generation cap must not reach the type checker: with it, a check
+  // without cache (a fresh clone) dies "Fatal JavaScript out of memory".
+  assert.deepEqual(check, ["check", "--frozen", "main.ts"]);
+  assert.deepEqual(check, [...CHECK_ARGS]);
+  assert.ok(!check!.some((a) => a.startsWith("--v8-flags")), "no V8 flags on the check");
+  assert.deepEqual(compile, compileArgs({ output: "zfs-csi" }));
+  assert.deepEqual(compile!.slice(0, 3), ["compile", "--frozen", "--no-check"]);
+  // Baked in: the V8 flags once, exactly the runtime's.
+  assert.deepEqual(compile!.filter((a) => a.startsWith("--v8-flags")), [V8_FLAGS]);
+  assert.deepEqual(compile!.at(-1), check!.at(-1), "the same entry point is checked and compiled");
+});
+
+Deno.test("compileArgs bakes binaryFlags of the build variables' needs, the function the dev task uses", () => {
+  const vars = {
+    ZFS_CSI_EXTRA_DIRS: "/mnt/backup",
+    ZFS_CSI_STORE_HOSTS: "127.0.0.1:7070",
+    ZFS_CSI_EXTRA_READ_FILES: "/secrets/s3.ini",
+    ZFS_CSI_METRICS_LISTEN: "127.0.0.1:9474",
+  };
+  const needs = needsFromVariables(vars);
+  const args = compileArgs({ ...needs, output: "x" });
+  assert.deepEqual(args.slice(3, -3), binaryFlags(needs));
+});
 
 Deno.test("compileArgs bakes exactly the production permission flags", () => {
   const args = compileArgs({ extraDirs: [], output: "zfs-csi" });
   assert.equal(args[0], "compile");
-  assert.deepEqual(args.slice(2, -3), [
+  assert.deepEqual(args.slice(3, -3), [
     ...permissionFlags({ dirs: [...PRODUCTION_DIRS], readFiles: [...PRODUCTION_READ_FILES] }),
     V8_FLAGS,
   ]);
@@ -49,7 +79,7 @@ Deno.test("compileArgs bakes the store's hosts as --allow-net and credentials fi
     extraReadFiles: ["/secrets/s3.ini"],
     output: "x",
   });
-  assert.deepEqual(args.slice(2, -3), [
+  assert.deepEqual(args.slice(3, -3), [
     ...permissionFlags({
       dirs: [...PRODUCTION_DIRS, "/mnt/backup"],
       netHosts: ["s3.example.com", "127.0.0.1:7070"],
@@ -70,29 +100,6 @@ Deno.test("compileArgs bakes the store's hosts as --allow-net and credentials fi
     ),
   );
   assert.ok(args.includes(`--allow-write=${[...PRODUCTION_DIRS, "/mnt/backup"]}`));
-});
-
-Deno.test("fromBuildVariables splits paths on ':' and hosts on ','", () => {
-  assert.deepEqual(fromBuildVariables({}), {
-    extraDirs: [],
-    storeHosts: [],
-    extraReadFiles: [],
-    metricsListen: [],
-  });
-  assert.deepEqual(
-    fromBuildVariables({
-      ZFS_CSI_EXTRA_DIRS: "/srv/csi::/mnt/backup",
-      ZFS_CSI_STORE_HOSTS: "s3.example.com, [::1]:9000,",
-      ZFS_CSI_EXTRA_READ_FILES: "/secrets/s3.ini",
-      ZFS_CSI_METRICS_LISTEN: "0.0.0.0:9474, [::1]:9474",
-    }),
-    {
-      extraDirs: ["/srv/csi", "/mnt/backup"],
-      storeHosts: ["s3.example.com", "[::1]:9000"],
-      extraReadFiles: ["/secrets/s3.ini"],
-      metricsListen: ["0.0.0.0:9474", "[::1]:9474"],
-    },
-  );
 });
 
 Deno.test("compileArgs bakes the metrics listen address into the one --allow-net", () => {

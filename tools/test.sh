@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests (no --allow-run, which proves they start no program), then the
-# integration tests on a real ZFS pool (zfs-fuse is installed and started if zfs is missing),
-# then the CSI conformance suite (tests/conformance/csi_sanity.sh) and the end-to-end run under
-# a real Nomad agent (tests/e2e/nomad_e2e.sh, and tests/e2e/host_volume_e2e.sh for host volumes).
-# Ends with csi-sanity's counts, the e2e's checks and one line "tests: N passed, N failed" over
-# the deno runs.
+# Runs every test: unit tests (no --allow-run, which proves they start no program) and the
+# compile proof (tools/compile_proof.ts: deno task compile up to denort), then the integration
+# tests on a real ZFS pool (zfs-fuse is installed and started if zfs is missing), then the CSI
+# conformance suite (tests/conformance/csi_sanity.sh) and the end-to-end run under a real Nomad
+# agent (tests/e2e/nomad_e2e.sh, and tests/e2e/host_volume_e2e.sh for host volumes).
+# Ends with the compile proof's verdict, csi-sanity's counts, the e2e's checks and one line
+# "tests: N passed, N failed" over the deno runs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 deno=./tools/deno
@@ -115,6 +116,12 @@ if want unit; then
   echo "== unit tests (no subprocesses allowed)"
   limit 15 $deno test --frozen --allow-read --allow-write=/tmp --allow-env src/ tools/ bench/ 2>&1 |
     tee -a "$log" || status=1
+  # `deno task compile` as on a fresh clone (no type-check cache), the pinned deno standing in for
+  # denort (which cannot be downloaded here): exits 0 and writes the stand-in plus a payload with
+  # the baked flags and every module (tools/compile_proof.ts says what it does not prove).
+  echo "== compile pipeline (deno task compile up to denort)"
+  limit 15 $deno run --frozen --quiet --allow-run --allow-read --allow-write --allow-env \
+    tools/compile_proof.ts 2>&1 | tee -a "$log" || status=1
 fi
 
 if tools/zfs-env.sh ensure; then
@@ -149,6 +156,7 @@ fi
 
 n=$(deadlocks)
 [ "$n" = 0 ] || echo "zfs-fuse: deadlocked or died $n time(s), restarted (tools/fuse_watchdog.ts)"
+grep -E '^compile-proof: (ok|FAILED)' "$log" | head -n 1
 grep -E '^csi-sanity: ([0-9]|not run)' "$log" | tail -n 1
 grep -E '^nomad-e2e: ' "$log" | tail -n 1
 grep -E '^host-volume-e2e: ' "$log" | tail -n 1

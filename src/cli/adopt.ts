@@ -1,5 +1,5 @@
 /**
- * `zfs-csi adopt`: hands an existing dataset below the parent over to zfs-csi, the README's
+ * `zfs-csi adopt`: hands an existing dataset below the parent over to zfs-csi, docs/volumes.md's
  * `zfs set org.zfs-csi:managed=yes` recipe with its checks made first: a direct child of the
  * parent, a filesystem, named as a volume, not hidden, and not zfs-csi's already. The plugin
  * never adopts a dataset by itself (staging an unmarked one is refused, saying how).

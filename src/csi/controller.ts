@@ -149,6 +149,11 @@ export interface ControllerDeps {
     readonly ttlSeconds: number;
     /** This node's standby copies (src/follow/standby.ts), shown in their volumes' condition. */
     readonly standby?: { state(name: string): StandbyState | undefined };
+    /**
+     * Whether the store enforces conditional writes (src/store/conditional.ts): a new follow
+     * volume is refused, before anything is written, on a store that does not.
+     */
+    readonly conditionalWrites?: { require(): Promise<void> };
   };
 }
 
@@ -1007,6 +1012,8 @@ export class ControllerService {
       [NAME_PROPERTY]: requested,
       [PARAMETERS_PROPERTY]: params.canonical,
     };
+    // Two nodes could hold one volume on a store that ignores conditional writes.
+    await follow.conditionalWrites?.require();
     await withLock(this.#d.locks, [`follow:${name}`], async () => {
       // From a stored snapshot: its chain becomes the new volume's (src/follow/seed.ts), and
       // without a size asked for, the volume has the size it had when the snapshot was taken.
@@ -1077,7 +1084,7 @@ export class ControllerService {
         node: m.node,
         // The copy's own time: the snapshot holds the volume as it was then.
         creation: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
-        sizeBytes: m.size,
+        sizeBytes: await snapshots.sizeOf(m),
         ready: true,
       }, followVolumeId(m.volume)),
     };
@@ -1142,13 +1149,17 @@ export class ControllerService {
     );
   }
 
-  /** The dataset properties of the volume's backups: its parameters, else the plugin's default. */
+  /**
+   * The dataset properties of the volume's backups: only what its parameters ask for (an
+   * explicit 0 too). Never the plugin's defaults: written here they would become the volume's
+   * own setting, and a later --backup-interval would not reach it (the scheduler applies the
+   * default to every volume without one; scheduler.ts effectiveSchedule).
+   */
   #backupProps(params: VolumeParameters): Record<string, string> {
-    const store = this.#d.config.store;
-    if (!store) return {};
-    const interval = params.backup?.intervalSeconds ?? store.defaultBackupIntervalSeconds;
+    if (!this.#d.config.store) return {};
     const props: Record<string, string> = {};
-    if (interval > 0) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
+    const interval = params.backup?.intervalSeconds;
+    if (interval !== undefined) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
     if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
     return props;
   }

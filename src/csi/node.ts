@@ -2,7 +2,7 @@
  * The CSI Node service. Staging bind-mounts a volume's dataset at the staging path; publishing
  * bind-mounts the staging path at the target. Whether something is staged or published is read
  * from the mount table, or from lstat where what this process learned from the table lets lstat
- * decide (the fast paths below; README "Threat model"). Nothing needs to survive a restart: the
+ * decide (the fast paths below; docs/security.md, "Threat model"). Nothing needs to survive a restart: the
  * first calls after one read the table.
  */
 
@@ -179,12 +179,19 @@ export class NodeService {
     const stagingArg = required("staging_target_path", req.staging_target_path);
     checkCapability(req.volume_capability);
     const ctx = this.#context(req.volume_context, dataset);
+    const mount = () => this.#stage(id, dataset, stagingArg, ctx);
     if (follow || splitFollow(req.volume_context).follow) {
       // Acquire in the store and bring this node's copy to its head first: outside the
-      // volume's lock, since a receive may take long (a repeated stage joins it).
-      await this.#prepareFollow(id, dataset, ctx, follow === true);
+      // volume's lock, since a receive may take long (a repeated stage joins it); then mount,
+      // the two as one claim that an overlapping NodeUnstage's release respects.
+      return await this.#stageFollow(id, dataset, ctx, follow === true, mount);
     }
-    return await withLock(this.#d.locks, [dataset], async () => {
+    return await mount();
+  }
+
+  /** NodeStage's mounts, under the volume's lock. */
+  #stage(id: string, dataset: string, stagingArg: string, ctx: VolumeContext): Promise<unknown> {
+    return withLock(this.#d.locks, [dataset], async () => {
       // Paths are checked under the lock, right before the mounts they guard.
       const staging = await this.#path("staging_target_path", stagingArg);
       if (await this.#stageFast(id, dataset, staging, ctx)) return {};
@@ -324,23 +331,36 @@ export class NodeService {
       }
       return await this.#followToRelease(dataset);
     });
-    // Outside the lock: the final snapshot's upload takes the lock only for its zfs steps.
-    if (release) await this.#d.follow!.release(release);
+    // Outside the lock: the final snapshot's upload takes the lock only for its zfs steps. A
+    // NodeStage of the volume may come meanwhile (Nomad before 1.11): in the volume's turn, the
+    // release looks again, under the lock, whether a bind uses the copy (see FollowVolumes.stage).
+    if (release) {
+      await this.#d.follow!.release(release, {
+        inUse: () =>
+          withLock(
+            this.#d.locks,
+            [dataset],
+            async () => (await this.#followUsers(dataset)).length > 0,
+          ),
+      });
+    }
     return {};
   }
 
   /**
    * NodeStage of a volume that follows its job: acquire it and bring the copy here up to the
-   * store's head (src/follow/mover.ts). A registered volume (context `follow = "true"`) gets
-   * its owner object at its first stage, with the size and backups its context gives.
+   * store's head (src/follow/mover.ts), then `mount` it. A registered volume (context
+   * `follow = "true"`) gets its owner object at its first stage, with the size and backups its
+   * context gives.
    * @throws {CsiError} FAILED_PRECONDITION without a store, or when another node holds it
    */
-  async #prepareFollow(
+  async #stageFollow(
     id: string,
     dataset: string,
     ctx: VolumeContext,
     created: boolean,
-  ): Promise<void> {
+    mount: () => Promise<unknown>,
+  ): Promise<unknown> {
     const follow = this.#d.follow;
     if (!follow) {
       throw new CsiError(
@@ -352,7 +372,7 @@ export class NodeService {
     const name = volumeForDataset(this.#d.config.parentDataset, dataset) ?? id;
     const size = ctx.sizeBytes ?? 0;
     const interval = ctx.backupIntervalSeconds || DEFAULT_FOLLOW_INTERVAL_SECONDS;
-    await follow.prepareStage({
+    return await follow.stage({
       name,
       dataset,
       ...(created ? {} : {
@@ -366,7 +386,7 @@ export class NodeService {
           },
         },
       }),
-    });
+    }, mount);
   }
 
   /**
@@ -380,20 +400,29 @@ export class NodeService {
       FOLLOW_GENERATION_PROPERTY,
     ]);
     if (props?.get(FOLLOW_GENERATION_PROPERTY)?.source !== "local") return undefined;
-    const mountpoint = props.get("mountpoint")?.value;
-    const judge = this.#d.mounter.judge();
-    const users = (await this.#d.mounter.table()).filter((e) =>
-      judge.isMountOf(e, dataset) && e.mountPoint !== mountpoint
-    );
+    const users = await this.#followUsers(dataset, props.get("mountpoint")?.value);
     if (users.length > 0) {
       this.#d.log.info("follow volume still in use on this node: not released", {
         dataset,
-        mounts: users.map((e) => e.mountPoint),
+        mounts: users,
       });
       return undefined;
     }
     const name = volumeForDataset(this.#d.config.parentDataset, dataset);
     return name === undefined ? undefined : { name, dataset };
+  }
+
+  /**
+   * Where `dataset` is bound on this node: its mounts other than at its own `mountpoint` (read
+   * when not given).
+   */
+  async #followUsers(dataset: string, mountpoint?: string): Promise<string[]> {
+    mountpoint ??= (await this.#d.zfs.getProperties(dataset, ["mountpoint"]))?.get("mountpoint")
+      ?.value;
+    const judge = this.#d.mounter.judge();
+    return (await this.#d.mounter.table()).filter((e) =>
+      judge.isMountOf(e, dataset) && e.mountPoint !== mountpoint
+    ).map((e) => e.mountPoint);
   }
 
   async NodePublishVolume(req: NodePublishVolumeRequest): Promise<unknown> {

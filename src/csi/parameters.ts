@@ -392,7 +392,7 @@ function checkPattern(flag: string, given: string, pattern: string): void {
   }
   throw new TypeError(
     `${flag} "${given}": "${pattern}" is not a parameter zfs-csi accepts ` +
-      `(a ZFS property of the README's list, quota, refreservation, backup_interval, ` +
+      `(a ZFS property of the list in docs/parameters.md, quota, refreservation, backup_interval, ` +
       `backup_keep, module:name, module:* or *)`,
   );
 }

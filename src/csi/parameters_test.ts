@@ -482,7 +482,7 @@ const byDefault = (key: string, value: string, accepted: string, why: string) =>
   `Parameter ${key}="${value}" is not allowed on this node: ${accepted} by default, as ${why}; ` +
   `the operator can allow it with --allow-parameter ${key}=${value}`;
 
-Deno.test("DEFAULT_LIMITS and DEFAULT_DENIED_MODULES are the defaults the README lists", () => {
+Deno.test("DEFAULT_LIMITS and DEFAULT_DENIED_MODULES are the defaults docs/parameters.md lists", () => {
   assert.deepEqual(Object.keys(DEFAULT_LIMITS).sort(), [
     "dedup",
     "devices",
@@ -768,7 +768,7 @@ Deno.test("resolveParameterPolicy refuses malformed flags, unknown names and bad
     [
       { allow: ["mountpoint=/etc"] },
       '--allow-parameter "mountpoint=/etc": "mountpoint" is not a parameter zfs-csi accepts ' +
-      "(a ZFS property of the README's list, quota, refreservation, backup_interval, backup_keep, module:name, module:* or *)",
+      "(a ZFS property of the list in docs/parameters.md, quota, refreservation, backup_interval, backup_keep, module:name, module:* or *)",
     ],
     [{ allow: ["org.zfs-csi:managed=no"] }, /"org.zfs-csi:managed" is not a parameter/],
     [{ allow: ["org.zfs-csi:*=*"] }, /"org.zfs-csi:\*" is not a parameter/],

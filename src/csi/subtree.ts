@@ -22,7 +22,7 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
-import { BACKUP_PREFIX } from "../replicate/local.ts";
+import { isBackupComponent } from "../replicate/local.ts";
 
 /** Properties read of a dataset's subtree before it is deleted or purged. */
 export const SUBTREE_PROPERTIES = [
@@ -44,12 +44,10 @@ export const SIBLING_PROPERTIES = ["type", "origin", MANAGED_PROPERTY] as const;
 /** The hidden snapshot CreateVolume clones a volume from (see cloneSnapshotComponent). */
 const CLONE_COMPONENT = new RegExp(`^${CLONE_PREFIX.replace(".", "\\.")}[0-9a-f]{16}-\\d{1,12}$`);
 
-/** The snapshots the plugin takes for the store: scheduled backups and stored CSI snapshots. */
-const BACKUP_COMPONENT = new RegExp(`^${BACKUP_PREFIX.replace(".", "\\.")}\\d{1,12}$`);
-
 /** Whether a snapshot component is one the plugin takes for the store (destroyed with it). */
 export function isStoreComponent(component: string): boolean {
-  if (BACKUP_COMPONENT.test(component)) return true;
+  // Scheduled backups (every version's name) and stored CSI snapshots.
+  if (isBackupComponent(component)) return true;
   return component.startsWith(STORED_PREFIX) &&
     decodeComponent(component.slice(STORED_PREFIX.length)) !== undefined;
 }

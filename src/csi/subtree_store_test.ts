@@ -13,7 +13,16 @@ const fs: PropertyMap = new Map([
 ]);
 
 Deno.test("isStoreComponent takes the backup and stored-snapshot forms only", () => {
-  for (const c of [".backup-1700000000", ".backup-1", ".stored-nightly", ".stored-db:5b0:5d"]) {
+  for (
+    const c of [
+      ".backup-1700000000",
+      ".backup-1",
+      ".backup-1700000000-12",
+      ".backup-1700000000-999999999999999",
+      ".stored-nightly",
+      ".stored-db:5b0:5d",
+    ]
+  ) {
     assert.equal(isStoreComponent(c), true, c);
   }
   for (
@@ -21,6 +30,9 @@ Deno.test("isStoreComponent takes the backup and stored-snapshot forms only", ()
       ".backup-",
       ".backup-17x",
       ".backup-1234567890123",
+      ".backup-1700000000-",
+      ".backup-1700000000-1234567890123456",
+      ".backup-1700000000-1-2",
       "backup-1700000000",
       ".stored-",
       ".stored-.x",

@@ -742,7 +742,7 @@ Deno.test("Trash.removeVolume of a long name cuts the hidden name and records th
   await h.trash.removeVolume(v1, await inspected(h, v1));
   const hidden = `${PARENT}/.deleted-${NOW}-${component}`.slice(0, 255);
   assert.ok(h.pool.has(hidden) && !h.pool.has(v1));
-  // The README's undo: rename to the recorded name.
+  // The undo of docs/deleting.md: rename to the recorded name.
   const recorded = h.pool.value(hidden, NAME)!;
   assert.equal(recorded, v1);
   await fakeTools(h.runner).zfs.rename(hidden, recorded);

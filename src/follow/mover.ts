@@ -8,6 +8,10 @@
  *
  * Per volume, everything here runs one step after the other (a queue that waits, without a
  * deadline): a stage that receives for an hour holds up the volume's release, not the node.
+ * Lease renewals are the exception: each volume's lease is written on time whatever runs in
+ * its queue or any other volume's (a release's final upload may take long), and only what a
+ * renewal finds (a takeover) waits for the queue before it changes the copy. A copy is made
+ * writable only right after a conditional write proved this node holds the volume (lease.ts).
  * A NodeStage repeated while one is preparing the volume joins it and answers when it ends.
  * zfs-fuse cannot resume a receive: an interrupted one (a killed plugin, a failed download)
  * leaves nothing half made (a full receive goes into a hidden dataset renamed only when whole;
@@ -50,6 +54,17 @@ import {
   renew,
 } from "./owner.ts";
 import { CopyGate } from "./gate.ts";
+import { movesForward } from "./head.ts";
+import {
+  type FollowTimers,
+  type LeaseClocks,
+  LeaseKeeper,
+  type Proof,
+  proofMarginMs,
+  proveHolding,
+  REAL_TIMERS,
+  renewEveryMs,
+} from "./lease.ts";
 import { writeMarkers } from "./markers.ts";
 import { ProgressStore } from "./progress.ts";
 import { judgeTakeover, LeaseObserver } from "./rule.ts";
@@ -114,8 +129,10 @@ export interface FollowDeps extends CopyDeps {
   readonly progressEveryMs?: number;
   /** Wall clock (ms since the epoch), only for stamps people read; replaceable in tests. */
   readonly now?: () => number;
-  /** Monotonic ms, for the takeover rule; replaceable in tests. */
+  /** Monotonic ms, for the takeover rule and the lease's proofs; replaceable in tests. */
   readonly monotonic?: () => number;
+  /** The timers leases are renewed on (default: unref'd setTimeout); replaceable in tests. */
+  readonly timers?: FollowTimers;
   /** Shared with the standby receives (standby.ts), which a stage or release stops. */
   readonly gate?: CopyGate;
 }
@@ -135,6 +152,19 @@ export interface StageSpec extends FollowVolume {
    */
   readonly registered?: FollowSettings;
 }
+
+/** Options of {@linkcode FollowVolumes.release}. */
+export interface ReleaseOptions {
+  /**
+   * Whether something on this node uses the copy again (a later NodeStage's bind), asked in the
+   * volume's turn right before the release: then the release is skipped. NodeUnstage passes
+   * its look at the mount table, under the volume's lock.
+   */
+  readonly inUse?: () => Promise<boolean>;
+}
+
+/** Proofs in a row a copy may take to become writable before the stage gives up. */
+const PROOF_TRIES = 3;
 
 /** Create-only properties: a received stream brings them, zfs refuses to set them after. */
 export const CREATE_ONLY = new Set([
@@ -161,20 +191,34 @@ export class FollowVolumes {
   readonly #d: FollowDeps;
   readonly #observer: LeaseObserver;
   readonly #now: () => number;
+  readonly #clocks: LeaseClocks;
+  readonly #timers: FollowTimers;
   readonly #ttl: number;
   readonly #gate: CopyGate;
   /** The tail of each volume's queue of steps. */
   readonly #tails = new Map<string, Promise<void>>();
   /** The stage preparing each volume, which a repeated NodeStage joins. */
   readonly #staging = new Map<string, Promise<void>>();
+  /** The volumes whose lease is being written now (renewAll does not pile them up). */
+  readonly #renewing = new Set<string>();
+  /** The volumes whose lease a stage's LeaseKeeper renews while it receives. */
+  readonly #keeping = new Set<string>();
+  /** How many NodeStage calls ({@linkcode FollowVolumes.stage}) run per volume. */
+  readonly #claims = new Map<string, number>();
+  /** A release that found the volume claimed by a stage, which makes it if it fails. */
+  readonly #deferred = new Map<string, { volume: FollowVolume; options: ReleaseOptions }>();
   /** Whether zfs knows OpenZFS's `written` (learnt on first refusal). */
   #knowsWritten = true;
-  #timer: ReturnType<typeof setInterval> | undefined;
+  /** Cancels the next renewal round, while {@linkcode FollowVolumes.start}ed. */
+  #cancel: (() => void) | undefined;
 
   constructor(deps: FollowDeps) {
     this.#d = deps;
-    this.#observer = new LeaseObserver(deps.monotonic);
+    const monotonic = deps.monotonic ?? (() => performance.now());
+    this.#observer = new LeaseObserver(monotonic);
     this.#now = deps.now ?? Date.now;
+    this.#clocks = { now: this.#now, monotonic };
+    this.#timers = deps.timers ?? REAL_TIMERS;
     this.#ttl = deps.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
     this.#gate = deps.gate ?? new CopyGate();
   }
@@ -226,16 +270,61 @@ export class FollowVolumes {
   }
 
   /**
+   * A NodeStage of a follow volume: {@linkcode prepareStage}, then `mount` (the bind at the
+   * staging path, under the volume's lock), the whole as one claim on the volume here. Nomad
+   * before 1.11 overlaps the old allocation's NodeUnstage with the new one's NodeStage on one
+   * node, and the two are ordered by the volume's queue: a release whose turn comes while a
+   * stage holds its claim is skipped (the volume is in use again and stays held here, its
+   * copy writable); a release that came first is waited for by the stage, which then acquires
+   * the volume again. A stage that fails after a release was skipped for it makes that release
+   * (which looks again whether anything uses the copy), so a volume no allocation uses is not
+   * left held here.
+   * @returns what `mount` returns
+   * @throws what prepareStage or `mount` throws
+   */
+  async stage<T>(spec: StageSpec, mount: () => Promise<T>): Promise<T> {
+    const { dataset } = spec;
+    this.#claims.set(dataset, (this.#claims.get(dataset) ?? 0) + 1);
+    let mounted = false;
+    try {
+      await this.prepareStage(spec);
+      const value = await mount();
+      mounted = true;
+      return value;
+    } finally {
+      const left = (this.#claims.get(dataset) ?? 1) - 1;
+      if (left > 0) {
+        this.#claims.set(dataset, left);
+      } else {
+        this.#claims.delete(dataset);
+        const deferred = this.#deferred.get(dataset);
+        this.#deferred.delete(dataset);
+        if (deferred && !mounted) {
+          await this.release(deferred.volume, deferred.options).catch((err) =>
+            this.#d.log.warn(
+              "a release left to a failed stage failed; the next NodeUnstage " +
+                "releases the volume",
+              { dataset, error: err },
+            )
+          );
+        }
+      }
+    }
+  }
+
+  /**
    * After NodeUnstage removed the last bind: makes the copy read-only, stores a final snapshot
    * and releases the volume with `head` on it; the copy stays, unmounted and read-only, as a
-   * warm copy. A copy this node no longer holds is only made read-only.
+   * warm copy. A copy this node no longer holds is only made read-only. Skipped when, in its
+   * turn, a NodeStage of the volume runs here ({@linkcode stage}) or `options.inUse` says
+   * something uses the copy again.
    * @throws {CsiError} UNAVAILABLE when the volume stayed busy; StoreError, ZfsError when the
    *   store or zfs fails (Nomad retries NodeUnstage)
    */
-  release(volume: FollowVolume): Promise<void> {
+  release(volume: FollowVolume, options: ReleaseOptions = {}): Promise<void> {
     return this.#gate.exclusive(
       volume.dataset,
-      () => this.#serial(volume.dataset, () => this.#release(volume)),
+      () => this.#serial(volume.dataset, () => this.#release(volume, options)),
     );
   }
 
@@ -296,7 +385,15 @@ export class FollowVolumes {
     return run.value;
   }
 
-  /** Renews the lease of every volume this node holds. Never throws: failures are logged. */
+  /**
+   * Renews the lease of every volume this node holds, each on its own: no volume's renewal
+   * waits for another volume, nor for its own volume's queue (a release holds it for its whole
+   * final upload, and keeps its lease this way: its copy stays marked held until that upload
+   * is stored). A volume whose last renewal still waits for the store is not asked again; one a
+   * stage is preparing is renewed by that stage. What a renewal finds taken over is judged
+   * again in the volume's turn before anything is changed on the copy. Never throws: failures
+   * are logged.
+   */
   async renewAll(): Promise<void> {
     let tree;
     try {
@@ -310,6 +407,7 @@ export class FollowVolumes {
       this.#d.log.warn("lease renewal could not list the volumes", { error: err });
       return;
     }
+    const runs: Promise<void>[] = [];
     for (const [dataset, props] of tree ?? []) {
       const name = volumeForDataset(this.#d.parentDataset, dataset);
       if (name === undefined || dataset.slice(this.#d.parentDataset.length + 1).startsWith(".")) {
@@ -317,28 +415,40 @@ export class FollowVolumes {
       }
       if (props.get(MANAGED_PROPERTY)?.source !== "local") continue;
       // Held copies are marked "none"; released ones name a guid, fenced ones say "fenced".
-      if (
-        generationOf(props) === undefined || props.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD
-      ) {
+      const generation = generationOf(props);
+      if (generation === undefined || props.get(FOLLOW_RELEASED_PROPERTY)?.value !== HELD) {
         continue;
       }
-      await this.#serial(dataset, () => this.#renewOne({ name, dataset })).catch((err) =>
-        this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
+      if (this.#renewing.has(dataset) || this.#keeping.has(dataset)) continue;
+      this.#renewing.add(dataset);
+      // The generation as the listing read it: no zfs process per volume, only store requests
+      // (a renewal that finds a takeover reads the copy again before it acts).
+      runs.push(
+        this.#renewOne({ name, dataset }, generation)
+          .catch((err) =>
+            this.#d.log.warn("lease renewal failed; retrying", { dataset, error: err })
+          )
+          .finally(() => this.#renewing.delete(dataset)),
       );
     }
+    await Promise.all(runs);
   }
 
   /** Renews every third of the TTL, without keeping the process alive. */
   start(): void {
-    if (this.#timer !== undefined) return;
-    this.#timer = setInterval(() => void this.renewAll(), Math.max(1, this.#ttl / 3) * 1000);
-    Deno.unrefTimer(this.#timer);
+    if (this.#cancel !== undefined) return;
+    const every = renewEveryMs(this.#ttl);
+    const tick = () => {
+      this.#cancel = this.#timers.after(tick, every);
+      void this.renewAll();
+    };
+    this.#cancel = this.#timers.after(tick, every);
   }
 
   /** Stops renewing (a stopped plugin's leases expire; the volumes stay held by this node). */
   stop(): void {
-    if (this.#timer !== undefined) clearInterval(this.#timer);
-    this.#timer = undefined;
+    this.#cancel?.();
+    this.#cancel = undefined;
   }
 
   /** Runs `fn` after every earlier step of the volume, whatever their outcome. */
@@ -387,10 +497,13 @@ export class FollowVolumes {
     // A receive may outlast the lease: renew it meanwhile, so no node takes the volume over
     // from a holder that is busy receiving it.
     const lease = new LeaseKeeper(store, volumeKey, holding, {
-      everyMs: Math.max(1, this.#ttl / 3) * 1000,
-      now: this.#now,
+      ttlSeconds: this.#ttl,
+      clocks: this.#clocks,
+      timers: this.#timers,
       log,
     });
+    this.#keeping.add(spec.dataset);
+    const stopLease = () => lease.stop().finally(() => this.#keeping.delete(spec.dataset));
     if (acquired && previous.state === "held") {
       log.warn("follow volume taken over from a holder that stopped renewing", {
         from: previous.holder,
@@ -411,10 +524,14 @@ export class FollowVolumes {
             `name (this node cannot stage "${spec.name}" until then)`,
         );
       }
-      // Made with its generation: a copy of a follow volume always says it is one.
+      // Made with its generation: a copy of a follow volume always says it is one. And made
+      // read-only and not mounted at boot: only #makeWritable opens it, right after its proof,
+      // so a stage that fails leaves nothing writable behind.
       const marks = {
         [FOLLOW_GENERATION_PROPERTY]: String(r.generation),
         [FOLLOW_RELEASED_PROPERTY]: HELD,
+        readonly: "on",
+        canmount: "noauto",
       };
       const plan = planCopy(local, {
         generation: r.generation,
@@ -464,10 +581,14 @@ export class FollowVolumes {
           }
           break;
       }
-      await lease.stop();
-      await this.#makeWritable(spec.dataset, r);
+      const held = await stopLease().catch((err) => {
+        throw fencedStage(err, "while this node received it");
+      });
+      await this.#makeWritable(spec.dataset, volumeKey, held, log).catch((err) => {
+        throw fencedStage(err, "before this node could make its copy writable");
+      });
     } catch (err) {
-      await lease.stop().catch(() => {});
+      await stopLease().catch(() => {});
       // Acquired here but not made usable (the store or zfs failed): hand the volume back, head
       // unchanged, so that the next stage anywhere can take it without a takeover.
       if (acquired) {
@@ -572,27 +693,79 @@ export class FollowVolumes {
     });
   }
 
-  /** The copy becomes the volume: this generation's, writable, mounted at the next stage. */
-  async #makeWritable(dataset: string, r: OwnerRecord): Promise<void> {
+  /**
+   * The copy becomes the volume: this generation's, writable, mounted at the next stage. Only
+   * right after a write that proves this node still holds the generation (whatever the renewals
+   * during the receive saw: a 503 or a timeout proves nothing), and only if `readonly=off` is
+   * set within the proof's margin (lease.ts proofMarginMs says why that margin holds, on the
+   * taker's monotonic clock): a step that took longer is proved again, before the copy is made
+   * writable, or after it when it was zfs itself that took long (then a failed proof makes the
+   * copy read-only again).
+   * @returns the holding as the last proof wrote it
+   * @throws {FencedError} when the volume was taken over; StoreError when no proof could be
+   *   made; CsiError UNAVAILABLE when each step outlasted its proof
+   */
+  async #makeWritable(
+    dataset: string,
+    volumeKey: string,
+    held: Holding,
+    log: Logger,
+  ): Promise<Holding> {
+    const { zfs, store } = this.#d;
+    const r = held.record;
     const interval = r.settings.properties[BACKUP_INTERVAL_PROPERTY];
+    let proof = await proveHolding(store, volumeKey, held, this.#clocks);
     // The generation first: a crash right after leaves a copy that knows whose it is.
-    await this.#d.zfs.setProperties(dataset, [
+    await zfs.setProperties(dataset, [
       [FOLLOW_GENERATION_PROPERTY, String(r.generation)],
       [FOLLOW_RELEASED_PROPERTY, HELD],
       [STORE_UID_PROPERTY, r.uid],
       ...(interval === undefined ? [] : [[BACKUP_INTERVAL_PROPERTY, interval] as const]),
     ]);
-    await this.#d.zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+    for (let tries = 1; this.#outlasted(proof); tries++) {
+      if (tries >= PROOF_TRIES) {
+        throw new CsiError(
+          Code.UNAVAILABLE,
+          `Volume "${r.volume}": this node could not make its copy writable within ` +
+            `${proofMarginMs(this.#ttl) / 1000}s of proving it holds the volume (zfs or the ` +
+            `store too slow), ${PROOF_TRIES} times; the copy stays read-only`,
+        );
+      }
+      log.warn("proving the holding again: the copy was not ready within the proof's margin");
+      proof = await proveHolding(store, volumeKey, proof.holding, this.#clocks);
+    }
+    await zfs.setProperties(dataset, [["readonly", "off"], ["canmount", "on"]]);
+    if (!this.#outlasted(proof)) return proof.holding;
+    // zfs took longer than the margin: whether this node still held the volume when the copy
+    // became writable is decided by another proof (under the same generation, no node
+    // acquired it in between).
+    try {
+      return (await proveHolding(store, volumeKey, proof.holding, this.#clocks)).holding;
+    } catch (err) {
+      await zfs.setProperties(dataset, [["readonly", "on"]]).catch((e) =>
+        log.error("could not make the copy read-only again", { error: e })
+      );
+      throw err;
+    }
   }
 
-  /** The owner object while this node holds the volume under its copy's generation. */
-  async #holding(volume: FollowVolume): Promise<
+  /** Whether the proof is too old to act on now (see lease.ts proofMarginMs). */
+  #outlasted(proof: Proof): boolean {
+    return this.#clocks.monotonic() - proof.sentAt > proofMarginMs(this.#ttl);
+  }
+
+  /**
+   * The owner object while this node holds the volume under its copy's generation (read from
+   * zfs unless the caller just read it).
+   */
+  async #holding(volume: FollowVolume, copyGeneration?: number): Promise<
     | { kind: "mine"; holding: Holding }
     | { kind: "released"; record: OwnerRecord }
     | { kind: "fenced"; record?: OwnerRecord }
   > {
-    const props = await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]);
-    const generation = generationOf(props);
+    const generation = copyGeneration ?? generationOf(
+      await this.#d.zfs.getProperties(volume.dataset, [FOLLOW_GENERATION_PROPERTY]),
+    );
     const current = await readOwner(this.#d.store, encodeComponent("Volume name", volume.name));
     const r = current?.record;
     if (!current || !r) return { kind: "fenced" };
@@ -604,9 +777,19 @@ export class FollowVolumes {
     return { kind: "fenced", record: r };
   }
 
-  async #release(volume: FollowVolume): Promise<void> {
+  async #release(volume: FollowVolume, options: ReleaseOptions): Promise<void> {
     const { zfs, store } = this.#d;
     const log = this.#d.log.child({ volume: volume.name, dataset: volume.dataset });
+    // Nomad before 1.11: the new allocation's stage may have come since NodeUnstage decided.
+    if (this.#claims.has(volume.dataset)) {
+      this.#deferred.set(volume.dataset, { volume, options });
+      log.info("follow volume in use again: a NodeStage of it runs on this node; not released");
+      return;
+    }
+    if (await options.inUse?.()) {
+      log.info("follow volume in use again on this node: not released");
+      return;
+    }
     const props = await zfs.getProperties(volume.dataset, ["type", MANAGED_PROPERTY]);
     if (!props) return;
     checkOwned(volume.dataset, props);
@@ -672,9 +855,9 @@ export class FollowVolumes {
     const { record } = state.holding;
     const key = encodeComponent("Volume name", volume.name);
     if (record.head !== null && record.head !== m.guid) {
-      // Only forward: the new snapshot's chain must run through the head.
-      const chain = await this.#chain(key, m.guid, this.#d.log).catch(() => []);
-      if (!chain.some((c) => c.guid === record.head)) {
+      // Only forward: after the head on its chain, or on a newer chain (head.ts).
+      const { manifests } = await readManifests(this.#d.store, key, this.#d.log);
+      if (!movesForward(manifests, m.guid, record.head)) {
         this.#d.log.info("stored snapshot is not after the head; the head stays", {
           dataset: volume.dataset,
           guid: m.guid,
@@ -683,6 +866,11 @@ export class FollowVolumes {
         return;
       }
     }
+    // The move is its own proof: a conditional write that lands only while this node holds the
+    // generation its copy was made writable under, so no node acquired the volume between this
+    // node's acquire and now, and the snapshot (taken on this copy in between) holds only this
+    // holding's writes. Nothing is made writable on its strength, so no margin applies
+    // (lease.ts proofMarginMs): a move that lands late is as true as one that lands at once.
     try {
       await moveHead(this.#d.store, key, state.holding, {
         guid: m.guid,
@@ -694,24 +882,28 @@ export class FollowVolumes {
     }
   }
 
-  async #renewOne(volume: FollowVolume): Promise<void> {
-    const state = await this.#holding(volume);
+  async #renewOne(volume: FollowVolume, generation: number): Promise<void> {
+    const state = await this.#holding(volume, generation);
     if (state.kind === "released") return;
-    if (state.kind === "fenced") {
-      await this.#fenced(volume, state.record);
-      return;
+    if (state.kind === "mine") {
+      try {
+        await renew(
+          this.#d.store,
+          encodeComponent("Volume name", volume.name),
+          state.holding,
+          this.#now(),
+        );
+        return;
+      } catch (err) {
+        if (!(err instanceof FencedError)) throw err;
+      }
     }
-    try {
-      await renew(
-        this.#d.store,
-        encodeComponent("Volume name", volume.name),
-        state.holding,
-        this.#now(),
-      );
-    } catch (err) {
-      if (!(err instanceof FencedError)) throw err;
-      await this.#fenced(volume, err.current);
-    }
+    // Taken over, as this look saw it. Judged again in the volume's turn, after any stage or
+    // release of it here, which may have changed the copy or the owner object meanwhile.
+    await this.#serial(volume.dataset, async () => {
+      const now = await this.#holding(volume);
+      if (now.kind === "fenced") await this.#fenced(volume, now.record);
+    });
   }
 
   /**
@@ -745,56 +937,16 @@ export class FollowVolumes {
 }
 
 /**
- * Renews one holding every `everyMs` until stopped; {@linkcode stop} says whether the volume
- * was taken over meanwhile (then the copy must not become writable).
+ * A stage's error for a volume taken over (FencedError) at `when`: FAILED_PRECONDITION naming
+ * the new holder; any other error as it is.
  */
-class LeaseKeeper {
-  #holding: Holding;
-  #fenced: FencedError | undefined;
-  #running: Promise<void> = Promise.resolve();
-  readonly #timer: ReturnType<typeof setInterval>;
-
-  constructor(
-    store: Store,
-    volumeKey: string,
-    holding: Holding,
-    opts: { everyMs: number; now: () => number; log: Logger },
-  ) {
-    this.#holding = holding;
-    this.#timer = setInterval(() => {
-      if (this.#fenced) return;
-      this.#running = this.#running.then(async () => {
-        try {
-          this.#holding = await renew(store, volumeKey, this.#holding, opts.now());
-        } catch (err) {
-          if (err instanceof FencedError) this.#fenced = err;
-          else opts.log.warn("lease renewal during a receive failed; retrying", { error: err });
-        }
-      });
-    }, opts.everyMs);
-    Deno.unrefTimer(this.#timer);
-  }
-
-  /** The holding as last written. */
-  get holding(): Holding {
-    return this.#holding;
-  }
-
-  /**
-   * Stops renewing.
-   * @throws {CsiError} FAILED_PRECONDITION when the volume was taken over meanwhile
-   */
-  async stop(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.#running;
-    if (this.#fenced) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `${this.#fenced.message}; it was taken over while this node received it`,
-        { cause: this.#fenced },
-      );
-    }
-  }
+function fencedStage(err: unknown, when: string): unknown {
+  if (!(err instanceof FencedError)) return err;
+  return new CsiError(
+    Code.FAILED_PRECONDITION,
+    `${err.message}; it was taken over ${when}, and this node's copy stays read-only`,
+    { cause: err },
+  );
 }
 
 function generationOf(props: PropertyMap | undefined): number | undefined {

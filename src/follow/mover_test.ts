@@ -9,19 +9,33 @@ import {
   alwaysTakeOver,
   createFollowOwner,
   DATASET as DS,
+  FaultyStore,
   followHarness,
   type FollowHarnessOptions,
   followManifest as manifest,
   holdAs,
   PARENT,
+  settle,
+  settleUntil,
   storeManifests,
+  VirtualTime,
 } from "../../tests/support/follow_harness.ts";
+import { gate } from "../../tests/support/fake_runner.ts";
 import type { MemoryStore } from "../../tests/support/memory_store.ts";
 import type { BackupOutcome } from "../replicate/backup.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
-import { FollowVolumes } from "./mover.ts";
-import { type Holding, moveHead, readOwner, release } from "./owner.ts";
+import { type FollowDeps, FollowVolumes } from "./mover.ts";
+import {
+  acquire,
+  HeldElsewhereError,
+  type Holding,
+  moveHead,
+  readOwner,
+  release,
+} from "./owner.ts";
+import { judgeTakeover, LeaseObserver } from "./rule.ts";
+import { ownerKey } from "../store/layout.ts";
 
 /** Node "n1" and volume "pg", released, with stored snapshots 1 ← 2 and 3 (another chain). */
 async function setup(opts: Pick<FollowHarnessOptions, "backup" | "ttlSeconds"> = {}) {
@@ -57,6 +71,24 @@ const stored = (m: SnapshotManifest): BackupOutcome => ({
   pruned: [],
   destroyed: [],
 });
+
+/** `deps` on virtual clocks and timers, with `more` replacing any of them. */
+function onVirtualTime(
+  deps: FollowDeps,
+  vt: VirtualTime,
+  more: Partial<FollowDeps> = {},
+): FollowDeps {
+  return { ...deps, now: vt.now, monotonic: vt.monotonic, timers: vt.timers, ...more };
+}
+
+/** A stage of "pg" with no head (the copy is created) whose `zfs create` waits for `created`. */
+function slowCreate(s: Awaited<ReturnType<typeof setup>>, created: Promise<void>) {
+  s.runner.on(["zfs", "create"], async () => {
+    await created;
+    s.pool.add(DS, { "org.zfs-csi:managed": "yes" });
+    return { code: 0 };
+  });
+}
 
 Deno.test("renewAll renews the lease of a copy this node holds", async () => {
   const s = await setup();
@@ -140,6 +172,22 @@ Deno.test("release of a copy this node no longer holds stores nothing and locks 
   assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
 });
 
+Deno.test("release is skipped when, in its turn, something on this node uses the copy again", async () => {
+  const s = await setup({ backup: () => Promise.resolve(stored(manifest("2", "1"))) });
+  const held = await holdHere(s);
+  let asked = 0;
+  const inUse = () => {
+    asked++;
+    return Promise.resolve(true);
+  };
+  await s.follow.release({ name: "pg", dataset: DS }, { inUse });
+  assert.equal(asked, 1);
+  assert.deepEqual(s.backups, [], "no final upload");
+  const now = await readOwner(s.store, "pg");
+  assert.equal(now!.etag, held.etag, "the store is left as it was: held here");
+  assert.equal(s.pool.value(DS, "readonly"), "off");
+});
+
 Deno.test("prepareStage hands the volume back when its copy cannot be brought to the head", async () => {
   const s = await setup();
   // Another node released it with a head whose chain the store lacks (a damaged store).
@@ -181,31 +229,26 @@ Deno.test("prepareStage leaves a node-local volume of the same name alone", asyn
 });
 
 Deno.test("prepareStage renews the lease while it works, and fails if taken over meanwhile", async () => {
+  const vt = new VirtualTime();
   const s = await setup({ ttlSeconds: 3 });
-  let release = () => {};
-  const created = new Promise<void>((r) => (release = r));
-  // The dataset's creation (a receive, for a volume with data) takes a while.
-  s.runner.on(["zfs", "create"], async () => {
-    await created;
-    s.pool.add(DS, { "org.zfs-csi:managed": "yes" });
-    return { code: 0 };
-  });
-  const stage = s.follow.prepareStage({ name: "pg", dataset: DS });
+  const follow = new FollowVolumes(onVirtualTime(s.deps, vt));
+  const created = gate();
+  slowCreate(s, created.promise);
+  const stage = follow.prepareStage({ name: "pg", dataset: DS });
   stage.catch(() => {});
-  const waitFor = async (what: string, ok: () => Promise<boolean>) => {
-    for (let i = 0; i < 100 && !(await ok()); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.ok(await ok(), what);
-  };
-  await waitFor("acquired", async () => (await readOwner(s.store, "pg"))?.record.holder === "n1");
-  const acquiredAt = (await readOwner(s.store, "pg"))!.record.renewedAt;
-  await waitFor(
-    "renewed while the creation runs",
-    async () => (await readOwner(s.store, "pg"))!.record.renewedAt !== acquiredAt,
-  );
-  // Another node takes it over meanwhile (its rule allowed it): the stage must not go on.
+  await settleUntil("the copy is being made", () => s.runner.argvs.some((a) => a[1] === "create"));
+  const acquired = await readOwner(s.store, "pg");
+  assert.equal(acquired?.record.holder, "n1");
+  // A receive of a while: the lease is written every third of the TTL meanwhile.
+  await vt.advance(1_000);
+  const renewed = await readOwner(s.store, "pg");
+  assert.notEqual(renewed!.etag, acquired!.etag, "renewed while the creation runs");
+  assert.notEqual(renewed!.record.renewedAt, acquired!.record.renewedAt);
+  // Another node takes it over meanwhile (its rule allowed it): the next renewal is refused,
+  // and the stage must not go on.
   await nodeBTakesOver(s.store, 0);
-  await new Promise((r) => setTimeout(r, 1_200));
-  release();
+  await vt.advance(1_000);
+  created.open();
   await assert.rejects(stage, /taken over while this node received it/);
   assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
   assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
@@ -335,4 +378,195 @@ Deno.test("scheduledBackup leaves a copy alone while a stage prepares it", async
   letGo();
   await stage;
   assert.equal(s.pool.value(DS, "readonly"), "off", "the stage went on");
+});
+
+// ---------------------------------------------------------------------------------------------
+// Issue 21, defect 3: lease renewals must not queue behind another volume's release.
+
+/** This node holds the follow volume `name` too, its copy marked so (as {@linkcode holdHere}). */
+async function holdAlso(s: Awaited<ReturnType<typeof setup>>, name: string): Promise<Holding> {
+  await createFollowOwner(s.store, { name });
+  const holding = await holdAs(s.store, "n1", { name });
+  s.pool.add(`${PARENT}/${name}`, {
+    "org.zfs-csi:managed": "yes",
+    [FOLLOW_GENERATION_PROPERTY]: String(holding.record.generation),
+    [FOLLOW_RELEASED_PROPERTY]: "none",
+    readonly: "off",
+  });
+  return holding;
+}
+
+/** The owner object's etag now. */
+async function etagOf(store: MemoryStore, name: string): Promise<string> {
+  return (await readOwner(store, name))!.etag;
+}
+
+Deno.test("renewAll renews every held volume while one's release uploads its final snapshot, that one too", async () => {
+  const upload = gate();
+  const s = await setup({ backup: () => upload.promise.then(() => stored(manifest("2", "1"))) });
+  const pg = await holdHere(s);
+  // "web" comes after "pg" in the node's list of copies.
+  const web = await holdAlso(s, "web");
+  const releasing = s.follow.release({ name: "pg", dataset: DS });
+  await settleUntil("the final upload is under way", () => s.backups.length === 1);
+  const renewing = s.follow.renewAll();
+  await settle();
+  try {
+    assert.notEqual(await etagOf(s.store, "web"), web.etag, "web's lease renewed meanwhile");
+    assert.notEqual(await etagOf(s.store, "pg"), pg.etag, "pg's lease renewed while it uploads");
+  } finally {
+    upload.open();
+    await releasing;
+    await renewing;
+  }
+  const r = (await readOwner(s.store, "pg"))!.record;
+  assert.equal(r.state, "released", "the release went on after the renewal");
+  assert.equal(r.head, "2");
+});
+
+Deno.test("with --takeover-after, no node takes over a volume while another volume's release uploads for longer than the rule", async () => {
+  const vt = new VirtualTime();
+  const upload = gate();
+  const s = await setup({ backup: () => upload.promise.then(() => stored(manifest("2", "1"))) });
+  const follow = new FollowVolumes(onVirtualTime(s.deps, vt));
+  await holdHere(s);
+  await holdAlso(s, "web");
+  follow.start();
+  const releasing = follow.release({ name: "pg", dataset: DS });
+  await settleUntil("the final upload is under way", () => s.backups.length === 1);
+  // node-b watches both owner objects by the takeover rule: TTL 30 s + 5 s.
+  const observer = new LeaseObserver(vt.monotonic);
+  const take = (name: string) =>
+    acquire(s.store, name, {
+      node: "node-b",
+      nowMs: vt.now(),
+      ttlSeconds: 30,
+      mayTakeOver: (current) =>
+        judgeTakeover(current, {
+          volumeKey: name,
+          observer,
+          rule: { takeoverAfterMs: 5_000 },
+          nowMs: vt.now(),
+        }),
+    });
+  try {
+    // A final upload of two minutes: every look of node-b finds both leases renewed.
+    for (let t = 0; t <= 120_000; t += 5_000) {
+      for (const name of ["pg", "web"]) {
+        await assert.rejects(take(name), HeldElsewhereError, `${name} at ${t / 1000}s`);
+      }
+      await vt.advance(5_000);
+    }
+  } finally {
+    upload.open();
+    await releasing;
+    follow.stop();
+  }
+  assert.equal((await readOwner(s.store, "web"))!.record.holder, "n1");
+  assert.equal(vt.pending, 0, "stop() leaves no timer behind");
+});
+
+// ---------------------------------------------------------------------------------------------
+// Issue 21, defect 4: a copy becomes writable only right after a write proving the holding.
+
+Deno.test("prepareStage never makes the copy writable when the volume was taken over while it received, even if no renewal saw it", async () => {
+  const vt = new VirtualTime();
+  const s = await setup();
+  const follow = new FollowVolumes(onVirtualTime(s.deps, vt));
+  const created = gate();
+  slowCreate(s, created.promise);
+  const stage = follow.prepareStage({ name: "pg", dataset: DS });
+  stage.catch(() => {});
+  await settleUntil("the copy is being made", () => s.runner.argvs.some((a) => a[1] === "create"));
+  // node-b takes it over meanwhile (an explicit takeover, or its rule), before any renewal.
+  await nodeBTakesOver(s.store, 0);
+  created.open();
+  await assert.rejects(stage, /taken over|no longer held/);
+  assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
+  assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
+});
+
+Deno.test("prepareStage whose renewals fail with 503 while another node takes over never makes the copy writable", async () => {
+  const vt = new VirtualTime();
+  const s = await setup();
+  const faulty = new FaultyStore(s.store);
+  const follow = new FollowVolumes(onVirtualTime(s.deps, vt, { store: faulty }));
+  const created = gate();
+  slowCreate(s, created.promise);
+  const stage = follow.prepareStage({ name: "pg", dataset: DS });
+  stage.catch(() => {});
+  await settleUntil("the copy is being made", () => s.runner.argvs.some((a) => a[1] === "create"));
+  // From now on every write of this node's lease answers 503.
+  const heal = faulty.inject(
+    (c) => c.op === "putBytes" && c.key === ownerKey("pg"),
+    { kind: "unavailable" },
+  );
+  const mark = faulty.calls.length;
+  await vt.advance(60_000);
+  const tried = faulty.calls.slice(mark).filter((c) =>
+    c.op === "putBytes" && c.key === ownerKey("pg")
+  );
+  assert.ok(tried.length >= 3, `the stage kept trying to renew (${tried.length} writes)`);
+  // node-b, which reaches the store, took it over by then.
+  await nodeBTakesOver(s.store, vt.now());
+  heal();
+  created.open();
+  await assert.rejects(stage, /taken over|no longer held/);
+  assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
+  assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
+});
+
+Deno.test("prepareStage fails and leaves the copy read-only when no write can prove the holding", async () => {
+  const vt = new VirtualTime();
+  const s = await setup();
+  const faulty = new FaultyStore(s.store);
+  const follow = new FollowVolumes(onVirtualTime(s.deps, vt, { store: faulty }));
+  const created = gate();
+  slowCreate(s, created.promise);
+  const stage = follow.prepareStage({ name: "pg", dataset: DS });
+  stage.catch(() => {});
+  await settleUntil("the copy is being made", () => s.runner.argvs.some((a) => a[1] === "create"));
+  // The store goes down for good: no renewal, no proof, no hand-back.
+  faulty.inject(() => true, { kind: "unavailable" });
+  created.open();
+  await assert.rejects(stage, /503/);
+  assert.notEqual(s.pool.value(DS, "readonly"), "off", "the copy was not made writable");
+  const create = s.runner.argvs.find((a) => a[1] === "create") ?? [];
+  assert.ok(create.includes("readonly=on"), `made read-only: ${create.join(" ")}`);
+  assert.ok(create.includes("canmount=noauto"), "and not mounted at boot");
+});
+
+Deno.test("a copy made writable slower than half its lease after the proof is proved again, and locked down when taken over meanwhile", async (t) => {
+  for (const takenOver of [false, true]) {
+    await t.step(takenOver ? "taken over meanwhile" : "still held", async () => {
+      const vt = new VirtualTime();
+      const s = await setup();
+      const follow = new FollowVolumes(onVirtualTime(s.deps, vt));
+      s.runner.on(["zfs", "create"], () => {
+        s.pool.add(DS, { "org.zfs-csi:managed": "yes" });
+        return { code: 0 };
+      });
+      let slowSets = 0;
+      s.pool.hook = async (argv) => {
+        if (argv[1] !== "set" || !argv.includes("readonly=off")) return undefined;
+        // zfs takes 20 s (a busy pool, a paused process): longer than half the 30 s lease.
+        slowSets++;
+        vt.mono += 20_000;
+        vt.wall += 20_000;
+        if (takenOver) await nodeBTakesOver(s.store, vt.now());
+        return undefined;
+      };
+      const stage = follow.prepareStage({ name: "pg", dataset: DS });
+      if (takenOver) {
+        await assert.rejects(stage, /taken over|no longer held/);
+        assert.equal(s.pool.value(DS, "readonly"), "on", "made read-only again");
+        assert.equal((await readOwner(s.store, "pg"))!.record.holder, "node-b");
+      } else {
+        await stage;
+        assert.equal(s.pool.value(DS, "readonly"), "off");
+        assert.equal((await readOwner(s.store, "pg"))!.record.holder, "n1");
+      }
+      assert.equal(slowSets, 1);
+    });
+  }
 });

@@ -8,8 +8,10 @@
  * release at NodeUnstage stores a final one).
  *
  * DeleteSnapshot of one of them unpins it (kind "scheduled" again) while it is on the head's
- * chain, which the next stage anywhere receives: that chain is never removed by a delete. Off
- * the chain it goes as any stored snapshot does (records.ts releaseStored).
+ * chain, which the next stage anywhere receives, or newer than the head (the holder's upload
+ * the head is about to move to): those are never removed by a delete (head.ts keptByHead). Off
+ * the chain and older than the head it goes as any stored snapshot does (records.ts
+ * releaseStored).
  */
 
 import { Code, CsiError } from "../errors.ts";
@@ -24,9 +26,10 @@ import {
 import { encodeJson, parseManifest } from "../store/chain.ts";
 import { manifestKey, type SnapshotManifest, volumesPrefix } from "../store/layout.ts";
 import type { StoredSnapshotRef } from "../store/snapshot_ids.ts";
+import { storedSnapshotSize } from "../store/snapshot_size.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
-import { headChain } from "./head.ts";
+import { keptByHead } from "./head.ts";
 import { readOwner } from "./owner.ts";
 
 /** Lost races in a row before a change gives up (each loser reads again). */
@@ -117,6 +120,18 @@ export class FollowSnapshots {
   }
 
   /**
+   * The size CSI answers for stored snapshot `m` (src/store/snapshot_size.ts): recorded in its
+   * manifest, else bounded by its chain, which only then is read.
+   * @throws {StoreError} when the store fails
+   */
+  async sizeOf(m: SnapshotManifest): Promise<number> {
+    if (m.referencedBytes !== undefined) return m.referencedBytes;
+    const volumeKey = encodeComponent("Volume name", m.volume);
+    const { manifests } = await readManifests(this.#store, volumeKey, this.#log, this.#cache);
+    return storedSnapshotSize(m, manifests);
+  }
+
+  /**
    * DeleteSnapshot of a stored snapshot of a follow volume (see the module doc).
    * @returns undefined when `ref` is not of a volume that follows its job (no owner object)
    * @throws {StoreError} when the store fails
@@ -129,8 +144,8 @@ export class FollowSnapshots {
       if (!got) return "absent";
       const manifest = parseManifest(got.bytes, { key });
       const { manifests } = await readManifests(this.#store, ref.volumeKey, this.#log, this.#cache);
-      const chain = await headChain(this.#store, ref.volumeKey, manifests);
-      if (!chain.has(ref.guid)) {
+      const kept = await keptByHead(this.#store, ref.volumeKey, manifests);
+      if (!kept.has(ref.guid)) {
         return await releaseStored(this.#store, ref.volumeKey, ref.guid, this.#log);
       }
       if (manifest.kind !== "requested") return "released";

@@ -139,3 +139,17 @@ Deno.test("FollowSnapshots.delete unpins a snapshot on the head's chain and remo
     "not a follow volume: the caller's ordinary path",
   );
 });
+
+Deno.test("FollowSnapshots.delete never removes a snapshot newer than the head", async () => {
+  // The holder stored 3 (a new full stream) and is about to move the head to it when a
+  // DeleteSnapshot of 3 comes: 3 stays (unpinned at most), so the head never names a snapshot
+  // the store has lost.
+  const { store, snaps, held } = await setup();
+  await put(store, { ...manifest("pg", "3", null), sequence: 9 });
+  const ref = parseStoredSnapshotId(storedSnapshotId("pg", "3"))!;
+  assert.equal(await snaps.delete(ref), "released");
+  assert.ok(read(store, "pg", "3"), "kept for the head");
+  await moveHead(store, "pg", held, { guid: "3", createdAt: "2026-01-03T00:00:00.000Z" }, 0);
+  // Off the chain and older than the head now: 2 and 1 go as any stored snapshot does.
+  assert.equal(await snaps.delete(parseStoredSnapshotId(storedSnapshotId("pg", "2"))!), "removed");
+});

@@ -19,9 +19,11 @@
  *
  * Bounds: one tick at a time; volumes are looked at in turn, and a tick ends after the first
  * volume it received into (the next tick starts after it). Never while this node holds the
- * volume, never while a stage or release of it runs here (gate.ts: a stage aborts a receive in
- * progress), and no per-volume lock is held during a download. Failures are logged and kept per
- * volume for the volume's condition.
+ * volume (as the owner object says, read inside the gate, or as the copy's release marker says:
+ * a copy marked held here is the holder side's, which fences it first if it was taken over),
+ * never while a stage or release of it runs here (gate.ts: a stage aborts a look or a receive
+ * in progress, and waits for it), and no per-volume lock is held during a download. Failures
+ * are logged and kept per volume for the volume's condition.
  */
 
 import { Code, CsiError } from "../errors.ts";
@@ -53,6 +55,9 @@ export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
  * it 1 or more), since this node never made the copy writable.
  */
 const STANDBY_GENERATION = "0";
+
+/** The release marker of a copy this node holds (mover.ts). */
+const HELD_MARKER = "none";
 
 /** What the standby side works with. */
 export interface StandbyDeps extends CopyDeps {
@@ -164,18 +169,26 @@ export class StandbyFollower {
     const note = (text: string) =>
       this.#states.set(volume.name, { checkedAt: this.#now(), current: false, note: text });
     try {
-      const owner = await readOwner(this.#d.store, volume.volumeKey);
-      const r = owner?.record;
-      if (!r || r.state === "deleted") return void note("the volume was deleted");
-      if (!(r.standbys ?? []).includes(this.#d.node)) {
-        return void note("the volume does not name this node a standby any more");
-      }
-      if (r.state === "held" && r.holder === this.#d.node) return void note("held by this node");
-      if (r.head === null) return void note("the store holds no copy of it yet");
-      const run = await this.#d.copies.gate.background(
-        dataset,
-        (signal) => this.#catchUp(volume, dataset, r, signal, log),
-      );
+      // The owner object is read, and everything decided, inside the gate: a stage or release
+      // of the volume here waits for this run to end (it aborts a receive), and one that ended
+      // before it began is seen by what it reads. Read before the gate, the object could say
+      // another node holds the volume when a stage here has just taken it and made the copy
+      // writable since.
+      const run = await this.#d.copies.gate.background(dataset, async (signal) => {
+        const owner = await readOwner(this.#d.store, volume.volumeKey);
+        // A stage or release that came meanwhile goes first: it may change what was read.
+        signal.throwIfAborted();
+        const r = owner?.record;
+        if (!r || r.state === "deleted") return void note("the volume was deleted");
+        if (!(r.standbys ?? []).includes(this.#d.node)) {
+          return void note("the volume does not name this node a standby any more");
+        }
+        if (r.state === "held" && r.holder === this.#d.node) {
+          return void note("held by this node");
+        }
+        if (r.head === null) return void note("the store holds no copy of it yet");
+        return await this.#catchUp(volume, dataset, r, signal, log, note);
+      });
       if (!run.ran) return void note("being staged or released on this node");
       return run.value;
     } catch (err) {
@@ -202,6 +215,7 @@ export class StandbyFollower {
     r: OwnerRecord,
     signal: AbortSignal,
     log: Logger,
+    note: (text: string) => void,
   ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
     const head = r.head!;
     const local = await this.#d.copies.readCopy(dataset);
@@ -211,6 +225,13 @@ export class StandbyFollower {
         `Dataset "${dataset}" holds a volume of this node with the same name as volume ` +
           `"${volume.name}", which follows its job; no standby copy is kept here`,
       );
+    }
+    if (local && local.releasedAt === undefined && await this.#markedHeld(dataset)) {
+      // This node made it writable as the holder, whatever the store says now: if another node
+      // took the volume over, the lease renewal marks the copy fenced first (and a copy is set
+      // aside only once it is no longer the holder side's).
+      note("held by this node (its copy here is marked held; its lease renewal judges it)");
+      return undefined;
     }
     const done = (guid: string) =>
       this.#states.set(volume.name, { checkedAt: this.#now(), current: true, guid });
@@ -290,6 +311,13 @@ export class StandbyFollower {
         return received("full", chain.length, chain.reduce((n, m) => n + m.size, 0));
       }
     }
+  }
+
+  /** Whether the copy's release marker says this node holds it ("none": writable as holder). */
+  async #markedHeld(dataset: string): Promise<boolean> {
+    const props = await this.#d.zfs.getProperties(dataset, [FOLLOW_RELEASED_PROPERTY]);
+    const marker = props?.get(FOLLOW_RELEASED_PROPERTY);
+    return marker?.source === "local" && marker.value === HELD_MARKER;
   }
 
   /** Grows the copy's size properties to what the owner object records (never shrinks). */

@@ -8,22 +8,26 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import type { FakePool } from "../../tests/support/fake_pool.ts";
+import { gate } from "../../tests/support/fake_runner.ts";
 import {
   createFollowOwner,
   DATASET as DS,
+  FaultyStore,
   followHarness,
   followManifest,
   holdAs,
   PARENT,
+  settle,
+  settleUntil,
   storeManifests,
 } from "../../tests/support/follow_harness.ts";
 import type { MemoryStore } from "../../tests/support/memory_store.ts";
 import { KeyedLock } from "../lock.ts";
 import type { Store, TransferOptions } from "../store/store.ts";
-import { manifestKey, type SnapshotManifest } from "../store/layout.ts";
+import { manifestKey, ownerKey, type SnapshotManifest } from "../store/layout.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY } from "./copy.ts";
 import { writeMarkers } from "./markers.ts";
-import { FollowVolumes } from "./mover.ts";
+import { FollowVolumes, type SetAside } from "./mover.ts";
 import { type FollowSettings, type Holding, moveHead, release } from "./owner.ts";
 import { StandbyFollower } from "./standby.ts";
 
@@ -73,6 +77,10 @@ async function setup(
     hang?: boolean;
     settings?: FollowSettings;
     onReceive?: (target: string, pool: FakePool) => void;
+    /** The store the standby reads, made from the test's (default: that store). */
+    standbyStore?: (store: MemoryStore) => Store;
+    /** The trash the standby sets copies aside with (default: one that refuses). */
+    trash?: SetAside;
   } = {},
 ) {
   const pending: SnapshotManifest[] = [];
@@ -96,6 +104,8 @@ async function setup(
   const follow = new FollowVolumes(h.deps);
   const standby = new StandbyFollower({
     ...h.copyDeps,
+    store: opts.standbyStore?.(store) ?? store,
+    ...(opts.trash ? { trash: opts.trash } : {}),
     locks: new KeyedLock(),
     copies: follow,
     intervalSeconds: 60,
@@ -340,4 +350,81 @@ Deno.test("tick grows a standby copy to the recorded size before it receives inc
   assert.equal(report.received?.kind, "increment");
   assert.equal(quotaAtReceive, String(128 * MiB), "grown before the first increment");
   assert.equal(s.pool.value(DS, "refquota"), String(128 * MiB));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Issue 21, item 10: the standby decides on facts read inside the gate, and never sets aside
+// a copy this node holds.
+
+/** A trash that records the datasets it is asked about and sets nothing aside. */
+function recordingTrash(asked: string[]): SetAside {
+  return {
+    inspect: (dataset) => {
+      asked.push(dataset);
+      return Promise.resolve(undefined);
+    },
+    removeVolume: (dataset) => {
+      asked.push(dataset);
+      return Promise.resolve();
+    },
+  };
+}
+
+Deno.test("tick acts on the owner object as read in the gate: a copy a stage here made writable after its first look is left alone", async () => {
+  const asked: string[] = [];
+  let faulty!: FaultyStore;
+  const s = await setup({
+    standbyStore: (store) => faulty = new FaultyStore(store),
+    trash: recordingTrash(asked),
+  });
+  cleanCopy(s.pool, "1");
+  const h = await head(s.store, s.holding, "3");
+  // The standby's read of the owner object (held by n1) answers late.
+  const late = gate();
+  faulty.inject(
+    (c) => c.op === "getBytes" && c.key === ownerKey("pg"),
+    { kind: "late", until: late.promise },
+    1,
+  );
+  const ticking = s.standby.tick();
+  await settleUntil(
+    "the standby read the owner object",
+    () => faulty.calls.some((c) => c.key === ownerKey("pg")),
+  );
+  // Meanwhile n1 lets go, and a stage here takes the volume and makes its copy writable (or,
+  // with the read inside the gate, waits for the standby's look to end first).
+  await release(s.store, "pg", h, undefined, 0);
+  s.pending.push(s.manifests[1]!, s.manifests[2]!);
+  const staging = s.follow.prepareStage({ name: "pg", dataset: DS });
+  await settle();
+  late.open();
+  await staging;
+  const report = await ticking;
+  assert.equal(s.pool.value(DS, "readonly"), "off", "the stage made the copy writable");
+  assert.equal(report.received, undefined);
+  assert.deepEqual(asked, [], "nothing was set aside");
+  assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "none", "the copy is this node's");
+  assert.equal(s.pool.value(DS, FOLLOW_GENERATION_PROPERTY), "2");
+  assert.match(s.standby.state("pg")?.note ?? "", /stage on this node|held by this node/);
+  // The next look finds it held here.
+  await s.standby.tick();
+  assert.equal(s.standby.state("pg")?.note, "held by this node");
+  assert.deepEqual(asked, []);
+});
+
+Deno.test("tick never sets aside or receives into a copy this node marks held, whatever the owner object says", async () => {
+  const asked: string[] = [];
+  const s = await setup({ trash: recordingTrash(asked) });
+  // This node held the volume and has not learnt yet that n1 took it over: its renewal will
+  // mark the copy fenced; until then the copy is the holder side's, not the standby's.
+  cleanCopy(s.pool, "1");
+  s.pool.setValue(DS, FOLLOW_GENERATION_PROPERTY, "1");
+  s.pool.setValue(DS, FOLLOW_RELEASED_PROPERTY, "none");
+  s.pool.setValue(DS, "readonly", "off");
+  await head(s.store, s.holding, "3");
+  await s.standby.tick();
+  assert.deepEqual(asked, [], "nothing was set aside");
+  assert.equal(s.streams.processes.length, 0, "nothing received into it");
+  assert.equal(s.pool.value(DS, "readonly"), "off");
+  assert.match(s.standby.state("pg")?.note ?? "", /this node holds|held by this node/);
 });

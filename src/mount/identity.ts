@@ -3,7 +3,7 @@
  * number (st_dev) is the filesystem a path shows: the root of a mount lies on another device
  * than its parent directory, and a bind mount shows the device and root inode of what it binds.
  * The node service decides from this where it can (src/csi/node.ts) and reads the mount table
- * where it cannot; see README, "Threat model".
+ * where it cannot; see docs/security.md, "Threat model".
  *
  * Deno gives lstat but not statfs's filesystem id, and refuses reads under /proc, so the device
  * and inode numbers are all there is to go by.

@@ -6,7 +6,7 @@
  * too): mount and umount then hand the exact path the plugin checked to the kernel, rather than
  * resolving symlinks in it themselves first and acting on wherever it led by then. The kernel
  * still follows a symlink swapped into the path meanwhile; the node service checks afterwards
- * that a mount landed where it was asked for (see README, "Threat model").
+ * that a mount landed where it was asked for (see docs/security.md, "Threat model").
  */
 
 import { Code, CsiError } from "../errors.ts";

@@ -1,9 +1,18 @@
 /**
- * One volume's backup, the whole step: take `<dataset>@.backup-<unix seconds>`, send it to the
- * store (incrementally from the newest local snapshot the store already holds), write its
- * manifest last, then prune the store by the volume's keep policy and destroy the older
+ * One volume's backup, the whole step: take `<dataset>@.backup-<unix seconds>-<sequence>`, send
+ * it to the store (incrementally from the newest local snapshot the store already holds), write
+ * its manifest last, then prune the store by the volume's keep policy and destroy the older
  * `.backup-*` snapshots the plugin made. {@linkcode backupSnapshot} stores a snapshot a user
  * asked for (CreateSnapshot) the same way, and prunes nothing.
+ *
+ * The sequence number (src/store/chain.ts) is one more than the highest the store and the
+ * dataset hold: it orders the volume's backups without any clock, and it makes the snapshot's
+ * name unique for ever along any chain, so a chain always receives into one dataset.
+ *
+ * The prune never removes what this backup just stored, nor (through `protect`) the head's
+ * chain of a volume that follows its job, and it is safe against another node basing a new
+ * incremental on what it removes (records.ts removeManifests; this side: {@linkcode
+ * sendAndRecord} reads its base's manifest again after writing its own).
  *
  * The volume's lock is held only around the zfs steps (reading the dataset, the snapshot, the
  * properties, the local prune), never during the upload: stage and publish of the volume wait
@@ -13,7 +22,7 @@
 import { Code, CsiError } from "../errors.ts";
 import { type KeyedLock, LockTimeoutError } from "../lock.ts";
 import type { Logger } from "../log.ts";
-import { encodeJson, parseManifest } from "../store/chain.ts";
+import { encodeJson, nextSequence, parseManifest } from "../store/chain.ts";
 import {
   guidHex,
   type KeepPolicy,
@@ -27,10 +36,12 @@ import { type Store, StoreError } from "../store/store.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import {
   BACKUP_LAST_PROPERTY,
+  backupSequenceOf,
   checkSameVolume,
   destroyBackups,
   keepOf,
   type LocalSnapshot,
+  nextBackupSequence,
   parametersOf,
   pickBase,
   pruneLocal,
@@ -41,7 +52,7 @@ import {
   takeSnapshot,
   type Volume,
 } from "./local.ts";
-import { ensureRecord, type ManifestCache, readManifests, removeStored } from "./records.ts";
+import { ensureRecord, type ManifestCache, readManifests, removeManifests } from "./records.ts";
 import type { SendToStoreSpec, SentStream } from "./send.ts";
 
 export {
@@ -49,6 +60,7 @@ export {
   BACKUP_KEEP_PROPERTY,
   BACKUP_LAST_PROPERTY,
   BACKUP_PREFIX,
+  isBackupComponent,
   type LocalSnapshot,
   pickBase,
   STORE_UID_PROPERTY,
@@ -75,19 +87,29 @@ export interface BackupDeps {
   /** Manifests read before, kept between backups (one cache per store). */
   readonly cache?: ManifestCache;
   /**
-   * Guids the keep policy must never prune, whatever their age: a volume that follows its job
-   * keeps its head's chain (src/follow/head.ts). Called before each prune; a closed set (every
-   * base of a guid in it is in it).
+   * What the keep policy of a volume must keep besides its own rules, read before each prune
+   * with the volume's manifests (of its uid, listed after its upload): a volume that follows
+   * its job keeps its head's chain, and is pruned only by its holder (src/follow/head.ts).
    */
   readonly protect?: (
     volumeKey: string,
     manifests: readonly SnapshotManifest[],
-  ) => Promise<ReadonlySet<string>>;
+  ) => Promise<PruneGuard>;
   /** Milliseconds since the epoch; replaceable in tests. */
   readonly now?: () => number;
   /** Random lowercase hex of `bytes` bytes; replaceable in tests. */
   readonly randomHex?: (bytes: number) => string;
 }
+
+/** What {@linkcode BackupDeps.protect} says of one prune. */
+export type PruneGuard =
+  /** Prune, keeping these guids (a closed set: every base of one is in it) too. */
+  | { readonly keep: ReadonlySet<string> }
+  /**
+   * Do not prune now; `skip` says why (for the log). `listAgain`: the listing lacked what the
+   * guard needs (the head), so a newer listing may do.
+   */
+  | { readonly skip: string; readonly listAgain: boolean };
 
 /** Options of one backup. */
 export interface BackupOptions {
@@ -128,20 +150,14 @@ export async function backupVolume(
   const volume = await underLock(deps, dataset, options, () => readVolume(deps, dataset));
   if (!volume) return { status: "busy" };
   const stored = await prepareStore(deps, volume);
+  const sequence = nextBackupSequence(volume.snapshots, stored.nextSequence);
   const snap = await underLock(deps, dataset, options, async () => {
     await checkSameVolume(deps, volume);
     await dropUnstored(deps, dataset, stored);
-    return await takeSnapshot(deps, dataset, Math.floor(now() / 1000));
+    return await takeSnapshot(deps, dataset, { seconds: Math.floor(now() / 1000), sequence });
   });
   if (!snap) return { status: "busy" };
-  const { manifest, sent, manifests } = await sendAndRecord(
-    deps,
-    volume,
-    stored.mine,
-    snap,
-    "scheduled",
-    options,
-  );
+  const { manifest, sent } = await sendAndRecord(deps, volume, stored, snap, "scheduled", options);
   // The upload is done: wait for the lock, however busy the volume is meanwhile.
   const destroyed = await underLock(deps, dataset, {}, async () => {
     await deps.zfs.set(dataset, BACKUP_LAST_PROPERTY, String(snap.creation));
@@ -150,7 +166,7 @@ export async function backupVolume(
   if (!destroyed) {
     log.warn("backup stored, but the volume stayed busy: its local prune waits for the next one");
   }
-  const pruned = await pruneStore(deps, volume, manifests, log);
+  const pruned = await pruneStore(deps, volume, manifest, log);
   return { status: "stored", manifest, sent, pruned, destroyed: destroyed ?? [] };
 }
 
@@ -182,11 +198,11 @@ export async function backupSnapshot(
   if (!volume) return { status: "busy" };
   const snap = volume.snapshots.find((s) => s.name === snapshot);
   if (!snap) throw new CsiError(Code.NOT_FOUND, `Snapshot "${snapshot}" does not exist`);
-  const { mine } = await prepareStore(deps, volume);
+  const stored = await prepareStore(deps, volume);
   const { manifest, sent } = await sendAndRecord(
     deps,
     volume,
-    mine,
+    stored,
     snap,
     "requested",
     options,
@@ -232,6 +248,8 @@ interface StoredState {
   readonly mine: SnapshotManifest[];
   /** Guids (as hex) of every manifest key, readable or not, of any uid. */
   readonly guidHexes: ReadonlySet<string>;
+  /** One more than the highest sequence number of any manifest of the volume. */
+  readonly nextSequence: number;
 }
 
 /** Puts the volume's record right, then reads its manifests. */
@@ -247,10 +265,19 @@ async function prepareStore(deps: BackupDeps, volume: Volume): Promise<StoredSta
     node: deps.node,
     nowMs: now(),
   });
+  return await readStored(deps, volume);
+}
+
+/** The volume's manifests as the store holds them now. */
+async function readStored(deps: BackupDeps, volume: Volume): Promise<StoredState> {
   const read = await readManifests(deps.store, volume.volumeKey, deps.log, deps.cache);
   const guidHexes = new Set(read.manifests.map((m) => guidHex(m.guid)));
   for (const key of read.unreadable) guidHexes.add(key.slice(key.lastIndexOf("/") + 1, -5));
-  return { mine: read.manifests.filter((m) => m.volumeUid === volume.uid), guidHexes };
+  return {
+    mine: read.manifests.filter((m) => m.volumeUid === volume.uid),
+    guidHexes,
+    nextSequence: nextSequence(read.manifests),
+  };
 }
 
 /**
@@ -262,27 +289,78 @@ async function dropUnstored(deps: BackupDeps, dataset: string, stored: StoredSta
   await destroyBackups(deps, dataset, (s) => !stored.guidHexes.has(guidHex(s.guid)));
 }
 
+/** The base of an incremental was removed from the store while it uploaded. */
+class BaseGone extends Error {}
+
+/** How often a backup starts its upload again when its base was removed meanwhile. */
+const BASE_GONE_ATTEMPTS = 3;
+
 /**
- * Sends `snap` (incrementally where it can) and writes its manifest last (If-None-Match).
- * Returns the volume's manifests of its uid, the new one included.
+ * Sends `snap` (incrementally where it can) and writes its manifest last (If-None-Match). When
+ * another node removed the base meanwhile (a DeleteSnapshot, a prune), the upload is withdrawn
+ * and done again on what the store holds now (see {@linkcode sendOnce}).
+ * @throws {CsiError} ABORTED when that keeps happening
  */
 async function sendAndRecord(
   deps: BackupDeps,
   volume: Volume,
-  mine: SnapshotManifest[],
+  stored: StoredState,
   snap: LocalSnapshot,
   kind: SnapshotKind,
   options: BackupOptions,
   csiName?: string,
-): Promise<{ manifest: SnapshotManifest; sent: boolean; manifests: SnapshotManifest[] }> {
+): Promise<{ manifest: SnapshotManifest; sent: boolean }> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await sendOnce(deps, volume, stored, snap, kind, options, csiName);
+    } catch (err) {
+      if (!(err instanceof BaseGone)) throw err;
+      deps.log.warn("backup's base was removed from the store while it uploaded; sent again", {
+        dataset: volume.dataset,
+        snapshot: snap.name,
+        reason: err.message,
+        attempt,
+      });
+      if (attempt >= BASE_GONE_ATTEMPTS) {
+        throw new CsiError(
+          Code.ABORTED,
+          `Backup of "${snap.name}" to ${deps.store.description} lost its base ${attempt} times ` +
+            `in a row (another node keeps removing stored snapshots of this volume); retrying later`,
+          { cause: err },
+        );
+      }
+      stored = await readStored(deps, volume);
+    }
+  }
+}
+
+/**
+ * One upload of `snap` and its manifest. An incremental's manifest is written, then its base's
+ * manifest read again: a node that removes that base (records.ts removeManifests) removes the
+ * base's manifest first and then lists the volume again, so on a linearizable store either it
+ * sees this manifest (and puts its base back) or this read sees the base gone, and the new
+ * manifest and stream are removed again (thrown as {@linkcode BaseGone}): no chain is left with
+ * a missing base either way.
+ */
+async function sendOnce(
+  deps: BackupDeps,
+  volume: Volume,
+  stored: StoredState,
+  snap: LocalSnapshot,
+  kind: SnapshotKind,
+  options: BackupOptions,
+  csiName: string | undefined,
+): Promise<{ manifest: SnapshotManifest; sent: boolean }> {
   const now = deps.now ?? Date.now;
   const log = deps.log.child({ dataset: volume.dataset, snapshot: snap.name });
   const { volumeKey, uid } = volume;
+  const { mine } = stored;
   const capacityBytes = safeCount(volume.props.get("refquota")?.value);
-  const stored = mine.find((m) => m.guid === snap.guid);
-  if (stored) return { manifest: stored, sent: false, manifests: mine };
+  const already = mine.find((m) => m.guid === snap.guid);
+  if (already) return { manifest: already, sent: false };
   const base = pickBase(volume.snapshots, mine, {
     before: snap.createtxg,
+    name: snap.component,
     nowMs: now(),
     ...(deps.maxChainLength === undefined ? {} : { maxChainLength: deps.maxChainLength }),
     ...(deps.maxChainAgeMs === undefined ? {} : { maxChainAgeMs: deps.maxChainAgeMs }),
@@ -306,22 +384,32 @@ async function sendAndRecord(
     ...(csiName === undefined ? {} : { csiName }),
     kind,
     createdAt: new Date(snap.creation * 1000).toISOString(),
+    sequence: Math.max(stored.nextSequence, backupSequenceOf(snap.component) ?? 0),
     stream: key,
     size: sent.size,
     sha256: sent.sha256,
     raw: volume.raw,
     node: deps.node,
     capacityBytes,
+    ...(snap.referenced === undefined ? {} : { referencedBytes: snap.referenced }),
   };
   const written = await writeManifest(deps.store, volumeKey, manifest);
+  if (
+    base && written === manifest && !(await deps.store.getBytes(manifestKey(volumeKey, base.guid)))
+  ) {
+    await deps.store.delete(manifestKey(volumeKey, manifest.guid));
+    await deps.store.delete(manifest.stream);
+    throw new BaseGone(`base "${base.name}" (guid ${base.guid}) is no longer in the store`);
+  }
   log.info("backup stored", {
     guid: snap.guid,
+    sequence: written.sequence ?? null,
     base: base?.name ?? null,
     bytes: sent.size,
     ms: now() - started,
     ...(written === manifest ? {} : { alreadyStored: true }),
   });
-  return { manifest: written, sent: written === manifest, manifests: [...mine, written] };
+  return { manifest: written, sent: written === manifest };
 }
 
 /**
@@ -353,22 +441,46 @@ async function writeManifest(
   }
 }
 
-/** Prunes the volume's stored snapshots by its keep policy: manifest first, then stream. */
+/** How often a prune lists the store when its guard says the listing lacked the head. */
+const PRUNE_LISTINGS = 2;
+
+/**
+ * Prunes the volume's stored snapshots by its keep policy, from a listing read after the
+ * upload: never `stored` (what this backup just stored) nor anything `protect` keeps, with
+ * every base they need. When the guard says the listing lacks the head (a holder paused past
+ * its lease, a head moved meanwhile), it lists again once, then gives up until the next backup.
+ * The removal itself is records.ts removeManifests.
+ */
 async function pruneStore(
   deps: BackupDeps,
   volume: Volume,
-  manifests: readonly SnapshotManifest[],
+  stored: SnapshotManifest,
   log: Logger,
 ): Promise<string[]> {
   const policy = keepOf(volume.props, deps.defaultKeep, log);
   if (!policy) return [];
-  const pruned: string[] = [];
-  const kept = new Set(retained(manifests, policy));
-  for (const guid of await deps.protect?.(volume.volumeKey, manifests) ?? []) kept.add(guid);
-  for (const m of pruneOrder(manifests, kept)) {
-    await removeStored(deps.store, volume.volumeKey, m);
-    pruned.push(m.guid);
+  for (let listing = 1;; listing++) {
+    const read = await readManifests(deps.store, volume.volumeKey, log, deps.cache);
+    const manifests = read.manifests.filter((m) => m.volumeUid === volume.uid);
+    const guard = await deps.protect?.(volume.volumeKey, manifests) ?? { keep: new Set() };
+    if ("skip" in guard) {
+      if (guard.listAgain && listing < PRUNE_LISTINGS) continue;
+      log.info("store not pruned", { reason: guard.skip });
+      return [];
+    }
+    const kept = retained(manifests, policy, { protect: [stored.guid, ...guard.keep] });
+    const doomed = pruneOrder(manifests, kept);
+    if (doomed.length === 0) return [];
+    const { removed, restored } = await removeManifests(deps.store, volume.volumeKey, doomed, log, {
+      ...(deps.cache ? { cache: deps.cache } : {}),
+    });
+    const pruned = removed.map((m) => m.guid);
+    if (pruned.length > 0) log.info("store pruned", { guids: pruned });
+    if (restored.length > 0) {
+      log.warn("store prune kept snapshots another node based a backup on meanwhile", {
+        guids: restored.map((m) => m.guid),
+      });
+    }
+    return pruned;
   }
-  if (pruned.length > 0) log.info("store pruned", { guids: pruned });
-  return pruned;
 }

@@ -70,3 +70,33 @@ Deno.test("backups over random histories never leave a manifest without its base
     h.runner.assertNoUnexpected();
   }
 });
+
+/**
+ * The node's clock steps back (NTP, a VM restored): each backup taken after the step is older
+ * by its createdAt than the ones before, yet it is what the node just stored and the newest
+ * data: it stays, with its chain, whatever the keep policy.
+ */
+Deno.test("a backup taken after the clock stepped back is never pruned by its own run", async () => {
+  for (const keep of ["last=1", "hourly=1", "daily=1", "weekly=1", "last=2,hourly=3"]) {
+    for (const stepMs of [10 * MINUTE, 2 * 60 * MINUTE, 3 * 1440 * MINUTE]) {
+      const h = backupHarness();
+      const ds = h.volume("pg", { [BACKUP_KEEP_PROPERTY]: keep });
+      for (let i = 0; i < 5; i++) {
+        h.clock.ms += MINUTE;
+        assert.equal((await backupVolume(h.deps, ds)).status, "stored");
+      }
+      h.clock.ms -= stepMs;
+      for (let i = 0; i < 3; i++) {
+        h.clock.ms += MINUTE;
+        const out = await backupVolume(h.deps, ds);
+        const ctx = `keep ${keep}, stepped back ${stepMs / MINUTE} min, backup ${i}`;
+        assert.equal(out.status, "stored", ctx);
+        if (out.status !== "stored") return;
+        const all = manifests(h);
+        assert.ok(all.some((m) => m.guid === out.manifest.guid), `${ctx}: the stored one is gone`);
+        assert.doesNotThrow(() => chainTo(all, out.manifest.guid), ctx);
+        assert.ok(!out.pruned.includes(out.manifest.guid), ctx);
+      }
+    }
+  }
+});

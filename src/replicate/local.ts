@@ -1,7 +1,8 @@
 /**
  * The zfs side of a backup: the volume's dataset and snapshots as read under its lock, its
- * store uid, the `.backup-*` snapshots the plugin takes and destroys, the choice of the base
- * of an incremental, and the backup properties the operator (or CreateVolume) sets.
+ * store uid, the `.backup-*` snapshots the plugin takes (named so that no chain ever holds two
+ * of one name) and destroys, the choice of the base of an incremental, and the backup
+ * properties the operator (or CreateVolume) sets.
  */
 
 import { Code, CsiError, ZfsError } from "../errors.ts";
@@ -46,9 +47,25 @@ export const BACKUP_LAST_PROPERTY = "org.zfs-csi:backup-last";
 /** Prefix of the snapshots the plugin takes for backups. */
 export const BACKUP_PREFIX = ".backup-";
 
-const BACKUP_COMPONENT = /^\.backup-\d{1,12}$/;
+/**
+ * A backup snapshot's name after "@": `.backup-<unix seconds>-<sequence>` (this version: the
+ * sequence number its manifest gets, see src/store/chain.ts), or `.backup-<unix seconds>`
+ * (taken by earlier versions, still the plugin's).
+ */
+const BACKUP_COMPONENT = /^\.backup-\d{1,12}(?:-(\d{1,15}))?$/;
+
+/** Whether a snapshot name (after "@") is one the plugin takes for backups, of any version. */
+export function isBackupComponent(component: string): boolean {
+  return BACKUP_COMPONENT.test(component);
+}
+
+/** The sequence number in a backup snapshot's name, or undefined (another name, or an old one). */
+export function backupSequenceOf(component: string): number | undefined {
+  const n = BACKUP_COMPONENT.exec(component)?.[1];
+  return n === undefined ? undefined : Number(n);
+}
 const UID = /^[0-9a-f]{32}$/;
-const SNAPSHOT_PROPS = ["type", "guid", "createtxg", "creation"] as const;
+const SNAPSHOT_PROPS = ["type", "guid", "createtxg", "creation", "referenced"] as const;
 const VOLUME_PROPS = [
   ...SNAPSHOT_PROPS,
   "refquota",
@@ -71,6 +88,8 @@ export interface LocalSnapshot {
   readonly createtxg: number;
   /** Unix seconds. */
   readonly creation: number;
+  /** Its `referenced` bytes (its size: the manifest records it), when zfs told them. */
+  readonly referenced?: number;
 }
 
 /** A volume as read under its lock. */
@@ -177,7 +196,16 @@ export function localSnapshot(
   const creation = Number(p.get("creation")?.value);
   if (!/^\d{1,20}$/.test(guid) || !Number.isSafeInteger(createtxg)) return undefined;
   if (!Number.isSafeInteger(creation)) return undefined;
-  return { name, component: name.slice(dataset.length + 1), guid, createtxg, creation };
+  const bytes = p.get("referenced")?.value ?? "";
+  const referenced = /^\d+$/.test(bytes) ? Number(bytes) : NaN;
+  return {
+    name,
+    component: name.slice(dataset.length + 1),
+    guid,
+    createtxg,
+    creation,
+    ...(Number.isSafeInteger(referenced) ? { referenced } : {}),
+  };
 }
 
 /** The dataset's store uid; a new one is set on the dataset first (see DESIGN-store.md). */
@@ -200,14 +228,20 @@ async function storeUid(deps: LocalDeps, dataset: string, props: PropertyMap): P
   return uid;
 }
 
-/** Takes `<dataset>@.backup-<seconds>` (the next second if taken) and reads it back. */
+/**
+ * Takes `<dataset>@.backup-<seconds>-<sequence>` and reads it back; the next sequence number
+ * if that name is taken (the sequence, not the clock, makes names unique: a chain never holds
+ * two snapshots of one name, however many backups a second sees and whatever the clock does).
+ * Give a `sequence` above every backup snapshot's on the dataset and every stored one's
+ * ({@linkcode nextBackupSequence}).
+ */
 export async function takeSnapshot(
   deps: LocalDeps,
   dataset: string,
-  seconds: number,
+  at: { readonly seconds: number; readonly sequence: number },
 ): Promise<LocalSnapshot> {
   for (let attempt = 0;; attempt++) {
-    const name = `${dataset}@${BACKUP_PREFIX}${seconds + attempt}`;
+    const name = `${dataset}@${BACKUP_PREFIX}${at.seconds}-${at.sequence + attempt}`;
     try {
       await deps.zfs.snapshot(name);
     } catch (err) {
@@ -221,6 +255,16 @@ export async function takeSnapshot(
   }
 }
 
+/**
+ * The sequence number of the next backup of a volume: above every one the store holds of it
+ * (`stored`, as chain.ts nextSequence gives it) and every backup snapshot on the dataset.
+ */
+export function nextBackupSequence(local: readonly LocalSnapshot[], stored: number): number {
+  let next = stored;
+  for (const s of local) next = Math.max(next, (backupSequenceOf(s.component) ?? 0) + 1);
+  return next;
+}
+
 /** Options of {@linkcode pickBase}. */
 export interface PickBaseOptions {
   /** Only snapshots older than this one (its createtxg) can be the base. */
@@ -228,12 +272,19 @@ export interface PickBaseOptions {
   readonly nowMs: number;
   readonly maxChainLength?: number;
   readonly maxChainAgeMs?: number;
+  /**
+   * The name (after "@") of the snapshot to be sent: never based on a chain that already holds
+   * a snapshot of that name (a CSI snapshot name used again after a DeleteSnapshot whose
+   * snapshot stayed as a base), which a full receive of the chain could not take.
+   */
+  readonly name?: string;
 }
 
 /**
  * The base of the next incremental: the newest local `.backup-*` or CSI snapshot older than
- * `before` whose guid the store holds with a whole chain; undefined for a full stream (none,
- * or its chain is due for a new full stream, see policy.ts needsFull).
+ * `before` whose guid the store holds with a whole chain that a full receive can take (no name
+ * twice, none named `opts.name`); undefined for a full stream (none, or its chain is due for a
+ * new full stream, see policy.ts needsFull).
  */
 export function pickBase(
   local: readonly LocalSnapshot[],
@@ -244,7 +295,7 @@ export function pickBase(
   const candidates = local
     .filter((s) => s.createtxg < opts.before && stored.has(s.guid))
     .filter((s) =>
-      BACKUP_COMPONENT.test(s.component) || decodeComponent(s.component) !== undefined ||
+      isBackupComponent(s.component) || decodeComponent(s.component) !== undefined ||
       // A snapshot CreateSnapshot stored (stored_snapshots.ts), or one a restore received.
       (s.component.startsWith(STORED_PREFIX) &&
         decodeComponent(s.component.slice(STORED_PREFIX.length)) !== undefined)
@@ -257,6 +308,9 @@ export function pickBase(
     } catch {
       continue;
     }
+    // A chain a full receive could not take (an earlier version's names) is not extended.
+    const names = new Set(chain.map((m) => m.snapshot));
+    if (names.size !== chain.length || (opts.name !== undefined && names.has(opts.name))) continue;
     const full = needsFull(chain, {
       nowMs: opts.nowMs,
       ...(opts.maxChainLength === undefined ? {} : { maxLength: opts.maxChainLength }),
@@ -290,7 +344,7 @@ export async function destroyBackups(
   const destroyed: string[] = [];
   for (const [name, p] of tree ?? []) {
     const s = localSnapshot(dataset, name, p);
-    if (!s || !BACKUP_COMPONENT.test(s.component) || !which(s)) continue;
+    if (!s || !isBackupComponent(s.component) || !which(s)) continue;
     if (name !== `${dataset}@${s.component}`) continue;
     try {
       await deps.zfs.destroy(name);

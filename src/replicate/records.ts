@@ -215,19 +215,76 @@ export function readRecord(bytes: Uint8Array, key: string, store: Store): Volume
   }
 }
 
+/** Options of {@linkcode removeManifests}. */
+export interface RemoveOptions {
+  /** The manifest to put back for one that turns out to be needed (default: as it was). */
+  readonly putBack?: (manifest: SnapshotManifest) => SnapshotManifest;
+  /** Asked before each manifest is removed: false stops the removal there. */
+  readonly proceed?: () => Promise<boolean>;
+  readonly cache?: ManifestCache;
+}
+
+/** What {@linkcode removeManifests} did. */
+export interface Removal {
+  /** Removed, manifest and stream. */
+  readonly removed: SnapshotManifest[];
+  /** Removed, then put back: another writer based a new snapshot on it meanwhile. */
+  readonly restored: SnapshotManifest[];
+}
+
 /**
- * Removes one stored snapshot: its manifest first (from then on the snapshot does not exist),
- * then its stream. A crash between the two leaves an orphan stream, which the store-wide prune
- * removes.
+ * Removes stored snapshots of one volume, safely while another node may base a new incremental
+ * on one of them (its backup read the listing before this began). Every manifest goes first
+ * (in the order given: leaves first), which is the moment a snapshot stops existing; then the
+ * volume's manifests are listed again, and a removed one that a listed manifest needs (directly
+ * or through other removed ones) is put back as it was (`putBack`); only then do the streams of
+ * the others go. The writing side (backup.ts) writes its manifest and then reads its base's
+ * again, withdrawing its own if the base is gone. On a linearizable store (S3, the directory
+ * store) at least one side sees the other: the writer's manifest is listed here (and its base
+ * put back), or the writer finds its base gone (and withdraws); so no manifest is left without
+ * its base, and no stream is removed while a manifest needs it. A crash between a manifest's
+ * removal and its stream's leaves an orphan stream, which the store-wide prune removes.
  * @throws {StoreError} when the store fails
  */
-export async function removeStored(
+export async function removeManifests(
   store: Store,
   volumeKey: string,
-  manifest: SnapshotManifest,
-): Promise<void> {
-  await store.delete(manifestKey(volumeKey, manifest.guid));
-  await store.delete(manifest.stream);
+  doomed: readonly SnapshotManifest[],
+  log: Logger,
+  options: RemoveOptions = {},
+): Promise<Removal> {
+  const gone: SnapshotManifest[] = [];
+  for (const m of doomed) {
+    if (options.proceed && !(await options.proceed())) break;
+    await store.delete(manifestKey(volumeKey, m.guid));
+    gone.push(m);
+  }
+  if (gone.length === 0) return { removed: [], restored: [] };
+  const { manifests } = await readManifests(store, volumeKey, log, options.cache);
+  const byGuid = new Map(gone.map((m) => [m.guid, m]));
+  const needed = new Set<string>();
+  for (const m of manifests) {
+    for (let base = m.baseGuid; base !== null && byGuid.has(base) && !needed.has(base);) {
+      needed.add(base);
+      base = byGuid.get(base)!.baseGuid;
+    }
+  }
+  const restored: SnapshotManifest[] = [];
+  // Bases first, so that a reader never meets a put-back manifest without its base.
+  for (const m of [...gone].reverse()) {
+    if (!needed.has(m.guid)) continue;
+    const back = (options.putBack ?? ((x) => x))(m);
+    try {
+      await store.putBytes(manifestKey(volumeKey, m.guid), encodeJson(back), { ifNoneMatch: "*" });
+    } catch (err) {
+      // Someone wrote it back first: it is there either way.
+      if (!(err instanceof StoreError && err.kind === "precondition_failed")) throw err;
+    }
+    restored.push(m);
+  }
+  const removed = gone.filter((m) => !needed.has(m.guid));
+  for (const m of removed) await store.delete(m.stream);
+  return { removed, restored };
 }
 
 /** What {@linkcode releaseStored} did. */
@@ -237,8 +294,9 @@ export type ReleaseOutcome = "removed" | "released" | "absent";
  * Lets go of a stored snapshot a user asked for (DeleteSnapshot): it is removed at once
  * (manifest, then stream) when no other stored snapshot is based on it; otherwise it becomes
  * kind "scheduled" (its manifest rewritten with If-Match), and the volume's keep policy removes
- * it once nothing needs it. Run it where no backup of the volume runs meanwhile
- * (scheduler.ts runExclusive): a backup could otherwise base a new stream on it in between.
+ * it once nothing needs it. Safe while another node backs the volume up and bases a new
+ * incremental on it meanwhile (see {@linkcode removeManifests}): it is then put back, as kind
+ * "scheduled", and the answer is "released".
  * @returns "absent" when the store has no such snapshot
  * @throws {StoreError} when the store fails or the manifest changes meanwhile
  */
@@ -254,12 +312,24 @@ export async function releaseStored(
   const manifest = parseManifest(got.bytes, { key });
   const { manifests } = await readManifests(store, volumeKey, log);
   if (!manifests.some((m) => m.baseGuid === guid)) {
-    await removeStored(store, volumeKey, manifest);
-    return "removed";
+    const { removed } = await removeManifests(store, volumeKey, [manifest], log, {
+      putBack: asScheduled,
+    });
+    if (removed.length > 0) return "removed";
+    log.info("stored snapshot kept as a scheduled backup: a backup based on it meanwhile", {
+      volumeKey,
+      guid,
+    });
+    return "released";
   }
   if (manifest.kind === "requested") {
-    const { csiName: _, ...rest } = manifest;
-    await store.putBytes(key, encodeJson({ ...rest, kind: "scheduled" }), { ifMatch: got.etag });
+    await store.putBytes(key, encodeJson(asScheduled(manifest)), { ifMatch: got.etag });
   }
   return "released";
+}
+
+/** A manifest as a scheduled backup: no longer pinned by a user, no CSI name. */
+function asScheduled(manifest: SnapshotManifest): SnapshotManifest {
+  const { csiName: _, ...rest } = manifest;
+  return { ...rest, kind: "scheduled" };
 }

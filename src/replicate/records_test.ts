@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { manifestKey } from "../store/layout.ts";
+import { manifestKey, manifestsPrefix } from "../store/layout.ts";
 import { backupHarness } from "../../tests/support/backup_harness.ts";
 import { backupSnapshot, backupVolume } from "./backup.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
-import { parseManifest, parseVolumeRecord } from "../store/chain.ts";
+import { chainTo, parseManifest, parseVolumeRecord } from "../store/chain.ts";
+import { Interleaver, twoSwitchSchedules } from "../../tests/support/interleaved_store.ts";
 import { StoreError, type WriteCondition } from "../store/store.ts";
 import {
   type ManifestCache,
@@ -117,4 +118,87 @@ Deno.test("updateRecord writes If-None-Match when absent, If-Match after, re-rea
         `"${key}" in ${store.description} kept changing while a test wrote it; try again`,
   );
   assert.deepEqual(store.peek(key), before, "nothing written");
+});
+
+/**
+ * Item 10 of issue 21: DeleteSnapshot on one node (releaseStored) races another node's backup
+ * whose incremental is based on the snapshot being deleted. Run on one store whose requests
+ * are interleaved in every order with at most two switches between the sides: afterwards no
+ * manifest in the store is left without its base or stream, a backup that says it stored its
+ * snapshot has it in the store with its whole chain, and a delete that says "removed" left
+ * nothing based on it.
+ */
+Deno.test("releaseStored racing an incremental upload on the same base never leaves a chain broken", async () => {
+  const run = async (schedule: readonly string[]) => {
+    const h = backupHarness();
+    const ds = h.volume("pg");
+    const first = await backupVolume(h.deps, ds);
+    assert.equal(first.status, "stored");
+    const base = first.status === "stored" ? first.manifest : undefined;
+    h.clock.ms += 3_600_000;
+    const il = new Interleaver(h.store, schedule);
+    const upload = backupVolume({ ...h.deps, store: il.view("upload") }, ds)
+      .finally(() => il.done("upload"));
+    const release = releaseStored(il.view("delete"), "pg", base!.guid, h.deps.log)
+      .finally(() => il.done("delete"));
+    const [up, del] = await Promise.allSettled([upload, release]);
+    return { h, ds, base: base!, up, del, trace: il.trace };
+  };
+  // How many requests each side makes, at most: each run alone, before and after the other.
+  const rest = (actor: string) => Array<string>(1000).fill(actor);
+  const alone = [
+    await run([...rest("upload"), ...rest("delete")]),
+    await run([...rest("delete"), ...rest("upload")]),
+  ];
+  const count = (actor: string) =>
+    Math.max(...alone.map((r) => r.trace.filter((t) => t.startsWith(`${actor} `)).length));
+  const schedules = twoSwitchSchedules(
+    { actor: "upload", requests: count("upload") },
+    { actor: "delete", requests: count("delete") },
+  );
+  let racedBoth = 0;
+  let withdrawn = 0;
+  for (const schedule of schedules) {
+    const { h, ds, base, up, del, trace } = await run(schedule);
+    const ctx = `schedule:\n  ${trace.join("\n  ")}`;
+    const all = h.store.keys().filter((k) => k.startsWith(manifestsPrefix("pg")))
+      .map((k) => parseManifest(h.store.peek(k)!, { key: k }));
+    for (const m of all) {
+      const chain = (() => {
+        try {
+          return chainTo(all, m.guid);
+        } catch (err) {
+          return assert.fail(`${(err as Error).message}\n${ctx}`);
+        }
+      })();
+      for (const c of chain) assert.ok(h.store.peek(c.stream), `stream of ${c.guid} gone\n${ctx}`);
+    }
+    if (up.status === "fulfilled") {
+      const out = up.value;
+      assert.equal(out.status, "stored", ctx);
+      if (out.status === "stored") {
+        assert.ok(all.some((m) => m.guid === out.manifest.guid), `upload lost\n${ctx}`);
+      }
+    }
+    if (del.status === "fulfilled" && del.value === "removed") {
+      assert.ok(!all.some((m) => m.guid === base.guid || m.baseGuid === base.guid), ctx);
+    }
+    assert.equal(del.status, "fulfilled", `${del.status === "rejected" && del.reason}\n${ctx}`);
+    if (up.status === "fulfilled" && del.status === "fulfilled" && del.value === "released") {
+      racedBoth++;
+    }
+    if (h.logs.some((l) => l.msg.startsWith("backup's base was removed"))) withdrawn++;
+    // Whatever happened, the next backup stores a snapshot with a whole chain.
+    h.clock.ms += 3_600_000;
+    const next = await backupVolume(h.deps, ds);
+    assert.equal(next.status, "stored", ctx);
+    if (next.status === "stored") {
+      const now = h.store.keys().filter((k) => k.startsWith(manifestsPrefix("pg")))
+        .map((k) => parseManifest(h.store.peek(k)!, { key: k }));
+      assert.doesNotThrow(() => chainTo(now, next.manifest.guid), ctx);
+    }
+  }
+  assert.ok(schedules.length > 80, `${schedules.length} schedules`);
+  assert.ok(racedBoth > 0, "some schedules let the upload win and the delete keep the base");
+  assert.ok(withdrawn > 0, "some schedules made the upload find its base gone and send again");
 });

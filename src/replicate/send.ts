@@ -163,7 +163,7 @@ function counting(
  * zfs send needs too), and its pages pushed to disk every 64 MiB while the send runs, so the
  * fsync before the manifest finds little left instead of the whole stream. On 2 cores with
  * zfs-fuse this took a 1 GiB backup from 1.51 to 1.08 s against a floor of 0.90 s (a side run,
- * 6 trials, medians; README, "The directory store against a fair floor").
+ * 6 trials, medians; docs/benchmarks.md, "The directory store against a fair floor").
  */
 const FOLLOW = { chunkBytes: 4 * 1024 * 1024, writeBackEvery: 64 * 1024 * 1024 } as const;
 

@@ -23,6 +23,15 @@ const HEX32 = /^[0-9a-f]{32}$/;
 const SHA256 = /^[0-9a-f]{64}$/;
 /** ISO 8601 in UTC as `Date.prototype.toISOString` writes it (milliseconds optional). */
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z$/;
+/**
+ * A snapshot's name after its "@", as the plugin makes them (`.backup-…`, `.stored-…`): the
+ * characters src/zfs/names.ts allows in a dataset component, never "." or "..", and short
+ * enough for some dataset (ZFS names are under 256 bytes). It reaches zfs as
+ * `<dataset>@<snapshot>`, so anything else (a NUL, "/", "@", a space) is refused here.
+ */
+const SNAPSHOT_COMPONENT = /^[A-Za-z0-9_.:-]{1,255}$/;
+// deno-lint-ignore no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
 /** The last segment of a stream key: `<guid hex>-<upload>.zfs`. */
 const STREAM_NAME = /^([0-9a-f]{16})-[0-9a-f]{8,32}\.zfs$/;
 
@@ -73,6 +82,26 @@ class Fields {
     return this.obj[field] === undefined ? undefined : this.string(field);
   }
 
+  /** A non-empty string without control characters (shown in messages and logs). */
+  text(field: string): string {
+    const v = this.string(field);
+    if (CONTROL.test(v)) this.fail(field, "a name without control characters");
+    return v;
+  }
+
+  optionalText(field: string): string | undefined {
+    return this.obj[field] === undefined ? undefined : this.text(field);
+  }
+
+  /** A snapshot name as the plugin makes them (see SNAPSHOT_COMPONENT). */
+  snapshotName(field: string): string {
+    const v = this.obj[field];
+    if (typeof v !== "string" || !SNAPSHOT_COMPONENT.test(v) || v === "." || v === "..") {
+      this.fail(field, `a snapshot name of letters, digits and "_.:-" (at most 255)`);
+    }
+    return v;
+  }
+
   matching(field: string, re: RegExp, want: string): string {
     const v = this.obj[field];
     if (typeof v !== "string" || !re.test(v)) this.fail(field, want);
@@ -101,6 +130,10 @@ class Fields {
       this.fail(field, "a non-negative integer");
     }
     return v;
+  }
+
+  optionalCount(field: string): number | undefined {
+    return this.obj[field] === undefined ? undefined : this.count(field);
   }
 
   boolean(field: string): boolean {
@@ -163,7 +196,8 @@ export function parseManifest(
         `"${manifestKey(volumeKey, guid)}"`,
     );
   }
-  const csiName = f.optionalString("csiName");
+  const csiName = f.optionalText("csiName");
+  const referencedBytes = f.optionalCount("referencedBytes");
   const manifest: SnapshotManifest = {
     ...obj,
     format: 1,
@@ -171,7 +205,7 @@ export function parseManifest(
     volumeUid: f.matching("volumeUid", HEX32, "32 lowercase hex digits"),
     guid,
     baseGuid,
-    snapshot: f.string("snapshot"),
+    snapshot: f.snapshotName("snapshot"),
     ...(csiName === undefined ? {} : { csiName }),
     kind,
     createdAt: f.time("createdAt"),
@@ -179,8 +213,9 @@ export function parseManifest(
     size: f.count("size"),
     sha256: f.matching("sha256", SHA256, "64 lowercase hex digits"),
     raw: f.boolean("raw"),
-    node: f.string("node"),
+    node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
+    ...(referencedBytes === undefined ? {} : { referencedBytes }),
   };
   return manifest;
 }
@@ -328,21 +363,134 @@ export function depths(manifests: readonly SnapshotManifest[]): Map<string, numb
   return out;
 }
 
+/** The highest `sequence` a manifest may carry (15 digits, as snapshot names hold it). */
+export const MAX_SEQUENCE = 999_999_999_999_999;
+
 /**
- * The manifests oldest first: by creation time, then (for the same second) base before the
- * snapshots based on it, then by guid, so the order is total and stable.
+ * A manifest's `sequence` when it is one (a whole number from 1 to {@linkcode MAX_SEQUENCE}),
+ * else undefined: absent (written before the field existed) or not a number the plugin wrote.
+ */
+export function sequenceOf(manifest: SnapshotManifest): number | undefined {
+  const v: unknown = manifest.sequence;
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 1 && v <= MAX_SEQUENCE
+    ? v
+    : undefined;
+}
+
+/**
+ * Where a manifest stands in its volume's order, oldest to newest: by era (0 for a chain that
+ * has no sequence number anywhere down to its full stream, 1 otherwise), then by value (era 0:
+ * its createdAt in ms, era 1: its sequence number), then by depth (how many ancestors the set
+ * holds), then by guid. A value is never below its base's: era 1 takes at least the base's
+ * sequence plus one, era 0 at least the base's time, so a snapshot is always newer than its base.
+ */
+interface Position {
+  readonly era: 0 | 1;
+  readonly value: number;
+  readonly depth: number;
+}
+
+/** {@linkcode Position}s of every manifest, following base links (a loop counts as a root). */
+function positions(manifests: readonly SnapshotManifest[]): Map<string, Position> {
+  const byGuid = new Map(manifests.map((m) => [m.guid, m]));
+  const out = new Map<string, Position>();
+  for (const start of manifests) {
+    // The path down to the first manifest with a known position (or a root), then back up.
+    const path: SnapshotManifest[] = [];
+    const onPath = new Set<string>();
+    let m: SnapshotManifest | undefined = start;
+    while (m && !out.has(m.guid) && !onPath.has(m.guid)) {
+      path.push(m);
+      onPath.add(m.guid);
+      m = m.baseGuid === null ? undefined : byGuid.get(m.baseGuid);
+    }
+    let below = m && out.has(m.guid) ? out.get(m.guid) : undefined;
+    for (let i = path.length - 1; i >= 0; i--) {
+      const p = path[i]!;
+      const sequence = sequenceOf(p);
+      const time = Date.parse(p.createdAt);
+      let here: Position;
+      if (below?.era === 1 || sequence !== undefined) {
+        const after = below?.era === 1 ? below.value + 1 : 1;
+        here = { era: 1, value: Math.max(sequence ?? 0, after), depth: (below?.depth ?? -1) + 1 };
+      } else {
+        here = {
+          era: 0,
+          value: Math.max(time, below?.value ?? time),
+          depth: (below?.depth ?? -1) + 1,
+        };
+      }
+      out.set(p.guid, here);
+      below = here;
+    }
+  }
+  return out;
+}
+
+function compareGuids(a: string, b: string): number {
+  return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+}
+
+/**
+ * The manifests oldest first, by their chains and sequence numbers, never by comparing two
+ * nodes' clocks:
+ * - a snapshot is always after its base (an incremental is newer than what it is based on);
+ * - manifests with a `sequence` (every one this version writes: one more than the highest its
+ *   writer saw in the store) are ordered by it: a backup comes after everything its node had
+ *   seen, whatever the clocks say; the same number twice (two writers that had not seen each
+ *   other) is broken by depth, then guid;
+ * - manifests written before sequence numbers existed come before every chain that has them
+ *   (they were written before the first one), ordered among themselves as before: by
+ *   createdAt, never before their base's, then depth, then guid. An old version's incremental
+ *   on a numbered snapshot (a rolling upgrade) counts as its base's number plus one.
+ * The order is total and the same on every node.
  */
 export function oldestFirst(manifests: readonly SnapshotManifest[]): SnapshotManifest[] {
-  const depth = depths(manifests);
-  const time = new Map(manifests.map((m) => [m.guid, Date.parse(m.createdAt)]));
-  return [...manifests].sort((a, b) =>
-    time.get(a.guid)! - time.get(b.guid)! ||
-    depth.get(a.guid)! - depth.get(b.guid)! ||
-    (a.guid < b.guid ? -1 : a.guid > b.guid ? 1 : 0)
-  );
+  const at = positions(manifests);
+  return [...manifests].sort((a, b) => {
+    const p = at.get(a.guid)!;
+    const q = at.get(b.guid)!;
+    return p.era - q.era || p.value - q.value || p.depth - q.depth || compareGuids(a.guid, b.guid);
+  });
 }
 
 /** The newest manifest (see {@linkcode oldestFirst}), or undefined for none. */
 export function latest(manifests: readonly SnapshotManifest[]): SnapshotManifest | undefined {
   return oldestFirst(manifests).at(-1);
+}
+
+/**
+ * The `sequence` for a manifest written after reading `manifests`: one more than the highest
+ * any of them has (counting an old version's incremental on a numbered one as its base's plus
+ * one), and at least `atLeast`; 1 for a volume with none.
+ * @throws {RangeError} past {@linkcode MAX_SEQUENCE} (only a store someone filled with
+ *   hostile numbers gets there)
+ */
+export function nextSequence(manifests: readonly SnapshotManifest[], atLeast = 1): number {
+  let next = atLeast;
+  for (const p of positions(manifests).values()) {
+    if (p.era === 1) next = Math.max(next, p.value + 1);
+  }
+  if (!(next <= MAX_SEQUENCE)) {
+    throw new RangeError(
+      `The store's sequence numbers of this volume reach ${next - 1}: no higher one can be ` +
+        `written (the highest is ${MAX_SEQUENCE}); remove the manifest that carries it`,
+    );
+  }
+  return next;
+}
+
+/**
+ * Whether `guid` comes after `than` in {@linkcode oldestFirst}'s order of `manifests`; false
+ * when either is not among them.
+ */
+export function isNewer(
+  manifests: readonly SnapshotManifest[],
+  guid: string,
+  than: string,
+): boolean {
+  const order = oldestFirst(manifests);
+  const a = order.findIndex((m) => m.guid === guid);
+  const b = order.findIndex((m) => m.guid === than);
+  return a >= 0 && b >= 0 && a > b;
 }

@@ -3,10 +3,14 @@ import {
   ChainError,
   chainTo,
   encodeJson,
+  isNewer,
   latest,
+  MAX_SEQUENCE,
+  nextSequence,
   oldestFirst,
   parseManifest,
   parseVolumeRecord,
+  sequenceOf,
 } from "./chain.ts";
 import { manifestKey, type SnapshotManifest, streamKey, type VolumeRecord } from "./layout.ts";
 
@@ -93,6 +97,19 @@ Deno.test("parseManifest refuses each malformed field, naming it", () => {
     ["raw", "no", /"raw" must be true or false/],
     ["node", undefined, /"node" must be a non-empty string/],
     ["csiName", 5, /"csiName" must be a non-empty string/],
+    // The snapshot's name reaches zfs (`<dataset>@<snapshot>`): only names the plugin makes.
+    ["snapshot", ".backup-1\u0000x", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a@b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a/b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "..", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", ".", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "a b", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "é", /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", "x".repeat(256), /"snapshot" must be a snapshot name of letters/],
+    ["snapshot", 7, /"snapshot" must be a snapshot name of letters/],
+    // Shown in messages and logs: no control characters.
+    ["node", "node\n-b", /"node" must be a name without control characters/],
+    ["csiName", "nightly\u0000", /"csiName" must be a name without control characters/],
     // Another volume's streams, or a key outside the volume.
     ["stream", streamKey("other", "10", "00112233aabbccdd"), /"stream" must be a key/],
     ["stream", "v1/volumes/pg-data/streams/../x.zfs", /"stream" must be a key/],
@@ -105,6 +122,14 @@ Deno.test("parseManifest refuses each malformed field, naming it", () => {
       (err: unknown) => err instanceof SyntaxError && message.test(err.message),
       `${field} = ${JSON.stringify(value)}`,
     );
+  }
+});
+
+Deno.test("parseManifest takes every snapshot name the plugin makes", () => {
+  for (
+    const snapshot of [".backup-1700000000", ".stored-nightly:2f1", "s_1.a-b:c", "x".repeat(255)]
+  ) {
+    assert.equal(parseManifest(withField("snapshot", snapshot)).snapshot, snapshot);
   }
 });
 
@@ -204,4 +229,100 @@ Deno.test("latest is the newest; in one second a snapshot comes after its base",
   assert.equal(latest(tied)?.guid, "9");
   assert.equal(latest([...tied].reverse())?.guid, "9");
   assert.deepEqual(oldestFirst(history()).map((m) => m.guid), ["1", "2", "3", "4", "6"]);
+});
+
+/** Guids oldest first. */
+const order = (ms: SnapshotManifest[]) => oldestFirst(ms).map((m) => m.guid);
+const at = (minute: number) => new Date(Date.UTC(2026, 0, 1, 10, minute)).toISOString();
+
+Deno.test("oldestFirst never puts a snapshot before its base, whatever the clocks said", () => {
+  // Old manifests (no sequence): node B's clock was 10 minutes behind A's when it extended A's
+  // chain. Either way round in the input, B's snapshots come after the base they need.
+  const old = [
+    manifest({ guid: "1", createdAt: at(30) }),
+    manifest({ guid: "2", baseGuid: "1", createdAt: at(31) }),
+    manifest({ guid: "3", baseGuid: "2", createdAt: at(22), node: "node-b" }),
+    manifest({ guid: "4", baseGuid: "3", createdAt: at(23), node: "node-b" }),
+  ];
+  assert.deepEqual(order(old), ["1", "2", "3", "4"]);
+  assert.deepEqual(order([...old].reverse()), ["1", "2", "3", "4"]);
+  assert.equal(latest(old)?.guid, "4");
+});
+
+Deno.test("oldestFirst orders chains by sequence number, not by createdAt", () => {
+  const ms = [
+    manifest({ guid: "1", createdAt: at(50), sequence: 1 }),
+    manifest({ guid: "2", baseGuid: "1", createdAt: at(51), sequence: 2 }),
+    // A new full stream by a node whose clock is an hour behind: newer all the same.
+    manifest({ guid: "3", createdAt: at(0), sequence: 3 }),
+    manifest({ guid: "4", baseGuid: "3", createdAt: at(1), sequence: 4 }),
+  ];
+  assert.deepEqual(order(ms), ["1", "2", "3", "4"]);
+  assert.equal(latest([...ms].reverse())?.guid, "4");
+  // Two writers that had not seen each other's (a fenced holder's late upload): the same
+  // number, the deeper one later, then by guid; the same on every node.
+  const twins = [...ms, manifest({ guid: "5", baseGuid: "2", createdAt: at(59), sequence: 4 })];
+  assert.deepEqual(order(twins), ["1", "2", "3", "4", "5"]);
+  assert.deepEqual(order([...twins].reverse()), ["1", "2", "3", "4", "5"]);
+});
+
+Deno.test("oldestFirst puts manifests without sequence numbers before numbered chains", () => {
+  const ms = [
+    // Written by this version: numbered, with a clock far behind.
+    manifest({ guid: "7", createdAt: at(0), sequence: 1 }),
+    manifest({ guid: "8", baseGuid: "7", createdAt: at(1), sequence: 2 }),
+    // Written before the upgrade: later createdAt, yet older.
+    manifest({ guid: "5", createdAt: at(40) }),
+    manifest({ guid: "6", baseGuid: "5", createdAt: at(41) }),
+    // An old node's incremental on a numbered snapshot during a rolling upgrade: its base's
+    // number plus one.
+    manifest({ guid: "9", baseGuid: "8", createdAt: at(2) }),
+  ];
+  assert.deepEqual(order(ms), ["5", "6", "7", "8", "9"]);
+  assert.equal(nextSequence(ms), 4);
+  // A numbered incremental on an old snapshot comes after it.
+  const upgraded = [
+    manifest({ guid: "5", createdAt: at(40) }),
+    manifest({ guid: "6", baseGuid: "5", sequence: 1 }),
+  ];
+  assert.deepEqual(order(upgraded), ["5", "6"]);
+});
+
+Deno.test("sequenceOf reads only whole numbers from 1 to MAX_SEQUENCE; others count as absent", () => {
+  assert.equal(sequenceOf(manifest({ sequence: 12 })), 12);
+  assert.equal(sequenceOf(manifest({ sequence: MAX_SEQUENCE })), MAX_SEQUENCE);
+  assert.equal(sequenceOf(manifest()), undefined);
+  for (const bad of [0, -1, 1.5, MAX_SEQUENCE + 1, Number.NaN, "3", null, true, [4]]) {
+    const m = { ...manifest(), sequence: bad } as unknown as SnapshotManifest;
+    assert.equal(sequenceOf(m), undefined, String(bad));
+  }
+  // A number not above its base's (hostile or broken) still comes after its base.
+  const low = [
+    manifest({ guid: "1", sequence: 9 }),
+    manifest({ guid: "2", baseGuid: "1", sequence: 3 }),
+  ];
+  assert.deepEqual(order(low), ["1", "2"]);
+  assert.equal(nextSequence(low), 11);
+});
+
+Deno.test("nextSequence is one more than the highest seen, at least its floor", () => {
+  assert.equal(nextSequence([]), 1);
+  assert.equal(nextSequence([], 7), 7);
+  assert.equal(nextSequence([manifest({ guid: "1" })]), 1, "old manifests only");
+  const ms = [manifest({ guid: "1", sequence: 4 }), manifest({ guid: "2", sequence: 2 })];
+  assert.equal(nextSequence(ms), 5);
+  assert.equal(nextSequence(ms, 9), 9);
+  assert.throws(() => nextSequence([manifest({ sequence: MAX_SEQUENCE })]), RangeError);
+});
+
+Deno.test("isNewer follows oldestFirst; false for a guid not listed", () => {
+  const ms = [
+    manifest({ guid: "1", createdAt: at(50), sequence: 1 }),
+    manifest({ guid: "2", createdAt: at(0), sequence: 2 }),
+  ];
+  assert.equal(isNewer(ms, "2", "1"), true);
+  assert.equal(isNewer(ms, "1", "2"), false);
+  assert.equal(isNewer(ms, "1", "1"), false);
+  assert.equal(isNewer(ms, "3", "1"), false);
+  assert.equal(isNewer(ms, "1", "3"), false);
 });

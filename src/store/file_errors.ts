@@ -49,6 +49,7 @@ const HINTS: Readonly<Record<StoreErrorKind, string>> = {
     "(for NFS, that the server is up and reachable) and try again",
   invalid: "something other than an object is in the way at this path: " +
     "look at the store's directory",
+  misconfigured: "the store's directory is not set up as the plugin needs",
 };
 
 /** The OS error code of a failed Deno file-system call ("ENOSPC"), if it has one. */

@@ -61,23 +61,44 @@ export class EtagBuilder {
 export async function fileEtag(file: Deno.FsFile): Promise<{ size: number; etag: string }> {
   const info = await file.stat();
   if (info.size > SMALL_OBJECT_BYTES) return { size: info.size, etag: statEtag(info) };
-  const { bytes, etag } = await readObjectFile(file, info);
-  return { size: bytes.length, etag };
+  const read = await readObjectFile(file, info);
+  // Without a cap the read is whole (the union's other side never comes).
+  if (read === "too_large") return { size: info.size, etag: statEtag(info) };
+  return { size: read.bytes.length, etag: read.etag };
 }
 
-/** The whole content of an open object file and its etag. */
-export async function readFileBytes(file: Deno.FsFile): Promise<ObjectBytes> {
-  return await readObjectFile(file, await file.stat());
+/**
+ * The whole content of an open object file and its etag, or "too_large" once it is over
+ * `maxBytes` (by its size, or by what was read of a file that grew meanwhile).
+ */
+export async function readFileBytes(
+  file: Deno.FsFile,
+  maxBytes: number = Infinity,
+): Promise<ObjectBytes | "too_large"> {
+  return await readObjectFile(file, await file.stat(), maxBytes);
 }
 
-async function readObjectFile(file: Deno.FsFile, info: Deno.FileInfo): Promise<ObjectBytes> {
-  const bytes = await readToEnd(file, info.size);
+async function readObjectFile(
+  file: Deno.FsFile,
+  info: Deno.FileInfo,
+  maxBytes: number = Infinity,
+): Promise<ObjectBytes | "too_large"> {
+  if (info.size > maxBytes) return "too_large";
+  const bytes = await readToEnd(file, info.size, maxBytes);
+  if (bytes === undefined) return "too_large";
   const etag = bytes.length > SMALL_OBJECT_BYTES ? statEtag(info) : contentEtag(bytes);
   return { bytes, etag };
 }
 
-/** Reads the rest of `file`, expecting `expected` bytes (a stat's size) but trusting only EOF. */
-async function readToEnd(file: Deno.FsFile, expected: number): Promise<Uint8Array> {
+/**
+ * Reads the rest of `file`, expecting `expected` bytes (a stat's size) but trusting only EOF;
+ * undefined once more than `maxBytes` were read.
+ */
+async function readToEnd(
+  file: Deno.FsFile,
+  expected: number,
+  maxBytes: number,
+): Promise<Uint8Array | undefined> {
   let buffer = new Uint8Array(expected);
   let length = 0;
   const probe = new Uint8Array(8192);
@@ -85,6 +106,7 @@ async function readToEnd(file: Deno.FsFile, expected: number): Promise<Uint8Arra
     const full = length === buffer.length;
     const n = await file.read(full ? probe : buffer.subarray(length));
     if (n === null) return length === buffer.length ? buffer : buffer.slice(0, length);
+    if (length + n > maxBytes) return undefined;
     if (full) {
       // The file grew since the stat: make room and keep what the probe read.
       const bigger = new Uint8Array(Math.max(buffer.length * 2, length + n));

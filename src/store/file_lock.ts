@@ -58,14 +58,16 @@ export class FileLocks {
   /**
    * Waits for the lock `name` (a file name) and takes it.
    * @param what the locked thing, for the timeout message
+   * @param signal stops the wait (a call whose store wait ran out, src/store/wait.ts)
    * @throws {StoreError} unavailable when the lock stays taken for `waitMs`; errors of the
-   * file-system calls as they are
+   * file-system calls as they are; the signal's reason when it aborts
    */
-  async acquire(name: string, what: string): Promise<FileLock> {
+  async acquire(name: string, what: string, signal?: AbortSignal): Promise<FileLock> {
     const path = `${this.#dir}/${name}`;
     const start = performance.now();
     const watch = new StaleWatch(this.#staleMs);
     for (let attempt = 0;; attempt++) {
+      signal?.throwIfAborted();
       if (await this.#tryMake(path)) {
         return new FileLock(path, await writeToken(path), this.#holdMs, what);
       }
@@ -77,7 +79,7 @@ export class FileLocks {
             `another writer holds ${path}; if none is running, remove that directory`,
         );
       }
-      await sleep(Math.min(2 ** attempt, 50) * (0.5 + Math.random()));
+      await sleep(Math.min(2 ** attempt, 50) * (0.5 + Math.random()), signal);
     }
   }
 
@@ -244,6 +246,18 @@ async function removeDir(path: string): Promise<void> {
   }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** Pauses `ms`, or rejects with the signal's reason once it aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }

@@ -38,12 +38,15 @@ import { fileReadable, syncDir, writeAll } from "./file_stream.ts";
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
+  type RequestOptions,
   type Store,
   type StoredFile,
   type StoredObject,
   StoreError,
+  tooLargeError,
   type TransferOptions,
   type WriteCondition,
   type WrittenFile,
@@ -137,6 +140,7 @@ export class FileStore implements Store {
         if (done) break;
         etag.update(value);
         await this.#io(() => writeAll(temp.file, value), "write", key);
+        options.onProgress?.();
       }
       const info = await this.#io(() => syncAndStat(temp.file), "write", key);
       temp.file.close();
@@ -193,8 +197,14 @@ export class FileStore implements Store {
     }
   }
 
-  async putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult> {
+  async putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options: RequestOptions = {},
+  ): Promise<PutResult> {
     this.#checkKey(key);
+    options.signal?.throwIfAborted();
     await this.#probeForWrite(key);
     const temp = await this.#writeTemp(key, bytes);
     try {
@@ -202,7 +212,7 @@ export class FileStore implements Store {
       if (condition !== undefined && "ifNoneMatch" in condition) {
         await this.#linkInto(temp.path, key, temp.info);
       } else {
-        await using lock = await this.#lock(key);
+        await using lock = await this.#lock(key, options.signal);
         if (condition !== undefined) {
           const current = await this.#currentEtag(key);
           if (current !== condition.ifMatch) {
@@ -238,8 +248,9 @@ export class FileStore implements Store {
     });
   }
 
-  async openFile(key: string): Promise<StoredFile> {
+  async openFile(key: string, options: RequestOptions = {}): Promise<StoredFile> {
     this.#checkKey(key);
+    options.signal?.throwIfAborted();
     if ((await this.#probe(key, "read")).kind !== "file") {
       await this.#requireRoot("read", key);
       throw new StoreError("not_found", `"${key}" is not in ${this.description}`);
@@ -260,19 +271,25 @@ export class FileStore implements Store {
     };
   }
 
-  async getBytes(key: string): Promise<ObjectBytes | undefined> {
+  async getBytes(key: string, options: RequestOptions = {}): Promise<ObjectBytes | undefined> {
     this.#checkKey(key);
+    options.signal?.throwIfAborted();
     const file = await this.#openObject(key);
     if (file === undefined) return undefined;
     try {
-      return await this.#io(() => readFileBytes(file), "read", key);
+      const read = await this.#io(() => readFileBytes(file, MAX_OBJECT_BYTES), "read", key);
+      if (read === "too_large") {
+        throw tooLargeError(`Reading "${key}" from ${this.description}`, MAX_OBJECT_BYTES);
+      }
+      return read;
     } finally {
       file.close();
     }
   }
 
-  async list(prefix: string): Promise<StoredObject[]> {
+  async list(prefix: string, options: RequestOptions = {}): Promise<StoredObject[]> {
     checkPrefix(prefix);
+    options.signal?.throwIfAborted();
     if (hasDotSegment(prefix)) return [];
     const slash = prefix.lastIndexOf("/");
     const dirKey = slash < 0 ? "" : prefix.slice(0, slash);
@@ -291,8 +308,9 @@ export class FileStore implements Store {
       .sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
   }
 
-  async delete(key: string): Promise<void> {
+  async delete(key: string, options: RequestOptions = {}): Promise<void> {
     this.#checkKey(key);
+    options.signal?.throwIfAborted();
     const state = await this.#probe(key, "delete");
     if (state.kind !== "file") {
       // Nothing to delete (a directory or the like is no object), unless the store is gone.
@@ -300,7 +318,7 @@ export class FileStore implements Store {
       return;
     }
     {
-      await using _lock = await this.#lock(key);
+      await using _lock = await this.#lock(key, options.signal);
       try {
         await Deno.remove(this.#path(key));
       } catch (err) {
@@ -563,14 +581,16 @@ export class FileStore implements Store {
     }
   }
 
-  async #lock(key: string): Promise<FileLock> {
+  async #lock(key: string, signal?: AbortSignal): Promise<FileLock> {
     const name = createHash("sha256").update(key).digest("hex").slice(0, 32);
     await this.#checkOwnDirs(key);
-    return await this.#io(
-      () => this.#locks.acquire(name, `"${key}" in ${this.description}`),
-      "lock",
-      key,
-    );
+    try {
+      return await this.#locks.acquire(name, `"${key}" in ${this.description}`, signal);
+    } catch (err) {
+      // A caller that stopped waiting gets its own reason back, not a file-system error.
+      if (signal?.aborted) throw signal.reason;
+      throw await this.#fail(err, "lock", key);
+    }
   }
 
   /** The etag of the object at `key` now, or undefined. */
@@ -622,12 +642,17 @@ export class FileStore implements Store {
     }
   }
 
-  /** A listed file as an object, or undefined when it vanished meanwhile. */
+  /**
+   * A listed file as an object, or undefined when it vanished meanwhile. Its time is its mtime
+   * (the file system's clock, which stamps every object alike), read from the file its etag is.
+   */
   async #describe(key: string): Promise<StoredObject | undefined> {
     const path = this.#path(key);
     const info = await this.#io(() => lstatOrUndefined(path), "list", key);
     if (info === undefined || !info.isFile) return undefined;
-    if (info.size > SMALL_OBJECT_BYTES) return { key, size: info.size, etag: statEtag(info) };
+    if (info.size > SMALL_OBJECT_BYTES) {
+      return { key, size: info.size, etag: statEtag(info), ...modified(info) };
+    }
     let file: Deno.FsFile;
     try {
       file = await Deno.open(path, { read: true });
@@ -636,7 +661,9 @@ export class FileStore implements Store {
       throw await this.#fail(err, "list", key);
     }
     try {
-      return { key, ...await this.#io(() => fileEtag(file), "list", key) };
+      const tagged = await this.#io(() => fileEtag(file), "list", key);
+      // The same open file: a rename over the path meanwhile cannot mix two versions.
+      return { key, ...tagged, ...modified(await this.#io(() => file.stat(), "list", key)) };
     } finally {
       file.close();
     }
@@ -666,6 +693,12 @@ function isKey(key: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** A file's mtime as an object's `lastModifiedMs`, left out when the system gives none. */
+function modified(info: Deno.FileInfo): { lastModifiedMs?: number } {
+  const ms = info.mtime?.getTime();
+  return ms !== undefined && Number.isFinite(ms) ? { lastModifiedMs: ms } : {};
 }
 
 function parentOf(path: string): string {

@@ -6,9 +6,10 @@ import {
   INVALID_KEYS,
   storeContract,
 } from "../../tests/support/store_contract.ts";
+import { checkDeletedRetentionOnStoreClock } from "../../tests/support/deleted_retention.ts";
 import { FileStore, type FileStoreOptions } from "./file_store.ts";
 import { SMALL_OBJECT_BYTES } from "./file_etag.ts";
-import { StoreError } from "./store.ts";
+import { MAX_OBJECT_BYTES, StoreError } from "./store.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -41,6 +42,11 @@ Deno.test("FileStore passes the store contract", async (t) => {
     await Deno.mkdir(root);
     return new FileStore(root);
   });
+});
+
+Deno.test("FileStore: the store pruner ages a deleted volume by the files' mtimes, not by nodes' clocks", async () => {
+  await using dir = await tempDir();
+  await checkDeletedRetentionOnStoreClock(new FileStore(dir.path));
 });
 
 Deno.test("FileStore leaves no temporary file after finished, failed and aborted writes", async () => {
@@ -410,4 +416,15 @@ Deno.test("FileStore.openFile reads by position, keeps the descriptor at the sta
     new FileStore(`${dir.path}/gone`).openFile("v1/s/a.zfs"),
     (err) => err instanceof StoreError && err.kind === "unavailable",
   );
+});
+
+Deno.test("FileStore.getBytes refuses an object over the cap, naming the key and the cap", async () => {
+  await using dir = await tempDir();
+  const store = new FileStore(dir.path);
+  await Deno.mkdir(`${dir.path}/v1`);
+  await Deno.writeFile(`${dir.path}/v1/big.json`, new Uint8Array(MAX_OBJECT_BYTES + 1));
+  const err = await assertRejectsKind(() => store.getBytes("v1/big.json"), "invalid");
+  assert.match(err.message, /"v1\/big\.json".* 1048576 bytes/);
+  await Deno.writeFile(`${dir.path}/v1/big.json`, new Uint8Array(MAX_OBJECT_BYTES));
+  assert.equal((await store.getBytes("v1/big.json"))?.bytes.length, MAX_OBJECT_BYTES);
 });

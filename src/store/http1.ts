@@ -50,6 +50,11 @@ export interface Http1Init {
   readonly body?: Uint8Array | null;
   /** Aborting closes the connection; the request (or the body's reads) reject with its reason. */
   readonly signal?: AbortSignal | null;
+  /**
+   * Told each time bytes of the request went out (the socket took them): a large body is
+   * written as the network drains, so a caller sees a slow upload move and a stalled one stop.
+   */
+  readonly onSent?: (bytes: number) => void;
 }
 
 /** The most an answer's status line and headers may take. */
@@ -145,7 +150,7 @@ export class Http1Client {
       conn = await this.#acquire(url, signal);
       signal?.addEventListener("abort", onAbort, { once: true });
       signal?.throwIfAborted();
-      await writeRequest(conn, head.bytes, init.body ?? null);
+      await writeRequest(conn, head.bytes, init.body ?? null, init.onSent);
       const answer = await readAnswerHead(conn, method);
       const reusable = !head.close && answer.keepAlive;
       if (answer.framing.kind === "none") {
@@ -308,15 +313,20 @@ function connectionTokens(value: string): string[] {
   return value.split(",").map((s) => s.trim().toLowerCase());
 }
 
-async function writeRequest(conn: Connection, head: Uint8Array, body: Uint8Array | null) {
+async function writeRequest(
+  conn: Connection,
+  head: Uint8Array,
+  body: Uint8Array | null,
+  onSent?: (bytes: number) => void,
+) {
   if (body !== null && body.length <= SMALL_BODY_BYTES) {
     const all = new Uint8Array(head.length + body.length);
     all.set(head);
     all.set(body, head.length);
-    return await conn.writeAll(all);
+    return await conn.writeAll(all, onSent);
   }
-  await conn.writeAll(head);
-  if (body !== null) await conn.writeAll(body);
+  await conn.writeAll(head, onSent);
+  if (body !== null) await conn.writeAll(body, onSent);
 }
 
 /** How an answer's body is delimited. */
@@ -439,13 +449,15 @@ class Connection {
     closeQuietly(this.#conn);
   }
 
-  async writeAll(bytes: Uint8Array): Promise<void> {
+  async writeAll(bytes: Uint8Array, onSent?: (bytes: number) => void): Promise<void> {
     if (this.#start !== this.#end) {
       // Bytes arrived before the request was sent: not an answer to it.
       throw new Http1Error("the server sent bytes nobody asked for", true);
     }
     for (let at = 0; at < bytes.length;) {
-      at += await Promise.race([this.#conn.write(bytes.subarray(at)), this.#closing]);
+      const n = await Promise.race([this.#conn.write(bytes.subarray(at)), this.#closing]);
+      at += n;
+      onSent?.(n);
     }
   }
 

@@ -1,6 +1,6 @@
 /**
  * What the store holds and under which keys: the documented, versioned layout that lets an
- * operator restore by hand with ordinary tools (see the README's "The store"). Pure.
+ * operator restore by hand with ordinary tools (see docs/backups.md, "The store's layout"). Pure.
  *
  *   v1/volumes/<volume>/volume.json                 the volume's record ({@linkcode VolumeRecord})
  *   v1/volumes/<volume>/streams/<guid>-<upload>.zfs one `zfs send` stream, exactly as zfs wrote it
@@ -57,8 +57,10 @@ export interface VolumeRecord {
   /** The node that last wrote a backup. */
   readonly node: string;
   /**
-   * Set by DeleteVolume (ISO 8601): the volume's backups stay until this plus the store's
-   * deleted retention, then the pruner removes them. A later backup of the same uid clears it.
+   * Set by DeleteVolume (ISO 8601, the deleting node's wall clock): the pruner removes the
+   * volume's backups once the store's deleted retention has passed both on the store's clock
+   * since the record was written and on its own wall clock since this (src/replicate/prune.ts).
+   * A later backup of the same uid clears it.
    */
   readonly deletedAt?: string;
 }
@@ -81,8 +83,15 @@ export interface SnapshotManifest {
   /** The CSI snapshot name, for snapshots made by CreateSnapshot. */
   readonly csiName?: string;
   readonly kind: SnapshotKind;
-  /** The snapshot's creation time (ISO 8601, UTC). */
+  /** The snapshot's creation time (ISO 8601, UTC), by the sending node's clock. */
   readonly createdAt: string;
+  /**
+   * The snapshot's place among the volume's stored snapshots, with no clock involved: one more
+   * than the highest the sending node saw in the store (so more than its base's). Absent in
+   * manifests written before it existed; src/store/chain.ts orders those by their chain and
+   * createdAt. Untrusted like every field: read it with `sequenceOf`.
+   */
+  readonly sequence?: number;
   /** Key of the stream object. */
   readonly stream: string;
   /** Bytes of the stream, and its SHA-256 (lowercase hex). */
@@ -94,6 +103,11 @@ export interface SnapshotManifest {
   readonly node: string;
   /** The volume's size when the snapshot was taken. */
   readonly capacityBytes: number;
+  /**
+   * The snapshot's `referenced` (what refquota bounds): its size, as CSI's size_bytes answers
+   * it. Absent in manifests written before it existed (see snapshot_size.ts).
+   */
+  readonly referencedBytes?: number;
 }
 
 /** 16 lowercase hex digits of a decimal guid. */

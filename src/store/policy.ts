@@ -2,10 +2,22 @@
  * How much history a volume keeps in the store, and when a backup starts a new full stream.
  * Pure.
  *
+ * Which snapshot is newer is decided by the chains and their sequence numbers
+ * (src/store/chain.ts oldestFirst), never by comparing the `createdAt` of two nodes: a node
+ * whose clock is behind, or stepped back, stores backups that are newer than the ones before
+ * them all the same. Whatever the policy, and whatever any clock says, the newest snapshot and
+ * the snapshots the caller protects (the one a backup just stored, the head's chain of a volume
+ * that follows its job) are kept, with every base they need.
+ *
  * Retention is count-based, per bucket that has a snapshot: `hourly=24` keeps the newest
  * snapshot of each of the 24 most recent hours (UTC) that have one, not of the 24 hours before
  * now, so a volume whose node was down for a week still keeps its history instead of shrinking
  * to one snapshot. The rules add up (a snapshot kept by one rule counts for the others too).
+ * The buckets are the one place a clock counts: a snapshot's hour, day and week are those of
+ * its `createdAt` (the sending node's clock). They only choose which older snapshots to keep
+ * besides the ones above: going from the newest backwards in chain order, the first snapshot
+ * met in each bucket is kept, until as many buckets as the policy names were met. A skewed
+ * clock thus shifts which older snapshots stay, never what must stay.
  *
  * Why new full streams: an incremental needs its base, and that base its own, back to the full
  * stream; pruning keeps every base a kept snapshot needs, so a chain can only be dropped from
@@ -13,9 +25,10 @@
  * before, the newest snapshot (always kept) would keep the whole history alive and the store
  * would never shrink. {@linkcode needsFull} starts a new chain when the current one reaches
  * {@linkcode DEFAULT_MAX_CHAIN} streams or its full stream is older than
- * {@linkcode DEFAULT_MAX_CHAIN_AGE_MS}. The trade-off: each full stream moves and stores the
- * whole volume again; longer chains cost less upload but keep more old data in the store and
- * make a restore read (and check) more streams.
+ * {@linkcode DEFAULT_MAX_CHAIN_AGE_MS} (by this node's clock against the full stream's
+ * `createdAt`: a clock that is off only makes the new chain come earlier or later). The
+ * trade-off: each full stream moves and stores the whole volume again; longer chains cost less
+ * upload but keep more old data in the store and make a restore read (and check) more streams.
  */
 
 import { depths, oldestFirst } from "./chain.ts";
@@ -113,16 +126,29 @@ const BUCKETS: ReadonlyArray<readonly ["hourly" | "daily" | "weekly", (ms: numbe
   ["weekly", (ms) => Math.floor((Math.floor(ms / DAY_MS) + 3) / 7)],
 ];
 
+/** Options of {@linkcode retained}. */
+export interface RetainOptions {
+  /**
+   * Guids kept whatever the policy says, with every base they need: the snapshot a backup just
+   * stored, the head's chain of a volume that follows its job. Guids not among the manifests
+   * are ignored.
+   */
+  readonly protect?: Iterable<string>;
+}
+
 /**
- * The guids the policy keeps among one volume's manifests: the newest `last`, the newest of
- * each of the most recent hourly, daily and weekly buckets that have one, always the newest of
- * all, every snapshot of kind "requested" (a user asked for it: only DeleteSnapshot removes
- * it), every snapshot whose chain is already broken (not counted; for the operator to look
- * at: the plugin never deletes what it cannot judge), then every base a kept snapshot needs.
+ * The guids the policy keeps among one volume's manifests: always the newest of all (chain
+ * order, see the module doc) and every guid in `options.protect`; the newest `last`; the
+ * newest of each of the most recent hourly, daily and weekly buckets that have one (see the
+ * module doc); every snapshot of kind "requested" (a user asked for it: only DeleteSnapshot
+ * removes it); every snapshot whose chain is already broken (not counted; for the operator to
+ * look at: the plugin never deletes what it cannot judge); then every base a kept snapshot
+ * needs.
  */
 export function retained(
   manifests: readonly SnapshotManifest[],
   policy: KeepPolicy,
+  options: RetainOptions = {},
 ): Set<string> {
   const byGuid = new Map(manifests.map((m) => [m.guid, m]));
   const complete = completeChains(manifests);
@@ -131,13 +157,14 @@ export function retained(
   const kept = new Set<string>();
   const newest = newestFirst[0];
   if (newest) kept.add(newest.guid);
+  for (const guid of options.protect ?? []) if (byGuid.has(guid)) kept.add(guid);
   for (const m of counted.slice(0, policy.last)) kept.add(m.guid);
   for (const [kind, bucketOf] of BUCKETS) {
     const buckets = new Set<number>();
     for (const m of counted) {
+      if (buckets.size >= policy[kind]) break;
       const b = bucketOf(Date.parse(m.createdAt));
       if (buckets.has(b)) continue;
-      if (buckets.size >= policy[kind]) break;
       buckets.add(b);
       kept.add(m.guid);
     }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Prng, seedFrom } from "../../tests/support/prng.ts";
-import { chainTo, latest } from "./chain.ts";
+import { chainTo, latest, nextSequence } from "./chain.ts";
 import type { KeepPolicy, SnapshotManifest } from "./layout.ts";
 import {
   formatKeepPolicy,
@@ -225,5 +225,90 @@ Deno.test("pruning random histories never deletes a base a kept snapshot needs",
     }
     // Retention bounds the store: with needsFull, at most what the rules keep and their chains.
     assert.ok(store.size < 80, `seed ${seed}, trial ${trial}: ${store.size} left`);
+  }
+});
+
+/** `m` as this version writes it: with a sequence number. */
+const numbered = (m: SnapshotManifest, sequence: number): SnapshotManifest => ({ ...m, sequence });
+
+Deno.test("retained keeps the newest by the chain, not by a clock that is behind or stepped back", () => {
+  // Node A backs up every minute; node B, 10 minutes behind, takes over and backs up twice.
+  const a = chain(5, 60_000).map((m, i) => numbered(m, i + 1));
+  const behind = T0 + 5 * 60_000 - 10 * 60_000;
+  const b = [
+    numbered(manifest("6", behind, "5"), 6),
+    numbered(manifest("7", behind + 60_000, "6"), 7),
+  ];
+  const all = [...a, ...b];
+  for (
+    const p of [keep({ last: 1 }), keep({ hourly: 1 }), keep({ daily: 1 }), keep({ weekly: 1 })]
+  ) {
+    assert.ok(retained(all, p).has("7"), formatKeepPolicy(p));
+  }
+  // A new full stream from B (its chain reached its length): the old chain can go, B's stays.
+  const restart = [
+    ...a,
+    numbered(manifest("8", behind), 6),
+    numbered(manifest("9", behind + 60_000, "8"), 7),
+  ];
+  assert.deepEqual([...retained(restart, keep({ last: 1 }))].sort(), ["8", "9"]);
+  // Old manifests (no numbers), B behind on A's chain: still newest by the chain.
+  const old = [...chain(5, 60_000), manifest("6", behind, "5")];
+  assert.ok(retained(old, keep({ hourly: 1 })).has("6"));
+});
+
+Deno.test("retained keeps what the caller protects, with its chain", () => {
+  const ms = [...chain(3, HOUR), ...chain(3, HOUR, T0 + DAY, 10)];
+  const kept = retained(ms, keep({ last: 1 }), { protect: ["2", "99"] });
+  assert.deepEqual([...kept].sort((x, y) => +x - +y), ["1", "2", "10", "11", "12"]);
+});
+
+/**
+ * Random histories of two nodes whose clocks disagree by up to two hours and now and then step
+ * back, each backup numbered as this version numbers it and pruned by a random policy with the
+ * head's chain protected: the backup just stored is always kept with its whole chain, and so is
+ * the head; nothing kept ever loses its base.
+ */
+Deno.test("pruning random histories with skewed clocks keeps the new backup and the head", () => {
+  const seed = seedFrom(Deno.env.get("ZFS_CSI_TEST_SEED"), 2121);
+  const rng = new Prng(seed);
+  for (let trial = 0; trial < 40; trial++) {
+    const policy = keep({
+      last: rng.int(0, 3),
+      hourly: rng.int(0, 4),
+      daily: rng.int(0, 2),
+      weekly: rng.int(0, 2),
+    });
+    if (policy.last + policy.hourly + policy.daily + policy.weekly === 0) continue;
+    const offsets = [0, rng.int(-120, 120) * 60_000];
+    const store = new Map<string, SnapshotManifest>();
+    let time = T0;
+    let guid = 100;
+    let head: string | undefined;
+    for (let step = 0; step < 60; step++) {
+      const ctx = `seed ${seed}, trial ${trial}, step ${step}, ${formatKeepPolicy(policy)}`;
+      time += rng.pick([60_000, 15 * 60_000, HOUR, DAY]);
+      const node = rng.int(0, 1);
+      if (rng.chance(0.1)) offsets[node]! -= rng.int(1, 180) * 60_000;
+      const all = [...store.values()];
+      const base = head ?? latest(all)?.guid;
+      const full = base === undefined ||
+        needsFull(chainTo(all, base), { nowMs: time + offsets[node]!, maxLength: 6 });
+      const m = numbered(
+        manifest(String(++guid), time + offsets[node]!, full ? null : base),
+        nextSequence(all),
+      );
+      store.set(m.guid, m);
+      // The head moves to the new backup only now and then (a holder that is not the writer).
+      const headChain = head === undefined
+        ? []
+        : chainTo([...store.values()], head).map((c) => c.guid);
+      const kept = retained([...store.values()], policy, { protect: [m.guid, ...headChain] });
+      for (const gone of pruneOrder([...store.values()], kept)) store.delete(gone.guid);
+      assert.doesNotThrow(() => chainTo([...store.values()], m.guid), `${ctx}: the new one`);
+      if (head !== undefined) assert.doesNotThrow(() => chainTo([...store.values()], head!), ctx);
+      assert.equal(latest([...store.values()])?.guid, m.guid, `${ctx}: the newest is the new one`);
+      if (rng.chance(0.7)) head = m.guid;
+    }
   }
 });

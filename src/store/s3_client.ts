@@ -9,6 +9,7 @@
 import { answerError, S3StoreError, unreachableError } from "./s3_errors.ts";
 import { parseErrorBody } from "./s3_xml.ts";
 import { type Credentials, EMPTY_SHA256, sha256Hex, signS3Request, uriEncode } from "./sigv4.ts";
+import { tooLargeError } from "./store.ts";
 
 /** Where the bucket is. */
 export interface S3Address {
@@ -59,6 +60,8 @@ export interface TransportInit {
   readonly body: Uint8Array<ArrayBuffer> | null;
   readonly signal: AbortSignal;
   readonly redirect: "manual";
+  /** Told each time bytes of the request went out (a transport that cannot tell never calls it). */
+  readonly onSent?: (bytes: number) => void;
 }
 
 /** Sends one request (fetch fits, and so does {@linkcode Http1Client.fetch}). */
@@ -110,7 +113,20 @@ export interface S3Request {
   readonly signal?: AbortSignal | undefined;
   /** Overrides the client's time limit. */
   readonly timeoutMs?: number;
+  /**
+   * The most {@linkcode S3Client.send} reads of the answer's body (default
+   * {@linkcode MAX_ANSWER_BYTES}): a larger answer fails as "invalid", read no further.
+   */
+  readonly maxBodyBytes?: number;
+  /**
+   * Told whenever the request moves: bytes of its body went out, its answer's head or bytes of
+   * the body read whole came in (see TransferOptions.onProgress in store.ts).
+   */
+  readonly onProgress?: (() => void) | undefined;
 }
+
+/** The most of an answer's body read whole unless a request says otherwise (XML, manifests). */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
 
 /** Pauses, or rejects with the signal's reason once it aborts. */
 export function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
@@ -163,13 +179,15 @@ export class S3Client {
 
   /**
    * Sends a request, retrying an idempotent one on transient failures, and returns the 2xx
-   * answer with its body read whole (small answers: XML, a manifest).
-   * @throws {StoreError} classified; the caller's abort reason when its signal aborts
+   * answer with its body read whole (small answers: XML, a manifest), up to the request's cap.
+   * @throws {StoreError} classified; invalid for a body over the cap; the caller's abort reason
+   *   when its signal aborts
    */
   async send(request: S3Request): Promise<{ response: Response; body: Uint8Array }> {
     return await this.#withRetries(request, async (signal) => {
       const response = await this.#fetch(request, signal);
-      return { response, body: new Uint8Array(await response.arrayBuffer()) };
+      const cap = request.maxBodyBytes ?? MAX_ANSWER_BYTES;
+      return { response, body: await readCapped(response, cap, request.what, request.onProgress) };
     });
   }
 
@@ -252,13 +270,16 @@ export class S3Client {
       },
       this.#o.credentials,
     );
+    const progress = request.onProgress;
     const response = await this.#o.transport.fetch(url, {
       method: request.method,
       headers,
       body: request.body ?? null,
       signal,
       redirect: "manual",
+      ...(progress ? { onSent: () => progress() } : {}),
     });
+    progress?.();
     if (response.ok) return response;
     if (request.method === "HEAD") {
       // HEAD answers have no body: S3's 404 to HEAD is a missing object.
@@ -268,7 +289,7 @@ export class S3Client {
     }
     const text = await readSome(response, MAX_ERROR_BODY);
     const body = parseErrorBody(text) ?? { code: "", message: "" };
-    throw answerError(request.what, response.status, body);
+    throw answerError(request.what, response.status, body, { bucket: this.#o.address.bucket });
   }
 }
 
@@ -297,6 +318,41 @@ class IdleTimer {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
   }
+}
+
+/**
+ * An answer's whole body, refused once it is over `cap` bytes: by its Content-Length before
+ * any of it is read, or as soon as the bytes read pass the cap (the rest is never read).
+ * @throws {StoreError} invalid, naming `what` and the cap
+ */
+async function readCapped(
+  response: Response,
+  cap: number,
+  what: string,
+  onProgress?: () => void,
+): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array(0);
+  if (Number(response.headers.get("content-length") ?? 0) > cap) {
+    await response.body.cancel().catch(() => {});
+    throw tooLargeError(what, cap);
+  }
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const r = await reader.read();
+    if (r.done) break;
+    onProgress?.();
+    size += r.value.length;
+    if (size > cap) {
+      await reader.cancel().catch(() => {});
+      throw tooLargeError(what, cap);
+    }
+    chunks.push(r.value);
+  }
+  const all = new Uint8Array(size);
+  chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
+  return all;
 }
 
 /** Reads at most `limit` bytes of an answer as text, then drops the rest. */

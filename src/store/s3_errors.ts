@@ -47,7 +47,11 @@ export function classifyS3Error(status: number, code: string): Classification {
     return { kind: "no_space", retryable: false, hint: "free space or raise the bucket's quota" };
   }
   if (code === "NoSuchBucket") {
-    return { kind: "invalid", retryable: false, hint: "create the bucket or fix its name" };
+    return {
+      kind: "misconfigured",
+      retryable: false,
+      hint: "the bucket does not exist: create it, or name another in --store",
+    };
   }
   if (code === "NoSuchUpload") {
     return {
@@ -117,6 +121,12 @@ export class S3StoreError extends StoreError {
   }
 }
 
+/** What a request was sent to, for the hints of some answers. */
+export interface AnswerContext {
+  /** The bucket, named in the hint of NoSuchBucket. */
+  readonly bucket?: string;
+}
+
 /**
  * The error of a failed answer. Only the status, S3's code and (except for denials, whose
  * messages may echo what was signed) S3's short message are kept.
@@ -125,11 +135,15 @@ export function answerError(
   what: string,
   status: number,
   body: { readonly code: string; readonly message: string },
+  context: AnswerContext = {},
 ): S3StoreError {
   const c = classifyS3Error(status, body.code);
   const answered = `the store answered ${status}${body.code ? ` ${body.code}` : ""}`;
   const detail = c.kind === "denied" || body.message === "" ? "" : ` (${shortText(body.message)})`;
-  const hint = c.hint ? `: ${c.hint}` : "";
+  const named = body.code === "NoSuchBucket" && context.bucket !== undefined
+    ? c.hint.replace("the bucket", `the bucket "${context.bucket}"`)
+    : c.hint;
+  const hint = named ? `: ${named}` : "";
   return new S3StoreError(c.kind, `${what} failed: ${answered}${detail}${hint}`, {
     status,
     code: body.code,

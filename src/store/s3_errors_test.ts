@@ -7,7 +7,8 @@ Deno.test("classifyS3Error maps statuses and S3 codes to store error kinds", () 
     [412, "", "precondition_failed", false],
     [409, "ConditionalRequestConflict", "precondition_failed", false],
     [404, "NoSuchKey", "not_found", false],
-    [404, "NoSuchBucket", "invalid", false],
+    // The bucket is the operator's to create: never "not found", never an internal error.
+    [404, "NoSuchBucket", "misconfigured", false],
     [404, "NoSuchUpload", "unavailable", false],
     // Only NoSuchKey is a missing object: a web server that is not S3 is not "nothing there".
     [404, "", "invalid", false],
@@ -55,6 +56,19 @@ Deno.test("answerError names what failed and the answer, with a hint", () => {
   const bare = answerError(what, 502, { code: "", message: "" });
   assert.equal(bare.message, `${what} failed: the store answered 502`);
   assert.equal(bare.retryable, true);
+});
+
+Deno.test("answerError names the bucket that does not exist", () => {
+  const what = 'Listing "v1/" in s3://nope/p (http://127.0.0.1:7070)';
+  const e = answerError(what, 404, { code: "NoSuchBucket", message: "no bucket" }, {
+    bucket: "nope",
+  });
+  assert.equal(e.kind, "misconfigured");
+  assert.equal(
+    e.message,
+    `${what} failed: the store answered 404 NoSuchBucket (no bucket): the bucket "nope" ` +
+      "does not exist: create it, or name another in --store",
+  );
 });
 
 Deno.test("answerError leaves out the server's message of a denial and long or odd text", () => {

@@ -40,14 +40,22 @@ import type { Credentials } from "./sigv4.ts";
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
+  type RequestOptions,
   type Store,
   type StoredObject,
   StoreError,
   type TransferOptions,
   type WriteCondition,
 } from "./store.ts";
+
+/**
+ * The most of one ListObjectsV2 page read: a page holds at most 1,000 objects, each entry well
+ * under 2 KiB even with S3's longest keys and an owner.
+ */
+export const MAX_LIST_PAGE_BYTES = 8 * 1024 * 1024;
 
 /** Default part size of multipart uploads: a few of them are in memory during a write. */
 export const DEFAULT_PART_BYTES = 8 * 1024 * 1024;
@@ -135,11 +143,18 @@ export class S3Store implements Store {
       partSizeBytes: this.#partSizeBytes,
       ...(this.#partsInFlight !== undefined && { partsInFlight: this.#partsInFlight }),
       signal: options.signal,
+      ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     }, body);
   }
 
-  async putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult> {
+  async putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options: RequestOptions = {},
+  ): Promise<PutResult> {
     checkKey(key);
+    const { signal } = options;
     const what = `Writing "${key}" to ${this.description}`;
     const headers: Record<string, string> = condition === undefined
       ? {}
@@ -155,6 +170,7 @@ export class S3Store implements Store {
         what,
         // The same bytes again are harmless only without a condition (see the module doc).
         idempotent: condition === undefined,
+        signal,
       });
       return { etag: unquoteEtag(response.headers.get("etag") ?? ""), size: bytes.length };
     };
@@ -172,7 +188,7 @@ export class S3Store implements Store {
         if (e.kind === "precondition_failed" && !unanswered) throw e;
         if (e.kind !== "precondition_failed" && !e.retryable) throw e;
         // Did an unanswered try land? Then this write is done (a later try lost to it).
-        const now = await this.getBytes(key);
+        const now = await this.getBytes(key, options);
         if (now !== undefined && sameBytes(now.bytes, bytes)) {
           return { etag: now.etag, size: bytes.length };
         }
@@ -188,7 +204,7 @@ export class S3Store implements Store {
         if (n >= this.#client.tries) throw e;
         unanswered = true;
       }
-      await this.#client.backoff(n);
+      await this.#client.backoff(n, signal);
     }
   }
 
@@ -203,7 +219,7 @@ export class S3Store implements Store {
     });
   }
 
-  async getBytes(key: string): Promise<ObjectBytes | undefined> {
+  async getBytes(key: string, options: RequestOptions = {}): Promise<ObjectBytes | undefined> {
     checkKey(key);
     try {
       const { response, body } = await this.#client.send({
@@ -211,6 +227,8 @@ export class S3Store implements Store {
         key: this.#full(key),
         what: `Reading "${key}" from ${this.description}`,
         idempotent: true,
+        maxBodyBytes: MAX_OBJECT_BYTES,
+        signal: options.signal,
       });
       return { bytes: body, etag: unquoteEtag(response.headers.get("etag") ?? "") };
     } catch (e) {
@@ -219,7 +237,7 @@ export class S3Store implements Store {
     }
   }
 
-  async list(prefix: string): Promise<StoredObject[]> {
+  async list(prefix: string, options: RequestOptions = {}): Promise<StoredObject[]> {
     checkPrefix(prefix);
     const root = this.#root === "" ? "" : `${this.#root}/`;
     const what = `Listing "${prefix}" in ${this.description}`;
@@ -236,6 +254,8 @@ export class S3Store implements Store {
         query,
         what,
         idempotent: true,
+        maxBodyBytes: MAX_LIST_PAGE_BYTES,
+        signal: options.signal,
       });
       let page;
       try {
@@ -251,7 +271,7 @@ export class S3Store implements Store {
     return objects.sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
   }
 
-  async delete(key: string): Promise<void> {
+  async delete(key: string, options: RequestOptions = {}): Promise<void> {
     checkKey(key);
     try {
       await this.#client.send({
@@ -259,6 +279,7 @@ export class S3Store implements Store {
         key: this.#full(key),
         what: `Deleting "${key}" from ${this.description}`,
         idempotent: true,
+        signal: options.signal,
       });
     } catch (e) {
       if (e instanceof StoreError && e.kind === "not_found") return;

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { type FakeRequest, FakeS3 } from "../../tests/support/fake_s3.ts";
 import { assertRejectsKind } from "../../tests/support/store_contract.ts";
-import { S3Store, type S3StoreOptions } from "./s3_store.ts";
+import { MAX_LIST_PAGE_BYTES, S3Store, type S3StoreOptions } from "./s3_store.ts";
+import { MAX_OBJECT_BYTES } from "./store.ts";
 import { partSizeFor } from "./s3_upload.ts";
 
 const encoder = new TextEncoder();
@@ -321,4 +322,47 @@ Deno.test("partSizeFor doubles every 1,000 parts so 10,000 parts pass 5 TiB", ()
   for (let n = 1; n <= 10_000; n++) total += partSizeFor(8 * MiB, n);
   assert.ok(total > 5 * 1024 ** 4, `${total}`);
   assert.equal(partSizeFor(1024 * MiB, 10_000), 5 * 1024 * MiB, "capped at S3's 5 GiB");
+});
+
+Deno.test("S3Store.getBytes refuses an object over the cap, naming the key and the cap", async () => {
+  const fake = new FakeS3("b");
+  const store = fakeStore(fake);
+  fake.objects.set("backups/zfs-csi/v1/big.json", {
+    bytes: new Uint8Array(MAX_OBJECT_BYTES + 1),
+    etag: "e",
+  });
+  const sized = await assertRejectsKind(() => store.getBytes("v1/big.json"), "invalid");
+  assert.match(sized.message, /"v1\/big\.json".* 1048576 bytes/);
+  // An answer without a length (chunked) is read only up to the cap, then dropped.
+  let pulled = 0;
+  const chunk = 64 * 1024;
+  fake.intercept = (r) =>
+    r.operation === "GetObject"
+      ? new Response(
+        new ReadableStream<Uint8Array>({
+          pull(c) {
+            if (++pulled > 64) return c.close();
+            c.enqueue(new Uint8Array(chunk));
+          },
+        }, { highWaterMark: 0 }),
+        { headers: { etag: '"e"' } },
+      )
+      : undefined;
+  const streamed = await assertRejectsKind(() => store.getBytes("v1/big.json"), "invalid");
+  assert.match(streamed.message, /"v1\/big\.json".* 1048576 bytes/);
+  assert.ok(pulled <= MAX_OBJECT_BYTES / chunk + 2, `read ${pulled} chunks of 64 KiB`);
+});
+
+Deno.test("S3Store.list refuses a listing page over the cap", async () => {
+  const fake = new FakeS3("b");
+  const store = fakeStore(fake);
+  const padding = " ".repeat(MAX_LIST_PAGE_BYTES);
+  fake.intercept = (r) =>
+    r.operation === "ListObjectsV2"
+      ? new Response(
+        `<ListBucketResult>${padding}<IsTruncated>false</IsTruncated></ListBucketResult>`,
+      )
+      : undefined;
+  const err = await assertRejectsKind(() => store.list("v1/"), "invalid");
+  assert.match(err.message, /^Listing "v1\/" in .* over the \d+ bytes/);
 });

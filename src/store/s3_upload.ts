@@ -145,6 +145,8 @@ export interface UploadTarget {
    */
   readonly partsInFlight?: number;
   readonly signal?: AbortSignal | undefined;
+  /** Told whenever bytes go out or an answer comes (see TransferOptions.onProgress). */
+  readonly onProgress?: (() => void) | undefined;
 }
 
 /**
@@ -220,6 +222,7 @@ async function putObject(target: UploadTarget, bytes: Uint8Array<ArrayBuffer>): 
     // Unconditional, the same bytes to a key only this writer uses: safe to send again.
     idempotent: true,
     signal: target.signal,
+    onProgress: target.onProgress,
   });
   return { etag: unquoteEtag(response.headers.get("etag") ?? ""), size: bytes.length };
 }
@@ -251,6 +254,7 @@ class MultipartUpload {
       // A retried create may leave an unused upload behind; aborted by lifecycle rules only.
       idempotent: true,
       signal: this.#t.signal,
+      onProgress: this.#t.onProgress,
     });
     try {
       this.#uploadId = parseInitiateMultipartUpload(new TextDecoder().decode(body));
@@ -269,6 +273,7 @@ class MultipartUpload {
       what: `${this.#t.what} (part ${n})`,
       idempotent: true,
       signal: this.#t.signal,
+      onProgress: this.#t.onProgress,
     });
     const etag = response.headers.get("etag");
     if (!etag) throw badAnswerError(this.#t.what, new SyntaxError(`part ${n} has no ETag`));
@@ -293,6 +298,7 @@ class MultipartUpload {
           what: this.#t.what,
           idempotent: false,
           signal: this.#t.signal,
+          onProgress: this.#t.onProgress,
           // S3 may take minutes to join many parts (it answers 200 at once and sends the
           // result when done).
           timeoutMs: 300_000,
@@ -328,6 +334,7 @@ class MultipartUpload {
         what: this.#t.what,
         idempotent: true,
         signal: this.#t.signal,
+        onProgress: this.#t.onProgress,
       }));
     } catch (e) {
       if (e instanceof S3StoreError && e.kind === "not_found") return undefined;

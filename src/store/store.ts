@@ -22,7 +22,12 @@ export type StoreErrorKind =
   /** The credentials or permissions do not allow the operation. */
   | "denied"
   /** The request itself was wrong (a bad key, an answer the store should not give). */
-  | "invalid";
+  | "invalid"
+  /**
+   * The store is not set up as the plugin needs (a bucket that does not exist, a server that
+   * does not enforce conditional writes): the operator's to fix, not worth retrying as it is.
+   */
+  | "misconfigured";
 
 /** A failed store operation. The message names the key and the store, never credentials. */
 export class StoreError extends Error {
@@ -41,6 +46,13 @@ export interface StoredObject {
   readonly size: number;
   /** Opaque version tag: changes whenever the object's content is replaced. */
   readonly etag: string;
+  /**
+   * When this version was written, in ms since the epoch, by the STORE's clock (S3's
+   * LastModified, the directory store's file mtime): comparable only with other times from
+   * the same store (src/store/store_clock.ts), never with a node's clock. Absent when the
+   * store does not say.
+   */
+  readonly lastModifiedMs?: number;
 }
 
 /** A write that succeeds only if the object is absent, or still at a version read before. */
@@ -56,10 +68,25 @@ export interface PutResult {
   readonly size: number;
 }
 
+/** Options of a request for a small object or a listing. */
+export interface RequestOptions {
+  /**
+   * Stops the request (the S3 store closes its connection); it rejects with the signal's
+   * reason. A write it stops may or may not have landed, as any unanswered write.
+   */
+  readonly signal?: AbortSignal;
+}
+
 /** Options of a streamed transfer. */
 export interface TransferOptions {
   /** Stops the transfer; for a write, nothing becomes visible. */
   readonly signal?: AbortSignal;
+  /**
+   * Told, for a write, whenever bytes of it reach the store or the store answers a part of it:
+   * how a caller tells a slow upload from a stalled one (src/store/wait.ts). Not every store
+   * tells (a fake may not).
+   */
+  readonly onProgress?: () => void;
 }
 
 /** A small object read whole, with its version tag for a later conditional write. */
@@ -133,7 +160,12 @@ export interface Store {
    * @throws {StoreError} precondition_failed when the condition does not hold; unavailable,
    * no_space, denied, invalid
    */
-  putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult>;
+  putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options?: RequestOptions,
+  ): Promise<PutResult>;
 
   /**
    * Streams an object's content as it downloads.
@@ -147,26 +179,43 @@ export interface Store {
    * its bytes need not pass through this process. The caller closes it.
    * @throws {StoreError} not_found, unavailable, denied
    */
-  openFile?(key: string): Promise<StoredFile>;
+  openFile?(key: string, options?: RequestOptions): Promise<StoredFile>;
 
   /**
-   * Reads a small object whole, or `undefined` when there is none.
-   * @throws {StoreError} unavailable, denied
+   * Reads a small object whole, or `undefined` when there is none. Small means at most
+   * {@linkcode MAX_OBJECT_BYTES}: what the store holds is untrusted, and a larger object is
+   * refused before more than that is read.
+   * @throws {StoreError} unavailable, denied; invalid for an object over the cap
    */
-  getBytes(key: string): Promise<ObjectBytes | undefined>;
+  getBytes(key: string, options?: RequestOptions): Promise<ObjectBytes | undefined>;
 
   /**
    * Every object whose key starts with `prefix` (a plain string prefix, "" for all), sorted by
    * key. Objects still being written by {@linkcode putStream} are not listed.
    * @throws {StoreError} unavailable, denied
    */
-  list(prefix: string): Promise<StoredObject[]>;
+  list(prefix: string, options?: RequestOptions): Promise<StoredObject[]>;
 
   /**
    * Removes an object; a missing one is not an error.
    * @throws {StoreError} unavailable, denied
    */
-  delete(key: string): Promise<void>;
+  delete(key: string, options?: RequestOptions): Promise<void>;
+}
+
+/**
+ * The most {@linkcode Store.getBytes} reads of one object. Manifests, records and owner objects
+ * take a few KiB; anything near this is not one the plugin wrote.
+ */
+export const MAX_OBJECT_BYTES = 1024 * 1024;
+
+/** The error of an object or answer over the bytes the plugin reads whole. */
+export function tooLargeError(what: string, cap: number): StoreError {
+  return new StoreError(
+    "invalid",
+    `${what} failed: the answer is over the ${cap} bytes the plugin reads whole, so it is not ` +
+      `one the plugin wrote`,
+  );
 }
 
 const KEY_SEGMENT = /^[A-Za-z0-9._:-]+$/;

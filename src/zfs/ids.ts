@@ -86,7 +86,7 @@ function checkNode(kind: string, id: string, node: string, scope: IdScope): void
       Code.FAILED_PRECONDITION,
       `${kind} "${id}" lives on node "${node}", but this plugin runs on node "${scope.nodeId}": ` +
         `Nomad sends controller calls to one controller per plugin id, so give each node its ` +
-        `own plugin id (see the README's controller section)`,
+        `own plugin id (see docs/volumes.md, "Modes and Nomad's controller routing")`,
     );
   }
 }

@@ -16,7 +16,7 @@
 #     127.0.0.1, free non-default ports, data dirs in a temporary directory: Nomad allows one
 #     volume of a name per node, whatever the namespace, so the second namespace's volume of the
 #     same name goes to the second node; both nodes use the same parent dataset;
-#   - the plugin: installed as the README says, in one step: a symlink named "zfs" in each
+#   - the plugin: installed as docs/host-volumes.md says, in one step: a symlink named "zfs" in each
 #     client's host_volume_plugin_dir to the binary, with no wrapper and no PATH (Nomad runs
 #     plugins with only DHV_* set). "deno compile" cannot run here, so the binary is stood in
 #     for by the script tests/e2e/lib.sh plugin_wrapper writes: it execs main.ts under the

@@ -11,14 +11,14 @@
 #   ZFS_CSI_NOMAD_VERSION=1.10.5 tests/e2e/nomad_e2e.sh   # the same under Nomad 1.10.5
 #
 # What runs where (raw_exec and exec need nothing but Nomad; why not docker or podman on our CI
-# machines: the README's "Running under Nomad" section):
+# machines: docs/testing.md, "What these machines cannot run"):
 #   - a Nomad dev agent on 127.0.0.1, free non-default ports, data_dir in a temporary directory;
 #   - the plugin with nomad/zfs-csi-raw-exec.nomad.hcl, as a monolith (plugin id zfs-e2e, with
 #     -var store=file://<temp dir>/store) and as the node-only layout (plugin id zfs, on a second
 #     parent dataset, no store, S3 keys from its Nomad Variable); the job's
 #     binary_path is a small wrapper that runs main.ts with the production permission flags
 #     (src/permissions.ts) scoped to the agent's <data_dir>/client/csi, plus the store directory
-#     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts),
+#     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by src/permissions.ts),
 #     since "deno compile" cannot run here;
 #   - the application job (tests/e2e/app.nomad.hcl) with the exec driver.
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3, the newest the Go module proxy serves; also
@@ -123,7 +123,7 @@ say "pool: $pool on $tmp/pool.img, parents $pool/nomad (monolith) and $pool/node
 
 # -- the plugin "binary" for raw_exec: main.ts under the pinned Deno, with the production
 # permission flags scoped to this agent's CSI directory, and the store's directory granted as a
-# production build grants it: ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts.
+# production build grants it: ZFS_CSI_EXTRA_DIRS, read by src/permissions.ts.
 mkdir -p "$tmp/bin"
 # write_wrapper extra-dirs: (re)writes the wrapper; extra-dirs is ZFS_CSI_EXTRA_DIRS ("" for none).
 write_wrapper() { plugin_wrapper "$tmp/bin/zfs-csi" "$plugin_root" "$csi_dir" "$1" ""; }
@@ -283,7 +283,7 @@ if [ ${#nodeonly_vars[@]} -gt 0 ]; then
     plugin_env_has "--parent-dataset $pool/nodeonly" AWS_ACCESS_KEY_ID=E2EKEYID
 fi
 
-# The container jobs cannot run here (README, "What these machines cannot run"); what Nomad
+# The container jobs cannot run here (docs/testing.md, "What these machines cannot run"); what Nomad
 # makes of their store variables can be read without running them.
 for job in zfs-csi.nomad.hcl zfs-csi-podman.nomad.hcl; do
   f="$plugin_root/nomad/$job"
@@ -623,8 +623,8 @@ check "nomad volume delete shared (retried while zfs-fuse calls it busy)" \
   wait_until 30 nomad volume delete shared
 
 # ---------------------------------------------------------------------------------------------
-# Nomad sends CreateVolume only a volume's name, never its id or namespace (README "Volume names:
-# one per volume, across namespaces"). A repeat of a name is answered with the volume only while
+# Nomad sends CreateVolume only a volume's name, never its id or namespace (docs/volumes.md,
+# "Volume names: one per volume, across namespaces"). A repeat of a name is answered with the volume only while
 # it can be a retry: the dataset records that name, was never staged, and is less than 10 minutes
 # old. Otherwise the answer is ALREADY_EXISTS, telling the operator to choose another name.
 
@@ -780,7 +780,7 @@ if [ -n "$store_on" ]; then
   check "nomad volume snapshot list -plugin $monolith_plugin lists it with Ready? true" \
     wait_until 120 eval '[ "$(snapshot_ready "$store_id")" = true ]'
   say "  $(nomad volume snapshot list -plugin "$monolith_plugin" 2>&1 | grep -F "$store_id")"
-  # What an operator finds in the store directory (README, the store's layout).
+  # What an operator finds in the store directory (docs/backups.md, "The store's layout").
   manifest="$store_dir/v1/volumes/backed/snapshots/${store_id##*:}.json"
   local_snap="$backed_ds@$(jq -r .snapshot "$manifest" 2>/dev/null)"
   check "the store holds its manifest: kind requested, csiName nightly, the guid of $local_snap" \

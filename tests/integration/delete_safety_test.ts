@@ -2,7 +2,7 @@
  * DeleteVolume and the purge on a real pool, through the plugin's own process: nothing the
  * plugin did not make is destroyed (an operator's or sanoid's snapshot, a child dataset, a clone
  * of one of its hidden snapshots, a `.deleted-*` dataset made by hand or by an older version),
- * what is set aside carries the plugin's marks, and the README's undo works by the recorded name,
+ * what is set aside carries the plugin's marks, and the undo of docs/deleting.md works by the recorded name,
  * also for names too long to keep in the hidden one.
  *
  * zfs-fuse cannot show: holds (`zfs hold` needs pyzfs; see src/csi/delete_safety_test.ts), the
@@ -146,7 +146,7 @@ Deno.test("delete safety: nothing the plugin did not make is destroyed, what it 
         assert.deepEqual(await valueAndSource(hidden, MANAGED), ["yes", "local"]);
         assert.equal(await pool.get(hidden, "canmount"), "noauto");
         assert.ok(!(await volumeIds(c())).includes(id));
-        // The README's undo, step by step.
+        // The undo of docs/deleting.md, by hand, step by step.
         const original = (await sh("zfs", "get", "-H", "-o", "value", NAME, hidden)).trim();
         await sh("zfs", "rename", hidden, original);
         await sh("zfs", "inherit", AT, original);

@@ -413,7 +413,7 @@ Deno.test("dhv: with a store, the node plugin backs host volumes up under their 
     assert.ok((await store.keys(`${key}snapshots/`)).length > 0);
   });
 
-  await t.step("the restored dataset goes back to Nomad as the README says", async () => {
+  await t.step("the restored dataset goes back to Nomad as docs/host-volumes.md says", async () => {
     // The recipe's steps: receive in the host volume's place, set what create checks.
     const record = parseVolumeRecord((await store.read(`${key}volume.json`))!);
     const manifest = parseManifest((await store.read(manifestKey))!, { key: manifestKey });

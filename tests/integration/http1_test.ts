@@ -415,6 +415,50 @@ Deno.test("Http1Client: an abort ends a body write to a server that reads nothin
   release();
 });
 
+Deno.test("Http1Client tells each write of a request as it goes out, and nothing once the server stops reading", async () => {
+  await using server = new RawServer(answering(() => ok("done")));
+  const client = new Http1Client();
+  const body = new Uint8Array(24 * 1024 * 1024);
+  let sent = 0;
+  let writes = 0;
+  const onSent = (n: number) => {
+    sent += n;
+    writes++;
+  };
+  const r = await client.fetch(`${server.url}/part`, { method: "PUT", body, onSent });
+  assert.equal(await r.text(), "done");
+  assert.ok(sent > body.length && writes >= 2, `${writes} writes, ${sent} bytes`);
+  // A server that reads nothing: the socket takes what its buffers hold, then nothing more.
+  let release = () => {};
+  const stalled = new Promise<void>((r) => release = r);
+  await using deaf = new RawServer(async () => await stalled);
+  const abort = new AbortController();
+  let told = 0;
+  let last = 0;
+  const telling = (n: number) => {
+    told += n;
+    last++;
+  };
+  const writing = client.fetch(deaf.url, {
+    method: "PUT",
+    body: new Uint8Array(256 * 1024 * 1024),
+    signal: abort.signal,
+    onSent: telling,
+  });
+  // Until the writes stop being told (the buffers are full), then a while longer.
+  for (let seen = -1; seen !== last;) {
+    seen = last;
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  const stoppedAt = told;
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(told, stoppedAt, "nothing told while nothing goes out");
+  assert.ok(told < 256 * 1024 * 1024, `${told} bytes told of 256 MiB`);
+  abort.abort(new Error("stalled"));
+  await assert.rejects(writing, /stalled/);
+  release();
+});
+
 /** A CA and a server certificate it signed for IP 127.0.0.1, made by openssl for this test. */
 async function testCertificates(): Promise<{ ca: string; cert: string; key: string }> {
   const dir = await Deno.makeTempDir({ prefix: "zfs-csi-http1-tls-" });

@@ -6,11 +6,13 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { codeName, toGrpcStatus } from "../../src/errors.ts";
 import { S3Store, type S3StoreOptions } from "../../src/store/s3_store.ts";
 import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
 import { S3Server, signedFetch } from "../support/s3_server.ts";
 import { assertRejectsKind, storeContract } from "../support/store_contract.ts";
+import { checkDeletedRetentionOnStoreClock } from "../support/deleted_retention.ts";
 
 const MiB = 1024 * 1024;
 const encoder = new TextEncoder();
@@ -67,6 +69,13 @@ Deno.test("S3Store passes the store contract against versitygw", async (t) => {
   assert.deepEqual(await pendingUploads(server), [], "no multipart upload left behind");
 });
 
+Deno.test("S3Store: the store pruner ages a deleted volume by the server's LastModified, not by nodes' clocks", async () => {
+  await using server = await S3Server.start();
+  await checkDeletedRetentionOnStoreClock(
+    storeOn(server, { prefix: `retention-${crypto.randomUUID()}` }),
+  );
+});
+
 /** A body of `size` bytes that calls `onStall` once `stallAt` bytes are out, then waits forever. */
 function stallingAt(
   size: number,
@@ -115,7 +124,8 @@ Deno.test("S3Store writes a 40 MiB stream as a multipart upload with the right b
   }
   assert.equal(got, size);
   assert.equal(received.digest("hex"), sent.digest("hex"));
-  assert.deepEqual(await store.list("v1/"), [{ key, size, etag: put.etag }]);
+  const listed = (await store.list("v1/")).map(({ lastModifiedMs: _, ...o }) => o);
+  assert.deepEqual(listed, [{ key, size, etag: put.etag }]);
   // On disk, under the prefix: what an operator would find in the bucket.
   const stat = await Deno.stat(`${server.dir}/${server.bucket}/backups/zfs-csi/${key}`);
   assert.equal(stat.size, size);
@@ -379,6 +389,27 @@ Deno.test("S3Store: an empty prefix writes at the bucket's root; a missing bucke
   assert.deepEqual((await store.list("backups/")).map((o) => o.key), ["backups/zfs-csi/v1/b.json"]);
 
   const missing = storeOn(server, { bucket: "no-such-bucket" });
-  const error = await assertRejectsKind(missing.list(""), "invalid");
-  assert.match(error.message, /answered 404 NoSuchBucket.*create the bucket/);
+  const error = await assertRejectsKind(missing.list(""), "misconfigured");
+  assert.match(error.message, /answered 404 NoSuchBucket.*the bucket "no-such-bucket" does not/);
+});
+
+Deno.test("S3Store answers FAILED_PRECONDITION naming a bucket that does not exist", async () => {
+  await using server = await S3Server.start();
+  const store = storeOn(server, { bucket: "no-such-bucket-here" });
+  const calls: [string, () => Promise<unknown>][] = [
+    ["list", () => store.list("v1/")],
+    ["getBytes", () => store.getBytes("v1/x.json")],
+    ["putBytes", () => store.putBytes("v1/x.json", encoder.encode("{}"))],
+    ["putBytes if-none-match", () =>
+      store.putBytes("v1/x.json", encoder.encode("{}"), {
+        ifNoneMatch: "*",
+      })],
+    ["delete", () => store.delete("v1/x.json")],
+  ];
+  for (const [what, call] of calls) {
+    const err = await call().then(() => undefined, (e: unknown) => e);
+    const status = toGrpcStatus(err);
+    assert.equal(codeName(status.code), "FAILED_PRECONDITION", `${what}: ${status.details}`);
+    assert.match(status.details, /the bucket "no-such-bucket-here" does not exist/, what);
+  }
 });

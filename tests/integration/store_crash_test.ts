@@ -822,7 +822,7 @@ class StoreTrials {
         if (last === undefined || last === "0" || last === "-") return undefined;
         const backups = [...(await datasetsBelow(vol.dataset)).keys()]
           .filter((n) => n.startsWith(`${vol.dataset}@.backup-`))
-          .sort((a, b) => Number(a.split("@.backup-")[1]) - Number(b.split("@.backup-")[1]));
+          .sort((a, b) => backupRank(a) - backupRank(b));
         if (backups.length === 0 || (pruned && backups.length !== 1)) return undefined;
         const guids = await Promise.all(backups.map((b) => zfsGet(b, "guid")));
         const mine = await volumeManifests(this.#sut.store, vol.name, this.#checked);
@@ -863,6 +863,12 @@ class StoreTrials {
       .filter((n) => n !== this.#pool.parent);
     assert.deepEqual(left, [], "nothing is left below the parent");
   }
+}
+
+/** `.backup-<seconds>-<sequence>` in the order taken: by sequence (older names: by seconds). */
+function backupRank(name: string): number {
+  const [seconds, sequence] = name.slice(name.indexOf("@.backup-") + 9).split("-");
+  return Number(sequence ?? seconds);
 }
 
 /** Prints where the kills landed and asserts most hit a transfer. */

@@ -1,9 +1,9 @@
 /**
- * The README's manual restore recipe, run as an operator would without the plugin: the shell
- * block between `<!-- manual-restore:begin -->` and `<!-- manual-restore:end -->` in README.md
- * (or, until it is pasted there, in /tmp/team/recipe.md), run by bash with only bash,
- * coreutils, grep, sed and zfs on PATH, against a directory store the plugin filled. The data
- * received on another pool must be the source's at snapshot time.
+ * The manual restore recipe of docs/backups.md ("Restore by hand, without the plugin"), run as an
+ * operator would without the plugin: the shell block between `<!-- manual-restore:begin -->` and
+ * `<!-- manual-restore:end -->` in that file, run by bash with only bash, coreutils, grep, sed and
+ * zfs on PATH, against a directory store the plugin filled. The data received on another pool must
+ * be the source's at snapshot time.
  */
 
 import assert from "node:assert/strict";
@@ -17,31 +17,22 @@ import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const BEGIN = "<!-- manual-restore:begin -->";
 const END = "<!-- manual-restore:end -->";
-/** Where the recipe is drafted before the lead pastes it into README.md. */
-const DRAFT = "/tmp/team/recipe.md";
+/** The document that shows operators the recipe: the test runs exactly what they read. */
+const DOC = "docs/backups.md";
 const VOLUME = "pg-data";
 const MiB = 1024 * 1024;
 
-/** The shell block between the markers of README.md, else of the draft; and where it was. */
+/** The shell block between the markers of {@linkcode DOC}; and where it was. */
 async function recipe(): Promise<{ script: string; from: string }> {
-  for (const from of [`${ROOT}README.md`, DRAFT]) {
-    let text;
-    try {
-      text = await Deno.readTextFile(from);
-    } catch (e) {
-      if (e instanceof Deno.errors.NotFound) continue;
-      throw e;
-    }
-    const begin = text.indexOf(BEGIN);
-    const end = text.indexOf(END, begin);
-    if (begin < 0 || end < 0) continue;
-    const lines = text.slice(begin + BEGIN.length, end).split("\n");
-    const open = lines.findIndex((l) => l.startsWith("```"));
-    const close = lines.findLastIndex((l) => l.startsWith("```"));
-    assert.ok(open >= 0 && close > open, `${from}: the markers hold no fenced code block`);
-    return { script: lines.slice(open + 1, close).join("\n") + "\n", from };
-  }
-  return assert.fail(`No ${BEGIN} ... ${END} block in README.md or ${DRAFT}`);
+  const text = await Deno.readTextFile(`${ROOT}${DOC}`);
+  const begin = text.indexOf(BEGIN);
+  const end = text.indexOf(END, begin);
+  assert.ok(begin >= 0 && end >= 0, `No ${BEGIN} ... ${END} block in ${DOC}`);
+  const lines = text.slice(begin + BEGIN.length, end).split("\n");
+  const open = lines.findIndex((l) => l.startsWith("```"));
+  const close = lines.findLastIndex((l) => l.startsWith("```"));
+  assert.ok(open >= 0 && close > open, `${DOC}: the markers hold no fenced code block`);
+  return { script: lines.slice(open + 1, close).join("\n") + "\n", from: DOC };
 }
 
 /** The tools the recipe may use: bash, coreutils, grep, sed and zfs (no jq, no python). */
@@ -148,7 +139,7 @@ async function mountedHash(dataset: string, mountpoint: string): Promise<string>
   }
 }
 
-Deno.test("store: the README's manual restore recipe restores without the plugin", async (t) => {
+Deno.test("store: the manual restore recipe of docs/backups.md restores without the plugin", async (t) => {
   const storeDir = await Deno.makeTempDir({ prefix: "zfs-csi-store-manual-" });
   const a = await TestPool.create();
   let b: TestPool | undefined;
@@ -247,6 +238,44 @@ Deno.test("store: the README's manual restore recipe restores without the plugin
         "the chain s1, s2 was received, not s3",
       );
     });
+
+    await t.step(
+      "the newest is the highest sequence, whatever the nodes' clocks said",
+      async () => {
+        // s3 as a node whose clock was a day behind would have stamped it: the oldest createdAt.
+        const copy = `${b!.dir}/store-skewed`;
+        await sh("cp", "-a", storeDir, copy);
+        const s3 = manifests.get("s3")!;
+        assert.ok(
+          typeof s3.sequence === "number" && s3.sequence > manifests.get("s2")!.sequence!,
+          "the plugin numbers its manifests",
+        );
+        const path = `${copy}/v1/volumes/${VOLUME}/snapshots/${
+          BigInt(s3.guid).toString(16).padStart(16, "0")
+        }.json`;
+        const text = await Deno.readTextFile(path);
+        const skewed = text.replace(
+          `"createdAt": "${s3.createdAt}"`,
+          `"createdAt": "2000-01-01T00:00:00Z"`,
+        );
+        assert.notEqual(skewed, text, "s3's createdAt rewritten");
+        await Deno.writeTextFile(path, skewed);
+        const target = `${b!.pool}/restored-skewed`;
+        const run = await runRecipe(script, {
+          STORE_DIR: copy,
+          VOLUME,
+          SNAPSHOT: "",
+          TARGET: target,
+          PATH: pathDir,
+        });
+        assert.equal(run.code, 0, run.output);
+        assert.equal(
+          await mountedHash(target, `${b!.mountRoot}/restored-skewed`),
+          hashes.get("s3"),
+          `the tree at s3; the recipe said:\n${run.output}`,
+        );
+      },
+    );
 
     await t.step("the recipe refuses a damaged stream before receiving anything", async () => {
       const copy = `${b!.dir}/store-copy`;

@@ -8,11 +8,14 @@
 import {
   checkKey,
   checkPrefix,
+  MAX_OBJECT_BYTES,
   type ObjectBytes,
   type PutResult,
+  type RequestOptions,
   type Store,
   type StoredObject,
   StoreError,
+  tooLargeError,
   type TransferOptions,
   type WriteCondition,
 } from "../../src/store/store.ts";
@@ -20,12 +23,16 @@ import {
 interface Stored {
   readonly bytes: Uint8Array;
   readonly etag: string;
+  /** The store clock when it was written, if the store has one. */
+  readonly modifiedMs: number | undefined;
 }
 
 /** Options of a {@linkcode MemoryStore}. */
 export interface MemoryStoreOptions {
   /** Size of the chunks a download is cut into (default 4096). */
   readonly chunkSize?: number;
+  /** See {@linkcode MemoryStore.clock}. */
+  readonly clock?: () => number;
 }
 
 /** A store held in a Map; see the module doc. */
@@ -38,9 +45,16 @@ export class MemoryStore implements Store {
   pendingWrites = 0;
   /** Keys of every streamed write that succeeded, oldest first (deleted or not). */
   readonly streamed: string[] = [];
+  /**
+   * The store's own clock (ms), stamping each write's `lastModifiedMs` as S3 and a file system
+   * do: the test's to set, apart from any node's clock. Without one, listings carry no times,
+   * as a store that does not give them.
+   */
+  clock: (() => number) | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.#chunkSize = options.chunkSize ?? 4096;
+    this.clock = options.clock;
   }
 
   /** Every visible key, sorted (for tests). */
@@ -55,7 +69,12 @@ export class MemoryStore implements Store {
 
   /** Replaces an object's bytes unconditionally, as a damaged or tampered store would. */
   poke(key: string, bytes: Uint8Array): void {
-    this.#objects.set(key, { bytes, etag: this.#etag() });
+    this.#objects.set(key, this.#stored(bytes));
+  }
+
+  /** A new version of an object, with a fresh etag and the store clock's time. */
+  #stored(bytes: Uint8Array): Stored {
+    return { bytes, etag: this.#etag(), modifiedMs: this.clock?.() };
   }
 
   #etag(): string {
@@ -99,15 +118,21 @@ export class MemoryStore implements Store {
       bytes.set(c, at);
       at += c.length;
     }
-    const etag = this.#etag();
-    this.#objects.set(key, { bytes, etag });
+    const stored = this.#stored(bytes);
+    this.#objects.set(key, stored);
     this.streamed.push(key);
-    return { etag, size };
+    return { etag: stored.etag, size };
   }
 
   // deno-lint-ignore require-await
-  async putBytes(key: string, bytes: Uint8Array, condition?: WriteCondition): Promise<PutResult> {
+  async putBytes(
+    key: string,
+    bytes: Uint8Array,
+    condition?: WriteCondition,
+    options: RequestOptions = {},
+  ): Promise<PutResult> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     const current = this.#objects.get(key);
     if (condition !== undefined) {
       const holds = "ifNoneMatch" in condition
@@ -117,9 +142,9 @@ export class MemoryStore implements Store {
         throw new StoreError("precondition_failed", `"${key}" in ${this.description} changed`);
       }
     }
-    const etag = this.#etag();
-    this.#objects.set(key, { bytes: bytes.slice(), etag });
-    return { etag, size: bytes.length };
+    const stored = this.#stored(bytes.slice());
+    this.#objects.set(key, stored);
+    return { etag: stored.etag, size: bytes.length };
   }
 
   // deno-lint-ignore require-await
@@ -150,24 +175,31 @@ export class MemoryStore implements Store {
   }
 
   // deno-lint-ignore require-await
-  async getBytes(key: string): Promise<ObjectBytes | undefined> {
+  async getBytes(key: string, options: RequestOptions = {}): Promise<ObjectBytes | undefined> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     const found = this.#objects.get(key);
+    if (found && found.bytes.length > MAX_OBJECT_BYTES) {
+      throw tooLargeError(`Reading "${key}" from ${this.description}`, MAX_OBJECT_BYTES);
+    }
     return found && { bytes: found.bytes.slice(), etag: found.etag };
   }
 
   // deno-lint-ignore require-await
-  async list(prefix: string): Promise<StoredObject[]> {
+  async list(prefix: string, options: RequestOptions = {}): Promise<StoredObject[]> {
     checkPrefix(prefix);
+    options.signal?.throwIfAborted();
     return this.keys().filter((k) => k.startsWith(prefix)).map((key) => {
       const o = this.#objects.get(key)!;
-      return { key, size: o.bytes.length, etag: o.etag };
+      const time = o.modifiedMs === undefined ? {} : { lastModifiedMs: o.modifiedMs };
+      return { key, size: o.bytes.length, etag: o.etag, ...time };
     });
   }
 
   // deno-lint-ignore require-await
-  async delete(key: string): Promise<void> {
+  async delete(key: string, options: RequestOptions = {}): Promise<void> {
     checkKey(key);
+    options.signal?.throwIfAborted();
     this.#objects.delete(key);
   }
 }

@@ -32,7 +32,7 @@ export async function prometheusBinaries(): Promise<{ prometheus: string; promto
     toolchain: "auto",
     // Only the service discovery the tests and nomad/prometheus.yml use (static needs no tag):
     // Prometheus's own build tags leave out Kubernetes, the clouds and the rest, which takes
-    // 40 % less CPU and a third of the memory to build (README, "Metrics").
+    // 40 % less CPU and a third of the memory to build (docs/metrics.md, "Tests").
     tags: ["remove_all_sd", "enable_nomad_sd"],
   });
   return { prometheus: bins.prometheus!, promtool: bins.promtool! };
