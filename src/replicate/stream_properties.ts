@@ -62,6 +62,7 @@ export const OWN_PROPERTIES: readonly string[] = [
   "org.zfs-csi:source",
   "org.zfs-csi:staged-at",
   "org.zfs-csi:store-uid",
+  "org.zfs-csi:verify",
 ];
 
 /**
