@@ -31,8 +31,8 @@ export interface ReceiveDeps {
   readonly store: Store;
   readonly log: Logger;
   /**
-   * How long a stopped zfs receive may take to fail on its own and clean up before it is killed
-   * (default {@linkcode STOP_WAIT_MS}).
+   * How long a stopped zfs receive may take to fail on its own and clean up before it is killed,
+   * and one reading a file that failed its check to end (default {@linkcode STOP_WAIT_MS}).
    */
   readonly stopWaitMs?: number;
 }
@@ -214,8 +214,9 @@ const HASH_READ_BYTES = 4 * 1024 * 1024;
  * the check ends. That is safe only because the caller (restore.ts) receives into a hidden
  * temporary dataset, hands it out only after this returned, destroys it when this throws, and
  * checks the file again before keeping a snapshot some earlier receive completed
- * ({@linkcode checkStoredFile}). A failed check kills zfs receive. The store never changes a
- * file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
+ * ({@linkcode checkStoredFile}). After a failed check zfs receive is left to end by itself (it
+ * reads a file, which ends), so that what it made is there to clean up when it exits; killed only
+ * after {@linkcode ReceiveDeps.stopWaitMs}. The store never changes a file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
  * reads.
  */
 async function receiveFile(
@@ -236,20 +237,31 @@ async function receiveFile(
     });
     let zfsDone = false;
     let checkFailed: unknown;
+    let exited = false;
+    let killTimer: ReturnType<typeof setTimeout> | undefined;
     const checking = hashFile(file, manifest, () => zfsDone).catch((err) => {
       checkFailed = err;
-      child.kill();
+      // zfs reads the file to its end and exits by itself; until then what it makes is not
+      // known. Killed, zfs-fuse's zfs process ends but its daemon, which reads the file
+      // itself, goes on and makes (or removes) the dataset after the caller looked. Killed only
+      // when it does not exit within stopWaitMs (restore.ts then waits for the dataset).
+      if (!exited) killTimer = setTimeout(() => child.kill(), deps.stopWaitMs ?? STOP_WAIT_MS);
     });
     const exit = await child.exit;
-    // A receive that failed needs no check: stop reading.
-    zfsDone = exit.code !== 0;
+    exited = true;
+    clearTimeout(killTimer);
+    const refused = exit.code === 0 ? undefined : streamedZfsError(argv, exit);
+    // A receive that failed needs no check (stop reading), unless zfs found the stream itself
+    // invalid (zfs-fuse checks a stream's checksum at its end, maybe before this check ended):
+    // then whether the file is the manifest's decides the answer (a damaged store, DATA_LOSS).
+    zfsDone = refused !== undefined && refused.kind !== "invalid";
     // Marked while the check may still run: a dataset it fails is then known as the caller's.
     let markFailed: { readonly err: unknown } | undefined;
     if (exit.code === 0) await mark?.().catch((err: unknown) => (markFailed = { err }));
     await checking;
     signal?.throwIfAborted();
     if (checkFailed !== undefined) throw checkFailed;
-    if (exit.code !== 0) throw streamedZfsError(argv, exit);
+    if (refused) throw refused;
     if (markFailed) throw markFailed.err;
   } finally {
     await file.close();

@@ -459,7 +459,7 @@ Deno.test("receiveFromStore with readFile gives zfs a file store's checked file,
   assert.equal(typeof streams.processes[1]!.options.stdin, "object", "from the file again");
 });
 
-Deno.test("receiveFromStore with readFile kills a zfs receive still reading a file that failed its check", async () => {
+Deno.test("receiveFromStore with readFile kills a zfs receive still reading a file that failed its check after stopWaitMs", async () => {
   const bytes = bigStream();
   const m = manifest(bytes);
   const bad = bytes.slice();
@@ -467,7 +467,7 @@ Deno.test("receiveFromStore with readFile kills a zfs receive still reading a fi
   await using dir = await fileStoreHolding(m, bad);
   const { streams, deps } = setup({ hang: true });
   const err = await failure(
-    receiveFromStore({ ...deps, store: dir.store }, {
+    receiveFromStore({ ...deps, store: dir.store, stopWaitMs: 10 }, {
       manifest: m,
       target: TARGET,
       readFile: true,
@@ -672,4 +672,41 @@ Deno.test("receiveFromStore sets back the local properties a stream cleared thou
     ["zfs", "set", "setuid=off", COPY],
   ]);
   assert.deepEqual(runner.argvs.filter((a) => a[1] === "destroy" || a[1] === "rollback"), []);
+});
+
+Deno.test("receiveFromStore with readFile answers a damaged file that zfs refused first as damaged (checksum), not as zfs's refusal", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  const bad = bytes.slice();
+  bad[Math.floor(bad.length / 2)]! ^= 1;
+  await using dir = await fileStoreHolding(m, bad);
+  // zfs-fuse checks a stream's own checksum at its end and may say so before the plugin's check
+  // of the same file ended (here: at once).
+  const { deps } = setup({
+    code: 1,
+    stderr: "cannot receive new filesystem stream: invalid stream (checksum mismatch)\n",
+  });
+  const err = await failure(
+    receiveFromStore({ ...deps, store: dir.store }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+
+  // A refusal that says nothing about the stream (the target is there) is zfs's answer at once.
+  await using good = await fileStoreHolding(m, bytes);
+  const exists = setup({
+    code: 1,
+    stderr: `cannot receive new filesystem stream: destination '${TARGET}' exists\n`,
+  });
+  const refused = await failure(
+    receiveFromStore({ ...exists.deps, store: good.store }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(refused instanceof ZfsError && /exists/.test(refused.message), String(refused));
 });

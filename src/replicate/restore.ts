@@ -12,7 +12,10 @@
  * (its receive completed) and nothing else below it is destroyed whatever that snapshot is: a
  * stream whose snapshot is not the manifest's (guid) or that decided properties leaves nothing,
  * and the same restore works once the store is repaired. Any other temporary dataset is
- * destroyed only when it holds exactly the chain's first snapshots.
+ * destroyed only when it holds exactly the chain's first snapshots. A failed check of the full
+ * stream's file leaves zfs receive to end by itself (receive.ts), so what it made is known when
+ * it exits; when it had to be killed, zfs-fuse's daemon may still be receiving: the restore waits
+ * for it to complete (then destroys it) or to remove the dataset before it answers.
  *
  * From a directory store zfs receive reads the full stream from the file itself while the plugin
  * checks that file (receive.ts `readFile`): the check costs no time of its own, but zfs may
@@ -42,6 +45,7 @@ import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { reasonText } from "../zfs/zfs.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
+import { ReplicateError } from "./errors.ts";
 import { checkChain, checkStoredFile, type ReceiveDeps, receiveFromStore } from "./receive.ts";
 import { RESTORE_TOKEN_PROPERTY } from "./stream_properties.ts";
 
@@ -157,7 +161,14 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
           log.info("removed the failed restore's temporary dataset", { error: err });
           throw err;
         }
-        const after = judge(tree, temp, chain);
+        let after = judge(tree, temp, chain);
+        if (after.kind === "receiving" && have === 0 && stoppedByCheck(err)) {
+          // The check killed this restore's zfs receive of the file, but on zfs-fuse that only
+          // ends the zfs process: its daemon reads the file itself and goes on, then completes
+          // the snapshot or removes the dataset. Left, it would be there after the answer.
+          log.info("waiting for zfs to finish with the receive the failed check stopped");
+          after = await waitForReceive(deps, temp, chain, after, signal, STOPPED_STALL_MS);
+        }
         // zfs refused because another process's receive took the name first (its plugin was
         // killed just after starting it): wait for that one, or keep what it received. Never
         // destroyed here: what it holds is that receive's, not this one's.
@@ -261,8 +272,9 @@ async function waitForReceive(
   chain: readonly SnapshotManifest[],
   first: TempState & { kind: "receiving" },
   signal: AbortSignal | undefined,
+  maxStallMs = Infinity,
 ): Promise<TempState> {
-  const stallMs = deps.stallMs ?? STALL_MS;
+  const stallMs = Math.min(deps.stallMs ?? STALL_MS, maxStallMs);
   let used = first.used;
   let changed = performance.now();
   for (;;) {
@@ -281,6 +293,18 @@ async function waitForReceive(
       );
     }
   }
+}
+
+/**
+ * How long a receive this restore's failed check stopped may go without its space used changing
+ * before the restore answers and leaves it (at most {@linkcode RestoreDeps.stallMs}): the next
+ * restore into the same name waits for it and removes it.
+ */
+const STOPPED_STALL_MS = 60_000;
+
+/** Whether the failure is the check of a download, which kills the zfs receive reading it. */
+function stoppedByCheck(err: unknown): boolean {
+  return err instanceof ReplicateError && err.kind === "checksum";
 }
 
 /** Whether zfs receive refused because its target was there (made by another receive). */

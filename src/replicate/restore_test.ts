@@ -615,3 +615,113 @@ Deno.test("restoreVolume keeps a stream whose properties were all excluded (-x),
   assert.deepEqual([...inc.excluded], excludedOnReceive(false));
   assert.deepEqual([...inc.local], []);
 });
+
+/**
+ * zfs-fuse's zfs receive of a file: the zfs process hands the open file to the zfs-fuse daemon,
+ * which reads it itself, and killing the process does not stop the daemon. The daemon makes the
+ * temporary dataset (no snapshot yet) a moment after the spawn, then, `finishMs` after the
+ * spawn, either completes the snapshot (`completes`, the stream's own guid: a flipped byte in
+ * the data) or removes the dataset; zfs exits then (0 or 1), or at once when killed.
+ * `finishMs` undefined: the daemon only finishes when the `gets`-th recursive `zfs get` comes.
+ */
+class DaemonReceives implements StreamRunner {
+  readonly #pool: Pool;
+  readonly #completes: boolean;
+  readonly #finishMs: number | undefined;
+  /** Settled when the daemon is done with the dataset. */
+  readonly done = Promise.withResolvers<void>();
+  #finishExit: ((exit: StreamedExit) => void) | undefined;
+  #target = "";
+
+  constructor(pool: Pool, completes: boolean, finishMs: number | undefined) {
+    this.#pool = pool;
+    this.#completes = completes;
+    this.#finishMs = finishMs;
+  }
+
+  spawn(argv: readonly string[]): StreamedCommand {
+    this.#target = argv.at(-1)!;
+    const exit = Promise.withResolvers<StreamedExit>();
+    this.#finishExit = exit.resolve;
+    setTimeout(() => {
+      this.#pool.set(this.#target, { type: "filesystem", guid: "9", used: "1000" });
+    }, this.#finishMs === undefined ? 0 : this.#finishMs / 2);
+    if (this.#finishMs !== undefined) setTimeout(() => this.finish(), this.#finishMs);
+    return {
+      stdin: null,
+      stdout: null,
+      exit: exit.promise,
+      kill: () => exit.resolve({ code: 143, stderr: "", killed: true }),
+    };
+  }
+
+  /** The daemon ends the receive: completes the snapshot or removes the dataset. */
+  finish(): void {
+    if (this.#completes) {
+      this.#pool.set(`${this.#target}@.backup-1001`, { type: "snapshot", guid: "1001", used: "0" });
+    } else this.#pool.delete(this.#target);
+    this.#finishExit?.(
+      this.#completes ? { code: 0, stderr: "", killed: false } : {
+        code: 1,
+        stderr: "cannot receive: invalid stream (checksum mismatch)\n",
+        killed: false,
+      },
+    );
+    this.done.resolve();
+  }
+}
+
+/** A chain in a file store whose full stream has a flipped byte. */
+async function damagedChainInStore() {
+  const s = await chainInStore();
+  const bad = s.full.slice();
+  bad[bad.length - 1]! ^= 1;
+  await s.store.putBytes(s.chain[0]!.stream, bad);
+  return s;
+}
+
+for (const completes of [true, false]) {
+  Deno.test(`restoreVolume lets zfs end the receive of a file that failed its check, then leaves nothing (zfs-fuse's daemon ${completes ? "completes" : "abandons"} it)`, async () => {
+    await using s = await damagedChainInStore();
+    const pool: Pool = new Map();
+    const { runner, zfs, log } = fakeZfs(pool);
+    const receives = new DaemonReceives(pool, completes, 200);
+    await assert.rejects(
+      restoreVolume({ streams: receives, zfsPath: "zfs", zfs, store: s.store, log }, spec(s.chain)),
+      (err) => err instanceof ReplicateError && err.kind === "checksum",
+    );
+    await receives.done.promise;
+    assert.deepEqual([...pool.keys()], [], "nothing left once zfs is done");
+    assert.deepEqual(destroys(runner), completes ? [["zfs", "destroy", "-r", TEMP]] : []);
+  });
+
+  Deno.test(`restoreVolume waits until zfs-fuse's daemon is done with a receive killed after a failed check, then leaves nothing (${completes ? "completed" : "abandoned"} by zfs)`, async () => {
+    await using s = await damagedChainInStore();
+    const pool: Pool = new Map();
+    const receives = new DaemonReceives(pool, completes, undefined);
+    let gets = 0;
+    const { runner, zfs, log } = fakeZfs(pool, () => {
+      if (++gets < 4 || !pool.has(TEMP)) return;
+      if (gets === 4) pool.get(TEMP)!.used = "2000";
+      if (gets === 6) receives.finish();
+    });
+    await assert.rejects(
+      restoreVolume(
+        {
+          streams: receives,
+          zfsPath: "zfs",
+          zfs,
+          store: s.store,
+          log,
+          pollMs: 1,
+          stallMs: 5_000,
+          stopWaitMs: 1,
+        },
+        spec(s.chain),
+      ),
+      (err) => err instanceof ReplicateError && err.kind === "checksum",
+    );
+    assert.deepEqual([...pool.keys()], [], "nothing left when the call answers");
+    assert.deepEqual(destroys(runner), completes ? [["zfs", "destroy", "-r", TEMP]] : []);
+  });
+}
