@@ -278,8 +278,8 @@ export async function checkStreamProperties(
 }
 
 /**
- * Sets back the local properties `before` that a receive cleared or changed on `dataset`
- * (`now`: its local properties after the receive).
+ * Sets back the local properties `before` that a receive cleared on `dataset` (`now`: its
+ * local properties after the receive).
  * @returns the names set back
  */
 async function setBackLocal(
@@ -291,7 +291,9 @@ async function setBackLocal(
 ): Promise<Set<string>> {
   const setBack = new Set<string>();
   for (const [name, v] of before) {
-    if (now.get(name)?.value === v.value) continue;
+    // Only what the receive cleared: a receive never changes a local value (a received value
+    // is kept apart, and the local one wins), so one that changed was set by someone meanwhile.
+    if (now.has(name)) continue;
     try {
       await zfs.set(dataset, name, v.value);
       setBack.add(name);
