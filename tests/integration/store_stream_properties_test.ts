@@ -461,12 +461,14 @@ Deno.test("follow: a head moved to a zfs send -p incremental is refused by the s
       createVolumeRequest(VOLUME, {
         parameters: { follow: "true", backup_interval: "1h", standby_nodes: "node-b" },
       }),
+      SLOW_CALL_MS,
     );
     const volumeId: string = res.volume.volume_id;
     const claim = await claimVolume(
       a.plugin!,
       { volume_id: volumeId, volume_context: {} },
       "alloc-1",
+      { stageDeadlineMs: STAGE_MS },
     );
     await Deno.writeTextFile(`${claim.target}/data.txt`, "the volume's data\n".repeat(1000));
     await claim.release();
