@@ -132,6 +132,9 @@ const replicateKindToCode: Record<ReplicateErrorKind, GrpcCode> = {
   checksum: Code.DATA_LOSS,
   chain: Code.FAILED_PRECONDITION,
   guid: Code.DATA_LOSS,
+  // The stored stream is not one the plugin made (it carries properties): as unusable as
+  // damaged bytes, and no retry or change on the node makes it usable; the store must be repaired.
+  properties: Code.DATA_LOSS,
 };
 
 /** The status a client receives for a thrown value. */

@@ -10,7 +10,12 @@ export type ReplicateErrorKind =
   /** The manifests do not form one chain (a full stream, then each incremental on the one before). */
   | "chain"
   /** zfs received the stream but the snapshot it made has another guid than the manifest's. */
-  | "guid";
+  | "guid"
+  /**
+   * The received stream decided properties (source `received`) that the plugin or the
+   * operator's policy decides: the stream was not made by the plugin (stream_properties.ts).
+   */
+  | "properties";
 
 /** A refused or failed restore. The message names the store key or snapshot concerned. */
 export class ReplicateError extends Error {

@@ -80,6 +80,11 @@ async function setup(raw: boolean) {
     log,
   });
   const controller = fakeController(parts, { stored, scheduler }, trash);
+  // zfs-fuse's answer to the probe of receive's -x (zfs.ts receiveOverrides).
+  runner.when((argv) => argv[1] === "receive" && argv.includes("-n"), {
+    code: 2,
+    stderr: "invalid option 'x'\n",
+  });
   // The parent exists and knows every property asked; the target does not exist yet.
   runner.on(
     ["zfs", "get"],

@@ -10,15 +10,16 @@
  */
 
 import { createHash } from "node:crypto";
-import type { ZfsError } from "../errors.ts";
+import { ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { StreamedExit, StreamRunner } from "../run.ts";
 import { updateInSlices } from "../store/hash_slices.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import type { Store, StoredFile } from "../store/store.ts";
-import { receiveArgs } from "../zfs/args.ts";
+import { type Properties, receiveArgs, type ReceiveOptions } from "../zfs/args.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { ReplicateError } from "../replicate_errors.ts";
+import { checkStreamProperties, receiveExclusions } from "./stream_properties.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
 
 /** What {@linkcode receiveFromStore} works with. */
@@ -30,8 +31,8 @@ export interface ReceiveDeps {
   readonly store: Store;
   readonly log: Logger;
   /**
-   * How long a stopped zfs receive may take to fail on its own and clean up before it is killed
-   * (default {@linkcode STOP_WAIT_MS}).
+   * How long a stopped zfs receive may take to fail on its own and clean up before it is killed,
+   * and one reading a file that failed its check to end (default {@linkcode STOP_WAIT_MS}).
    */
   readonly stopWaitMs?: number;
 }
@@ -57,6 +58,25 @@ export interface ReceiveSpec {
    * to its end on its own, unchecked.
    */
   readonly readFile?: boolean;
+  /**
+   * User properties the dataset a full stream creates must carry from its creation: set by zfs
+   * as it creates the dataset where receive takes `-o` (OpenZFS), else right after zfs receive
+   * exits, before anything reads the result (restore.ts marks its temporary dataset so).
+   */
+  readonly createdWith?: Properties;
+  /**
+   * Properties the stream may have decided because the caller sets its own value locally (which
+   * then wins) before anything uses the dataset (restore.ts: the volume's properties). Every
+   * other property the stream decided is refused (stream_properties.ts).
+   */
+  readonly settles?: ReadonlySet<string>;
+  /**
+   * Whether an incremental refused after zfs received it (guid, properties) is undone: the
+   * local properties a stream with properties cleared are set back (stream_properties.ts), the
+   * snapshot it made is destroyed and the dataset rolled back to the base, so that the copy is
+   * as it was before (default true). restore.ts destroys its temporary dataset instead.
+   */
+  readonly undoesRefusal?: boolean;
 }
 
 /** A failed write to zfs receive's stdin: zfs stopped reading, and its stderr says why. */
@@ -64,9 +84,14 @@ class StdinClosed extends Error {}
 
 /**
  * Receives one stored stream into `spec.target` (unmounted), checked against its manifest, and
- * makes sure the snapshot zfs made has the manifest's guid. Never destroys or rolls back.
+ * makes sure the snapshot zfs made has the manifest's guid and that the stream decided no
+ * property (stream_properties.ts: excluded with `-x` where zfs can, checked after on any zfs).
+ * Destroys or rolls back nothing but a refused incremental's own snapshot, checked against
+ * what is there (see {@linkcode ReceiveSpec.undoesRefusal}); what a refused stream set is
+ * overridden where zfs allows.
  * @throws {ReplicateError} checksum when the download is not the manifest's bytes (nothing was
- *   received); guid when the received snapshot is another one
+ *   received); guid when the received snapshot is another one; properties when the stream
+ *   decided properties
  * @throws {ZfsError} classified, when zfs receive fails
  * @throws {StoreError} when the download fails
  * @throws the signal's reason when aborted
@@ -76,13 +101,100 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   signal?.throwIfAborted();
   const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
   const started = performance.now();
+  const exclude = await receiveExclusions(deps.zfs, target, manifest.raw);
+  const created = spec.createdWith !== undefined && Object.keys(spec.createdWith).length > 0
+    ? spec.createdWith
+    : undefined;
+  // Only a full stream creates the dataset; OpenZFS would set an incremental's on the copy.
+  const override = exclude && manifest.baseGuid === null ? created : undefined;
+  const options: ReceiveOptions = {
+    unmounted: true,
+    // zfs refuses a property both excluded and set: what is set is not the stream's anyway.
+    ...(exclude ? { exclude: exclude.filter((p) => override?.[p] === undefined) } : {}),
+    ...(override ? { override } : {}),
+  };
+  // Without -o: set as soon as zfs made the dataset (see createdWith).
+  const mark = !exclude && created && manifest.baseGuid === null
+    ? () => deps.zfs.setProperties(target, Object.entries(created), { inAnyOrder: true })
+    : undefined;
+  const argv = [deps.zfsPath, ...receiveArgs(target, options)];
+  const undoes = manifest.baseGuid !== null && spec.undoesRefusal !== false;
+  // An incremental lands in a dataset that has local properties a stream with properties
+  // clears (stream_properties.ts): read them first, to set them back if it is refused.
+  const localBefore = undoes ? await deps.zfs.localProperties(target) : undefined;
   if (spec.readFile && deps.store.openFile) {
-    await receiveFile(deps, spec, log);
+    await receiveFile(deps, spec, argv, mark, log);
   } else {
-    await receivePiped(deps, spec, log);
+    await receivePiped(deps, spec, argv, mark, log);
   }
-  await checkReceivedGuid(deps, spec);
+  const undo = undoes ? () => undoIncrement(deps, spec, log) : undefined;
+  try {
+    await checkReceivedGuid(deps, spec);
+  } catch (err) {
+    if (!(err instanceof ReplicateError) || !undo) throw err;
+    throw new ReplicateError(err.kind, `${err.message}. ${await undo()}`, { cause: err });
+  }
+  await checkStreamProperties(deps.zfs, log, {
+    manifest,
+    store: deps.store.description,
+    dataset: target,
+    settles: spec.settles ?? new Set(),
+    ...(localBefore ? { localBefore } : {}),
+    ...(undo ? { undo } : {}),
+  });
   log.info("receive done", { size: manifest.size, ms: Math.round(performance.now() - started) });
+}
+
+/** Attempts of a destroy zfs-fuse calls busy right after the receive. */
+const BUSY_ATTEMPTS = 5;
+
+/**
+ * Undoes a refused incremental into an existing dataset, checked against what is there: the
+ * newest snapshot must be the one the receive made (the manifest's name, after the base) and
+ * the one before it the base (the manifest's base guid); then that snapshot is destroyed and
+ * the dataset rolled back to the base (zfs received the increment only onto an unchanged base,
+ * so nothing else is lost). Never throws for zfs's failures: says what it did, for the error.
+ */
+async function undoIncrement(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): Promise<string> {
+  const { manifest, target } = spec;
+  try {
+    const tree = await deps.zfs.getTree(target, 1, ["type", "guid", "createtxg"]);
+    const snapshots = [...tree ?? []]
+      .filter(([name, p]) => name.startsWith(`${target}@`) && p.get("type")?.value === "snapshot")
+      .map(([name, p]) => ({
+        name,
+        guid: p.get("guid")?.value,
+        txg: Number(p.get("createtxg")?.value),
+      }))
+      .sort((a, b) => a.txg - b.txg);
+    const [base, made] = snapshots.slice(-2);
+    if (made?.name !== `${target}@${manifest.snapshot}` || base?.guid !== manifest.baseGuid) {
+      log.warn("a refused increment was left as it is: its snapshots are not as received", {
+        newest: made?.name,
+        base: base?.name,
+      });
+      return `What it received stays on "${target}", which this node does not use`;
+    }
+    for (let attempt = 1;; attempt++) {
+      try {
+        await deps.zfs.destroy(made.name);
+        break;
+      } catch (err) {
+        if (!(err instanceof ZfsError && err.kind === "busy") || attempt >= BUSY_ATTEMPTS) {
+          throw err;
+        }
+        await new Promise((r) => setTimeout(r, 200 * attempt));
+      }
+    }
+    await deps.zfs.rollback(base.name);
+    log.info("a refused increment was undone", { destroyed: made.name, rolledBackTo: base.name });
+    return `"${target}" was put back as it was before the receive (at "${base.name}")`;
+  } catch (err) {
+    if (!(err instanceof ZfsError)) throw err;
+    log.warn("a refused increment could not be undone", { error: err });
+    return `What it received stays on "${target}" (undoing it failed: ${err.message}), which ` +
+      `this node does not use`;
+  }
 }
 
 /** Bytes per read of a download into our buffers. */
@@ -102,16 +214,22 @@ const HASH_READ_BYTES = 4 * 1024 * 1024;
  * the check ends. That is safe only because the caller (restore.ts) receives into a hidden
  * temporary dataset, hands it out only after this returned, destroys it when this throws, and
  * checks the file again before keeping a snapshot some earlier receive completed
- * ({@linkcode checkStoredFile}). A failed check kills zfs receive. The store never changes a
- * file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
+ * ({@linkcode checkStoredFile}). After a failed check zfs receive is left to end by itself (it
+ * reads a file, which ends), so that what it made is there to clean up when it exits; killed only
+ * after {@linkcode ReceiveDeps.stopWaitMs}. The store never changes a file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
  * reads.
  */
-async function receiveFile(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): Promise<void> {
-  const { manifest, target, signal } = spec;
+async function receiveFile(
+  deps: ReceiveDeps,
+  spec: ReceiveSpec,
+  argv: readonly string[],
+  mark: (() => Promise<void>) | undefined,
+  log: Logger,
+): Promise<void> {
+  const { manifest, signal } = spec;
   const file = await deps.store.openFile!(manifest.stream);
   try {
     signal?.throwIfAborted();
-    const argv = [deps.zfsPath, ...receiveArgs(target, { unmounted: true })];
     log.debug("receive started", { argv, from: "file" });
     const child = deps.streams.spawn(argv, {
       stdin: { fd: file.fd },
@@ -119,17 +237,32 @@ async function receiveFile(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): P
     });
     let zfsDone = false;
     let checkFailed: unknown;
+    let exited = false;
+    let killTimer: ReturnType<typeof setTimeout> | undefined;
     const checking = hashFile(file, manifest, () => zfsDone).catch((err) => {
       checkFailed = err;
-      child.kill();
+      // zfs reads the file to its end and exits by itself; until then what it makes is not
+      // known. Killed, zfs-fuse's zfs process ends but its daemon, which reads the file
+      // itself, goes on and makes (or removes) the dataset after the caller looked. Killed only
+      // when it does not exit within stopWaitMs (restore.ts then waits for the dataset).
+      if (!exited) killTimer = setTimeout(() => child.kill(), deps.stopWaitMs ?? STOP_WAIT_MS);
     });
     const exit = await child.exit;
-    // A receive that failed needs no check: stop reading.
-    zfsDone = exit.code !== 0;
+    exited = true;
+    clearTimeout(killTimer);
+    const refused = exit.code === 0 ? undefined : streamedZfsError(argv, exit);
+    // A receive that failed needs no check (stop reading), unless zfs found the stream itself
+    // invalid (zfs-fuse checks a stream's checksum at its end, maybe before this check ended):
+    // then whether the file is the manifest's decides the answer (a damaged store, DATA_LOSS).
+    zfsDone = refused !== undefined && refused.kind !== "invalid";
+    // Marked while the check may still run: a dataset it fails is then known as the caller's.
+    let markFailed: { readonly err: unknown } | undefined;
+    if (exit.code === 0) await mark?.().catch((err: unknown) => (markFailed = { err }));
     await checking;
     signal?.throwIfAborted();
     if (checkFailed !== undefined) throw checkFailed;
-    if (exit.code !== 0) throw streamedZfsError(argv, exit);
+    if (refused) throw refused;
+    if (markFailed) throw markFailed.err;
   } finally {
     await file.close();
   }
@@ -181,10 +314,15 @@ export async function checkStoredFile(
  * {@linkcode receiveFromStore} through a pipe: the download is hashed as it is written to zfs
  * receive's stdin, its last chunk held back until the whole download checked (module doc).
  */
-async function receivePiped(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): Promise<void> {
-  const { manifest, target, signal } = spec;
+async function receivePiped(
+  deps: ReceiveDeps,
+  spec: ReceiveSpec,
+  argv: readonly string[],
+  mark: (() => Promise<void>) | undefined,
+  log: Logger,
+): Promise<void> {
+  const { manifest, signal } = spec;
   const download = await deps.store.getStream(manifest.stream, signal ? { signal } : {});
-  const argv = [deps.zfsPath, ...receiveArgs(target, { unmounted: true })];
   log.debug("receive started", { argv });
   // No signal for spawn: an abort stops zfs receive the careful way below, not by a kill.
   let child;
@@ -228,6 +366,7 @@ async function receivePiped(deps: ReceiveDeps, spec: ReceiveSpec, log: Logger): 
   }
   const exit = await child.exit;
   if (exit.code !== 0) throw streamedZfsError(argv, exit);
+  await mark?.();
 }
 
 /** Makes sure the snapshot zfs made has the manifest's guid. */

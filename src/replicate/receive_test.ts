@@ -4,7 +4,7 @@ import { ZfsError } from "../errors.ts";
 import type { SnapshotManifest } from "../store/layout.ts";
 import { FileStore } from "../store/file_store.ts";
 import { StoreError, type TransferOptions } from "../store/store.ts";
-import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import { fails, FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import {
   CUT_SHORT,
   FakeStreamRunner,
@@ -16,6 +16,7 @@ import {
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { ReplicateError } from "../replicate_errors.ts";
 import { checkChain, receiveFromStore, restoreChain } from "./receive.ts";
+import { excludedOnReceive } from "./stream_properties.ts";
 
 const TARGET = "tank/nomad/.restore-v";
 const CHUNK = 4096;
@@ -41,18 +42,84 @@ function manifest(bytes: Uint8Array, over: Partial<SnapshotManifest> = {}): Snap
   };
 }
 
+/** How the fake zfs differs from zfs-fuse's answers (no `-x`, nothing received). */
+interface FakeZfs {
+  /** Whether zfs receive takes `-x`/`-o` (OpenZFS). */
+  readonly overrides?: boolean;
+  /** What `zfs get -s received` prints after a receive (`zfs get -Hp` lines). */
+  readonly received?: string;
+  /** What `zfs get -s local` prints before the receive (`zfs get -Hp` lines). */
+  readonly local?: string;
+  /** What `zfs get -s local` prints once zfs receive ran (the stream cleared them). */
+  readonly localAfter?: string;
+  /** What `zfs get -r -d 1 ... type,guid,createtxg` prints of the dataset received into. */
+  readonly tree?: string;
+}
+
 /** A store, a stream runner and a zfs whose snapshots of TARGET have the guids given. */
-function setup(script: StreamScript = {}, store = new MemoryStore({ chunkSize: CHUNK })) {
-  const streams = new FakeStreamRunner(() => script);
-  const runner = new FakeRunner().when(
-    (argv) => argv[1] === "get" && argv.at(-2) === "guid",
-    (argv) => {
-      const snap = argv.at(-1)!;
-      return { stdout: `${snap}\tguid\t${snap.split("-").at(-1)}\t-\n` };
-    },
-  );
+function setup(
+  script: StreamScript = {},
+  store = new MemoryStore({ chunkSize: CHUNK }),
+  fake: FakeZfs = {},
+) {
+  let received = fake.received ?? "";
+  let local = fake.local ?? "";
+  const streams = new FakeStreamRunner(() => {
+    local = fake.localAfter ?? local;
+    return script;
+  });
+  const runner = new FakeRunner()
+    .when(
+      (argv) => argv[1] === "get" && argv.at(-2) === "guid",
+      (argv) => {
+        const snap = argv.at(-1)!;
+        return { stdout: `${snap}\tguid\t${snap.split("-").at(-1)}\t-\n` };
+      },
+    )
+    .when(
+      (argv) => argv[1] === "receive" && argv.includes("-n"),
+      () =>
+        fake.overrides
+          ? fails("cannot receive: failed to read from stream\n")
+          : fails("invalid option 'x'\nusage:\n\treceive [-vnF] <filesystem|volume|snapshot>\n", 2),
+    )
+    .when((argv) => argv[1] === "get" && argv.includes("-s"), (argv) => {
+      const sources = argv[argv.indexOf("-s") + 1]!.split(",");
+      return {
+        stdout: (sources.includes("local") ? local : "") +
+          (sources.includes("received") ? received : ""),
+      };
+    })
+    .when((argv) => argv[1] === "get" && argv.includes("-r") && !argv.includes("-s"), () => ({
+      stdout: fake.tree ?? "",
+    }))
+    .on(["zfs", "destroy"], {})
+    .on(["zfs", "rollback"], {})
+    .on(["zfs", "set"], (argv) => {
+      const [kv, name] = [argv.at(-2)!, argv.at(-1)!];
+      const [k, ...v] = kv.split("=");
+      local += `${name}\t${k}\t${v.join("=")}\tlocal\n`;
+      // A local value hides the received one.
+      received = received.split("\n").filter((l) => !l.startsWith(`${name}\t${k}\t`)).join("\n");
+      return {};
+    })
+    // The -x list's names, all known.
+    .when((argv) => argv[1] === "get" && argv.at(-1) === "tank/nomad", (argv) => ({
+      stdout: argv.at(-2)!.split(",").map((k) => `tank/nomad\t${k}\t-\t-\n`).join(""),
+    }))
+    .on(["zfs", "inherit"], (argv) => {
+      // Overridden: what the stream set no longer shows as received.
+      const [k, name] = [argv.at(-2)!, argv.at(-1)!];
+      received = received.split("\n").filter((l) => !l.startsWith(`${name}\t${k}\t`)).join("\n");
+      return {};
+    });
   const { zfs, log } = fakeTools(runner);
   return { streams, store, runner, deps: { streams, zfsPath: "zfs", zfs, store, log } };
+}
+
+/** The argv of the guid check (the `zfs get guid` of the received snapshot). */
+function guidChecks(runner: FakeRunner): string[][] {
+  return runner.argvs.filter((a) => a[1] === "get" && a.at(-2) === "guid");
 }
 
 async function stored(store: MemoryStore, m: SnapshotManifest, bytes: Uint8Array) {
@@ -74,7 +141,7 @@ Deno.test("receiveFromStore passes the whole stream to zfs receive -u and checks
   assert.deepEqual(proc.stdinBytes, bytes);
   assert.equal(proc.events.at(-2), "close");
   assert.ok(!proc.killed);
-  assert.deepEqual(runner.argvs.at(-1)?.at(-1), `${TARGET}@.backup-1001`);
+  assert.deepEqual(guidChecks(runner).map((a) => a.at(-1)), [`${TARGET}@.backup-1001`]);
 });
 
 Deno.test("receiveFromStore cuts zfs receive's input short of the last chunk when the last byte differs", async () => {
@@ -93,7 +160,7 @@ Deno.test("receiveFromStore cuts zfs receive's input short of the last chunk whe
   assert.deepEqual(proc.stdinBytes, bytes.slice(0, 3 * CHUNK));
   assert.deepEqual(proc.events.slice(-2), ["abort", "exit 1"]);
   assert.ok(!proc.events.includes("close"));
-  assert.deepEqual(runner.argvs, [], "no guid read after a refused stream");
+  assert.deepEqual(guidChecks(runner), [], "no guid read after a refused stream");
 });
 
 Deno.test("receiveFromStore kills a zfs receive that does not exit once its input is cut", async () => {
@@ -347,7 +414,7 @@ Deno.test("receiveFromStore from a file store holds back the last read when the 
     "the bad byte never reached zfs",
   );
   assert.deepEqual(proc.events.slice(-2), ["abort", "exit 1"]);
-  assert.deepEqual(runner.argvs, []);
+  assert.deepEqual(guidChecks(runner), [], "nothing received, nothing checked");
 });
 
 Deno.test("receiveFromStore with readFile pipes from a store without local files, as before", async () => {
@@ -373,7 +440,7 @@ Deno.test("receiveFromStore with readFile gives zfs a file store's checked file,
   const proc = streams.processes[0]!;
   assert.equal(typeof proc.options.stdin, "object", "a descriptor, not a pipe");
   assert.deepEqual(proc.argv, ["zfs", "receive", "-u", TARGET]);
-  assert.deepEqual(runner.argvs.at(-1)?.at(-1), `${TARGET}@.backup-1001`, "guid checked");
+  assert.deepEqual(guidChecks(runner).at(-1)?.at(-1), `${TARGET}@.backup-1001`, "guid checked");
 
   // A damaged file: zfs reads it while it is checked, and the check's failure is the error
   // (restore.ts destroys what zfs made of it).
@@ -392,13 +459,233 @@ Deno.test("receiveFromStore with readFile gives zfs a file store's checked file,
   assert.equal(typeof streams.processes[1]!.options.stdin, "object", "from the file again");
 });
 
-Deno.test("receiveFromStore with readFile kills a zfs receive still reading a file that failed its check", async () => {
+Deno.test("receiveFromStore with readFile kills a zfs receive still reading a file that failed its check after stopWaitMs", async () => {
   const bytes = bigStream();
   const m = manifest(bytes);
   const bad = bytes.slice();
   bad[0]! ^= 1;
   await using dir = await fileStoreHolding(m, bad);
   const { streams, deps } = setup({ hang: true });
+  const err = await failure(
+    receiveFromStore({ ...deps, store: dir.store, stopWaitMs: 10 }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
+  assert.ok(streams.processes[0]!.killed, "zfs receive was killed");
+});
+
+/** `zfs get -Hp` lines of what a `zfs send -p -i` stream set on a copy (zfs-fuse's output). */
+const COPY = "tank/nomad/pg";
+const RECEIVED_ON_COPY = [
+  `${COPY}\tmountpoint\t/etc/cron.d\treceived`,
+  `${COPY}\tsetuid\ton\treceived`,
+  `${COPY}\tother.tool:x\t1\treceived`,
+  `${COPY}@.backup-1002\tsnapprop:z\t2\treceived`,
+].map((l) => `${l}\n`).join("");
+
+/** The copy's own properties before the receive: the plugin's markers and settings. */
+const LOCAL_ON_COPY = [
+  `${COPY}\torg.zfs-csi:managed\tyes\tlocal`,
+  `${COPY}\torg.zfs-csi:follow-released\t1001\tlocal`,
+  `${COPY}\treadonly\ton\tlocal`,
+  `${COPY}\tsetuid\toff\tlocal`,
+].map((l) => `${l}\n`).join("");
+
+/** The copy's snapshots after the receive: the base, and the one the receive made. */
+const COPY_TREE = [
+  `${COPY}\ttype\tfilesystem\t-`,
+  `${COPY}@.backup-1001\ttype\tsnapshot\t-`,
+  `${COPY}@.backup-1001\tguid\t1001\t-`,
+  `${COPY}@.backup-1001\tcreatetxg\t10\t-`,
+  `${COPY}@.backup-1002\ttype\tsnapshot\t-`,
+  `${COPY}@.backup-1002\tguid\t1002\t-`,
+  `${COPY}@.backup-1002\tcreatetxg\t12\t-`,
+].map((l) => `${l}\n`).join("");
+
+Deno.test("receiveFromStore refuses an incremental into a copy that decided properties, and overrides what it set", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes, { guid: "1002", baseGuid: "1001" });
+  const { streams, store, runner, deps } = setup({}, undefined, {
+    received: RECEIVED_ON_COPY,
+    tree: COPY_TREE,
+  });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: COPY }));
+  assert.ok(err instanceof ReplicateError && err.kind === "properties", String(err));
+  assert.match(err.message, /mountpoint="\/etc\/cron\.d" on "tank\/nomad\/pg"/);
+  assert.match(err.message, /snapprop:z="2" on "tank\/nomad\/pg@\.backup-1002"/);
+  assert.match(err.message, new RegExp(`Stored stream "${m.stream}"`));
+  assert.deepEqual(streams.processes[0]!.argv, ["zfs", "receive", "-u", COPY]);
+  // Nothing the stream decided takes effect, whatever becomes of the copy.
+  assert.deepEqual(runner.argvs.filter((a) => a[1] === "inherit"), [
+    ["zfs", "inherit", "mountpoint", COPY],
+    ["zfs", "inherit", "setuid", COPY],
+    ["zfs", "inherit", "other.tool:x", COPY],
+    ["zfs", "inherit", "snapprop:z", `${COPY}@.backup-1002`],
+  ]);
+  // And the copy is as it was before: the snapshot the receive made goes, back to the base.
+  assert.deepEqual(
+    runner.argvs.filter((a) => a[1] === "destroy" || a[1] === "rollback"),
+    [
+      ["zfs", "destroy", `${COPY}@.backup-1002`],
+      ["zfs", "rollback", `${COPY}@.backup-1001`],
+    ],
+  );
+  assert.match(err.message, /was put back as it was before the receive/);
+});
+
+Deno.test("receiveFromStore undoes an incremental whose snapshot is not the manifest's", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  // The fake zfs answers guid 1002 for "@.backup-1002"; the manifest says 999.
+  const m = manifest(bytes, { guid: "999", baseGuid: "1001", snapshot: ".backup-1002" });
+  const { store, runner, deps } = setup({}, undefined, { tree: COPY_TREE });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: COPY }));
+  assert.ok(err instanceof ReplicateError && err.kind === "guid", String(err));
+  assert.deepEqual(
+    runner.argvs.filter((a) => a[1] === "destroy" || a[1] === "rollback"),
+    [
+      ["zfs", "destroy", `${COPY}@.backup-1002`],
+      ["zfs", "rollback", `${COPY}@.backup-1001`],
+    ],
+  );
+});
+
+Deno.test("receiveFromStore leaves a refused incremental alone when the snapshots are not as received", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes, { guid: "1002", baseGuid: "1000" });
+  const { store, runner, deps } = setup({}, undefined, {
+    received: RECEIVED_ON_COPY,
+    tree: COPY_TREE,
+  });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: COPY }));
+  assert.ok(err instanceof ReplicateError && err.kind === "properties", String(err));
+  // The one before is not the base the manifest names: nothing destroyed, nothing rolled back.
+  assert.deepEqual(runner.argvs.filter((a) => a[1] === "destroy" || a[1] === "rollback"), []);
+  assert.match(err.message, /stays on "tank\/nomad\/pg"/);
+});
+
+Deno.test("receiveFromStore accepts what its caller settles itself, and nothing else", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes);
+  const received = `${TARGET}\trefquota\t1\treceived\n`;
+  const ok = setup({}, undefined, { received });
+  await stored(ok.store, m, bytes);
+  await receiveFromStore(ok.deps, { manifest: m, target: TARGET, settles: new Set(["refquota"]) });
+  const refused = setup({}, undefined, { received });
+  await stored(refused.store, m, bytes);
+  const err = await failure(receiveFromStore(refused.deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof ReplicateError && err.kind === "properties", String(err));
+});
+
+Deno.test("receiveFromStore tells OpenZFS's receive what the stream must not decide (-x), once it learnt it can", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const plain = manifest(bytes);
+  const raw = manifest(bytes, { guid: "1002", baseGuid: "1001", raw: true });
+  const { streams, store, runner, deps } = setup({}, undefined, { overrides: true });
+  await stored(store, plain, bytes);
+  await stored(store, raw, bytes);
+  await receiveFromStore(deps, { manifest: plain, target: TARGET });
+  await receiveFromStore(deps, { manifest: raw, target: TARGET });
+  const xs = (argv: readonly string[]) => argv.filter((_, i) => argv[i - 1] === "-x");
+  assert.deepEqual(xs(streams.processes[0]!.argv), excludedOnReceive(false));
+  assert.ok(xs(streams.processes[0]!.argv).includes("keylocation"));
+  // A raw stream's encryption comes with it: OpenZFS refuses -x of its key properties.
+  assert.deepEqual(xs(streams.processes[1]!.argv), excludedOnReceive(true));
+  assert.ok(!xs(streams.processes[1]!.argv).includes("keylocation"));
+  assert.equal(runner.argvs.filter((a) => a[1] === "receive").length, 1, "probed once");
+  assert.equal(
+    runner.argvs.filter((a) => a[1] === "get" && a.at(-1) === "tank/nomad").length,
+    1,
+    "the names asked once",
+  );
+});
+
+Deno.test("receiveFromStore marks a new dataset right after zfs made it where receive takes no -o", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes);
+  const { streams, store, runner, deps } = setup();
+  await stored(store, m, bytes);
+  await receiveFromStore(deps, {
+    manifest: m,
+    target: TARGET,
+    createdWith: { "org.zfs-csi:restore-token": "abc" },
+  });
+  assert.deepEqual(streams.processes[0]!.argv, ["zfs", "receive", "-u", TARGET]);
+  const after = runner.argvs.filter((a) => a[1] !== "receive");
+  assert.deepEqual(after[0], ["zfs", "set", "org.zfs-csi:restore-token=abc", TARGET]);
+  assert.equal(after[1]?.at(-2), "guid", "marked before the guid is read");
+});
+
+Deno.test("receiveFromStore sets back the local properties a refused stream cleared on the copy", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes, { guid: "1002", baseGuid: "1001" });
+  // The first stream with properties a dataset receives clears its local ones (zfs does so).
+  const { store, runner, deps } = setup({}, undefined, {
+    received: RECEIVED_ON_COPY,
+    local: LOCAL_ON_COPY,
+    localAfter: "",
+    tree: COPY_TREE,
+  });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: COPY }));
+  assert.ok(err instanceof ReplicateError && err.kind === "properties", String(err));
+  const changes = runner.argvs.filter((a) => a[1] === "set" || a[1] === "inherit");
+  assert.deepEqual(changes, [
+    ["zfs", "set", "org.zfs-csi:managed=yes", COPY],
+    ["zfs", "set", "org.zfs-csi:follow-released=1001", COPY],
+    ["zfs", "set", "readonly=on", COPY],
+    ["zfs", "set", "setuid=off", COPY],
+    // setuid is local again: only what has no local value is overridden.
+    ["zfs", "inherit", "mountpoint", COPY],
+    ["zfs", "inherit", "other.tool:x", COPY],
+    ["zfs", "inherit", "snapprop:z", `${COPY}@.backup-1002`],
+  ]);
+  // Read before the receive, to be set back after it.
+  const reads = runner.argvs.filter((a) =>
+    a[1] === "get" && (a[a.indexOf("-s") + 1] ?? "").includes("local")
+  );
+  assert.equal(reads.length, 2);
+});
+
+Deno.test("receiveFromStore sets back the local properties a stream cleared though it decided nothing (all excluded)", async () => {
+  const bytes = joinChunks(patternChunks(5000, 1000));
+  const m = manifest(bytes, { guid: "1002", baseGuid: "1001" });
+  // OpenZFS with -x: the stream's properties are overridden, and still it cleared the copy's.
+  const { streams, store, runner, deps } = setup({}, undefined, {
+    overrides: true,
+    local: LOCAL_ON_COPY,
+    localAfter: "",
+    tree: COPY_TREE,
+  });
+  await stored(store, m, bytes);
+  await receiveFromStore(deps, { manifest: m, target: COPY });
+  assert.ok(streams.processes[0]!.argv.includes("-x"));
+  assert.deepEqual(runner.argvs.filter((a) => a[1] === "set" || a[1] === "inherit"), [
+    ["zfs", "set", "org.zfs-csi:managed=yes", COPY],
+    ["zfs", "set", "org.zfs-csi:follow-released=1001", COPY],
+    ["zfs", "set", "readonly=on", COPY],
+    ["zfs", "set", "setuid=off", COPY],
+  ]);
+  assert.deepEqual(runner.argvs.filter((a) => a[1] === "destroy" || a[1] === "rollback"), []);
+});
+
+Deno.test("receiveFromStore with readFile answers a damaged file that zfs refused first as damaged (checksum), not as zfs's refusal", async () => {
+  const bytes = bigStream();
+  const m = manifest(bytes);
+  const bad = bytes.slice();
+  bad[Math.floor(bad.length / 2)]! ^= 1;
+  await using dir = await fileStoreHolding(m, bad);
+  // zfs-fuse checks a stream's own checksum at its end and may say so before the plugin's check
+  // of the same file ended (here: at once).
+  const { deps } = setup({
+    code: 1,
+    stderr: "cannot receive new filesystem stream: invalid stream (checksum mismatch)\n",
+  });
   const err = await failure(
     receiveFromStore({ ...deps, store: dir.store }, {
       manifest: m,
@@ -407,5 +694,19 @@ Deno.test("receiveFromStore with readFile kills a zfs receive still reading a fi
     }),
   );
   assert.ok(err instanceof ReplicateError && err.kind === "checksum", String(err));
-  assert.ok(streams.processes[0]!.killed, "zfs receive was killed");
+
+  // A refusal that says nothing about the stream (the target is there) is zfs's answer at once.
+  await using good = await fileStoreHolding(m, bytes);
+  const exists = setup({
+    code: 1,
+    stderr: `cannot receive new filesystem stream: destination '${TARGET}' exists\n`,
+  });
+  const refused = await failure(
+    receiveFromStore({ ...exists.deps, store: good.store }, {
+      manifest: m,
+      target: TARGET,
+      readFile: true,
+    }),
+  );
+  assert.ok(refused instanceof ZfsError && /exists/.test(refused.message), String(refused));
 });

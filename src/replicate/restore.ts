@@ -1,9 +1,21 @@
 /**
  * Restores a volume from the store: the chain of stored streams is received into a hidden
- * temporary dataset below the parent, checked stream by stream (size, SHA-256, guid: see
- * receive.ts), given the volume's properties, and only then renamed to the volume's name. A
- * failed restore leaves no volume; its temporary dataset is destroyed, after checking that it
- * holds exactly what this restore received.
+ * temporary dataset below the parent, checked stream by stream (size, SHA-256, guid, and that
+ * the stream decided no property: see receive.ts and stream_properties.ts), given the volume's
+ * properties, and only then renamed to the volume's name. A failed restore leaves no volume.
+ *
+ * Its temporary dataset is destroyed when it is this restore's own, which is read from zfs, never
+ * from its name: zfs creates it with this restore's token (`org.zfs-csi:restore-token`, new for
+ * each restore: `-o` on OpenZFS, set right after the receive's exit where receive has no `-o`),
+ * and a restore that keeps what an earlier receive completed sets its token once it checked it.
+ * A dataset carrying the token locally (a stream cannot make a property local), with a snapshot
+ * (its receive completed) and nothing else below it is destroyed whatever that snapshot is: a
+ * stream whose snapshot is not the manifest's (guid) or that decided properties leaves nothing,
+ * and the same restore works once the store is repaired. Any other temporary dataset is
+ * destroyed only when it holds exactly the chain's first snapshots. A failed check of the full
+ * stream's file leaves zfs receive to end by itself (receive.ts), so what it made is known when
+ * it exits; when it had to be killed, zfs-fuse's daemon may still be receiving: the restore waits
+ * for it to complete (then destroys it) or to remove the dataset before it answers.
  *
  * From a directory store zfs receive reads the full stream from the file itself while the plugin
  * checks that file (receive.ts `readFile`): the check costs no time of its own, but zfs may
@@ -33,7 +45,9 @@ import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { reasonText } from "../zfs/zfs.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
+import { ReplicateError } from "../replicate_errors.ts";
 import { checkChain, checkStoredFile, type ReceiveDeps, receiveFromStore } from "./receive.ts";
+import { RESTORE_TOKEN_PROPERTY } from "./stream_properties.ts";
 
 /** Prefix of the temporary datasets restores receive into. */
 export const RESTORE_PREFIX = ".restore-";
@@ -83,7 +97,11 @@ type TempState =
 
 /**
  * Receives the chain into the temporary dataset, sets the properties and renames it to
- * `target`; see the module doc for what it does with a temporary dataset already there.
+ * `target`; see the module doc for what it does with a temporary dataset already there. A
+ * failed restore destroys the temporary dataset when it is this restore's own (it carries this
+ * restore's token, set as zfs created it, or set when this restore took over what an earlier
+ * receive completed and checked it), whatever it holds; else only when it holds nothing but the
+ * chain's first snapshots.
  * @throws whatever receiveFromStore throws (ReplicateError, ZfsError, StoreError), after cleaning up
  * @throws {ZfsError} exists when `target` appeared meanwhile; CsiError FAILED_PRECONDITION when
  *   the temporary dataset holds something this restore did not receive, or a receive into it
@@ -94,9 +112,14 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
   const temp = restoreTempDataset(spec.parentDataset, spec.target);
   const log = deps.log.child({ target: spec.target, temp });
   const { chain, signal } = spec;
+  // New for each restore: a temporary dataset carrying it is this restore's and nobody else's.
+  const token = randomToken();
+  const props = spec.properties.filter(([name]) => name !== MANAGED_PROPERTY);
+  // The restore sets these itself before anything uses the dataset: a stream's value loses.
+  const settles = new Set([MANAGED_PROPERTY, ...props.map(([name]) => name)]);
   for (let attempt = 1;; attempt++) {
     signal?.throwIfAborted();
-    let state = await inspect(deps, temp, chain);
+    let state = judge(await readTemp(deps, temp), temp, chain);
     if (state.kind === "receiving") {
       log.info("waiting for a receive into the temporary dataset that this restore did not start");
       state = await waitForReceive(deps, temp, chain, state, signal);
@@ -107,6 +130,8 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
       if (have > 0) {
         // Received by a process that may have died before its check ended: check it again.
         if (deps.store.openFile) await checkStoredFile(deps, chain[0]!, signal);
+        // Checked to hold only the chain's first streams: this restore's from now on.
+        await deps.zfs.set(temp, RESTORE_TOKEN_PROPERTY, token);
         log.info("keeping the streams already received", { streams: have });
       }
       for (let i = have; i < chain.length; i++) {
@@ -115,10 +140,13 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
           target: temp,
           // Only the full stream: see the module doc.
           readFile: i === 0,
+          ...(i === 0 ? { createdWith: { [RESTORE_TOKEN_PROPERTY]: token } } : {}),
+          settles,
+          // A refused stream's dataset is destroyed: nothing of it to undo.
+          undoesRefusal: false,
           ...(signal ? { signal } : {}),
         });
       }
-      const props = spec.properties.filter(([name]) => name !== MANAGED_PROPERTY);
       // The temporary dataset is nobody's until renamed: the order of its properties is free.
       await deps.zfs.setProperties(temp, [[MANAGED_PROPERTY, MANAGED_VALUE], ...props], {
         inAnyOrder: true,
@@ -126,9 +154,21 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
       await deps.zfs.rename(temp, spec.target);
       break;
     } catch (err) {
-      let after: TempState | undefined;
       try {
-        after = await inspect(deps, temp, chain);
+        const tree = await readTemp(deps, temp);
+        if (isOwn(tree, temp, token)) {
+          await destroyTemp(deps, temp);
+          log.info("removed the failed restore's temporary dataset", { error: err });
+          throw err;
+        }
+        let after = judge(tree, temp, chain);
+        if (after.kind === "receiving" && have === 0 && stoppedByCheck(err)) {
+          // The check killed this restore's zfs receive of the file, but on zfs-fuse that only
+          // ends the zfs process: its daemon reads the file itself and goes on, then completes
+          // the snapshot or removes the dataset. Left, it would be there after the answer.
+          log.info("waiting for zfs to finish with the receive the failed check stopped");
+          after = await waitForReceive(deps, temp, chain, after, signal, STOPPED_STALL_MS);
+        }
         // zfs refused because another process's receive took the name first (its plugin was
         // killed just after starting it): wait for that one, or keep what it received. Never
         // destroyed here: what it holds is that receive's, not this one's.
@@ -141,6 +181,7 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
         }
         if (after.kind === "received") await destroyTemp(deps, temp);
       } catch (cleanup) {
+        if (cleanup === err) throw err;
         log.warn("could not remove a failed restore's temporary dataset", { error: cleanup });
       }
       throw err;
@@ -152,17 +193,47 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
   });
 }
 
+/** What {@linkcode readTemp} reads of the temporary dataset and its snapshots. */
+const TEMP_PROPERTIES = ["type", "guid", "used", RESTORE_TOKEN_PROPERTY];
+
+/** The temporary dataset and what is below it, or undefined when it does not exist. */
+function readTemp(deps: RestoreDeps, temp: string): Promise<Map<string, PropertyMap> | undefined> {
+  return deps.zfs.getTree(temp, 1, TEMP_PROPERTIES);
+}
+
 /**
- * What the temporary dataset holds. Received streams must be the chain's first ones (the
- * guids of its snapshots), nothing else may be below it.
+ * Whether the temporary dataset is this restore's own, from what zfs says of it: it carries
+ * this restore's token, set locally (a stream cannot make a property local), it holds at least
+ * one snapshot (so the receive that made it completed; a dataset without one may still be
+ * written by zfs, which removes it itself when that receive fails) and no dataset below it.
+ */
+function isOwn(
+  tree: ReadonlyMap<string, PropertyMap> | undefined,
+  temp: string,
+  token: string,
+): boolean {
+  const mark = tree?.get(temp)?.get(RESTORE_TOKEN_PROPERTY);
+  if (!tree || mark?.value !== token || mark.source !== "local") return false;
+  const below = [...tree.keys()].filter((name) => name !== temp);
+  return below.length > 0 && below.every((name) => name.startsWith(`${temp}@`));
+}
+
+/** 32 random hex digits. */
+function randomToken(): string {
+  return [...crypto.getRandomValues(new Uint8Array(16))]
+    .map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * What the temporary dataset holds, as {@linkcode readTemp} read it. Received streams must be
+ * the chain's first ones (the guids of its snapshots), nothing else may be below it.
  * @throws {CsiError} FAILED_PRECONDITION when it holds something else, naming it
  */
-async function inspect(
-  deps: RestoreDeps,
+function judge(
+  tree: ReadonlyMap<string, PropertyMap> | undefined,
   temp: string,
   chain: readonly SnapshotManifest[],
-): Promise<TempState> {
-  const tree = await deps.zfs.getTree(temp, 1, ["type", "guid", "used"]);
+): TempState {
   if (!tree) return { kind: "missing" };
   const snapshots = [...tree.keys()].filter((name) => name.startsWith(`${temp}@`));
   const guids = new Set(snapshots.map((name) => tree.get(name)?.get("guid")?.value ?? ""));
@@ -201,13 +272,14 @@ async function waitForReceive(
   chain: readonly SnapshotManifest[],
   first: TempState & { kind: "receiving" },
   signal: AbortSignal | undefined,
+  maxStallMs = Infinity,
 ): Promise<TempState> {
-  const stallMs = deps.stallMs ?? STALL_MS;
+  const stallMs = Math.min(deps.stallMs ?? STALL_MS, maxStallMs);
   let used = first.used;
   let changed = performance.now();
   for (;;) {
     await sleep(deps.pollMs ?? 1000, signal);
-    const state = await inspect(deps, temp, chain);
+    const state = judge(await readTemp(deps, temp), temp, chain);
     if (state.kind !== "receiving") return state;
     if (state.used !== used) {
       used = state.used;
@@ -223,15 +295,45 @@ async function waitForReceive(
   }
 }
 
+/**
+ * How long a receive this restore's failed check stopped may go without its space used changing
+ * before the restore answers and leaves it (at most {@linkcode RestoreDeps.stallMs}): the next
+ * restore into the same name waits for it and removes it.
+ */
+const STOPPED_STALL_MS = 60_000;
+
+/** Whether the failure is the check of a download, which kills the zfs receive reading it. */
+function stoppedByCheck(err: unknown): boolean {
+  return err instanceof ReplicateError && err.kind === "checksum";
+}
+
 /** Whether zfs receive refused because its target was there (made by another receive). */
 function tookTheName(err: unknown): err is ZfsError {
   return err instanceof ZfsError && /\bexists\b|\bbusy\b/.test(reasonText(err.stderr));
 }
 
-/** Destroys the temporary dataset, which was just read to hold only the chain's snapshots. */
+/**
+ * Destroys the temporary dataset, just read to be this restore's own or to hold only the
+ * chain's snapshots (never `-R`: a clone of one of its snapshots stops it).
+ */
 async function destroyTemp(deps: RestoreDeps, temp: string): Promise<void> {
-  await deps.zfs.destroy(temp, { recursive: true });
+  // zfs-fuse may call a dataset it just received into (or set a property on) busy for a moment.
+  for (let attempt = 1;; attempt++) {
+    try {
+      await deps.zfs.destroy(temp, { recursive: true });
+      return;
+    } catch (err) {
+      if (!(err instanceof ZfsError && err.kind === "busy") || attempt >= DESTROY_ATTEMPTS) {
+        throw err;
+      }
+      deps.log.info("the temporary dataset is busy; destroying it again", { temp, attempt });
+      await sleep(200 * attempt, undefined);
+    }
+  }
 }
+
+/** Attempts of {@linkcode destroyTemp} while zfs says busy. */
+const DESTROY_ATTEMPTS = 5;
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -139,6 +139,18 @@ export class Datasets {
     }
     checkOwned(dataset, props);
     let ds = toVolumeDataset(dataset, props);
+    // Where a volume is mounted is the plugin's choice (inherited from the parent) or the
+    // operator's (set locally); never a stream's. The receive paths refuse such streams already
+    // (src/replicate/stream_properties.ts); this holds for a dataset received any other way.
+    const source = props.get("mountpoint")?.source ?? "";
+    if (source.startsWith("received")) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Dataset "${dataset}" has mountpoint "${ds.mountpoint}" from a received stream (source ` +
+          `"${source}"), which zfs-csi never mounts: run "zfs inherit mountpoint ${dataset}" ` +
+          `once you know the dataset's data is what you expect`,
+      );
+    }
     if (!ds.mountpoint.startsWith("/")) {
       throw new CsiError(
         Code.FAILED_PRECONDITION,

@@ -260,3 +260,40 @@ Deno.test("Datasets.ensureMounted learns which type ZFS mounts as from the datas
   await new Datasets(zfs, mounter).ensureMounted("v", "t/n/v");
   assert.equal(mounter.judge().fsType, "zfs");
 });
+
+Deno.test("Datasets.ensureMounted never mounts a dataset at a mountpoint a received stream set", async () => {
+  // What `zfs send -p | zfs receive` leaves: the stream's mountpoint, source "received".
+  const out = getOutput("t/n/v", { mounted: "no" }).replace(
+    "t/n/v\tmountpoint\t/t/n/v\t-",
+    "t/n/v\tmountpoint\t/etc/cron.d\treceived",
+  );
+  const runner = new FakeRunner().on(GET, { stdout: out }).on(["mount"], { stdout: "" });
+  await assert.rejects(datasets(runner).ensureMounted("v", "t/n/v"), (err: unknown) => {
+    assert.ok(err instanceof CsiError, String(err));
+    assert.equal(err.code, Code.FAILED_PRECONDITION);
+    assert.match(err.message, /mountpoint "\/etc\/cron\.d".*received/);
+    assert.match(err.message, /zfs inherit mountpoint t\/n\/v/);
+    return true;
+  });
+  assert.deepEqual(runner.argvs.filter((a) => a[1] === "mount"), [], "nothing mounted");
+});
+
+Deno.test("Datasets.ensureMounted mounts at a mountpoint the operator set locally (an adopted dataset)", async () => {
+  let mounted = false;
+  const runner = new FakeRunner()
+    .on(GET, () => ({
+      stdout: getOutput("t/n/v", { mounted: mounted ? "yes" : "no" }).replace(
+        "t/n/v\tmountpoint\t/t/n/v\t-",
+        "t/n/v\tmountpoint\t/t/n/v\tlocal",
+      ),
+    }))
+    .on(["zfs", "mount"], () => {
+      mounted = true;
+      return {};
+    })
+    .on(["mount"], () => ({
+      stdout: mounted ? "t/n/v on /t/n/v type fuse.zfs (rw,relatime,user_id=0,group_id=0)\n" : "",
+    }));
+  const ds = await datasets(runner).ensureMounted("v", "t/n/v");
+  assert.equal(ds.mountpoint, "/t/n/v");
+});

@@ -143,6 +143,15 @@ export function renameArgs(from: string, to: string): string[] {
   return ["rename", from, to];
 }
 
+/**
+ * `zfs rollback` of a filesystem to its newest snapshot. Never `-r`/`-R`/`-f`: zfs refuses when
+ * a later snapshot exists, instead of destroying it (or its clones).
+ */
+export function rollbackArgs(snapshot: string): string[] {
+  if (!snapshot.includes("@")) throw new TypeError(`"${snapshot}" is not a snapshot name`);
+  return ["rollback", snapshot];
+}
+
 /** `zfs unmount` of one filesystem (never `-f`). */
 export function unmountArgs(dataset: string): string[] {
   return ["unmount", dataset];
@@ -190,19 +199,86 @@ export function sendArgs(spec: SendSpec): string[] {
   ];
 }
 
+/** Where a property's value comes from, as `zfs get -s` selects it. */
+export type PropertySource = "local" | "received";
+
+/**
+ * Machine-readable `zfs get` of every property of the datasets and snapshots `names` whose value
+ * comes from one of `sources` (`-s`): `received` is what a `zfs send -p` stream decided.
+ */
+export function getBySourceArgs(
+  names: readonly string[],
+  sources: readonly PropertySource[],
+): string[] {
+  if (sources.length === 0) throw new RangeError("No property source to select");
+  if (names.length === 0) throw new RangeError("No dataset to read");
+  return [
+    "get",
+    "-Hp",
+    "-s",
+    sources.join(","),
+    "-o",
+    "name,property,value,source",
+    "all",
+    ...names,
+  ];
+}
+
+/** Machine-readable `zfs get` of every property set locally on one dataset (`-s local`). */
+export function getLocalArgs(dataset: string): string[] {
+  return ["get", "-Hp", "-s", "local", "-o", "name,property,value,source", "all", dataset];
+}
+
 /** How `zfs receive` lands a stream. */
 export interface ReceiveOptions {
   /** Leave the received filesystem unmounted (`-u`). */
   readonly unmounted: boolean;
+  /**
+   * Properties the stream must not decide (`-x`, OpenZFS): their effective value after the
+   * receive is inherited (or the default, for those that do not inherit), whatever the stream
+   * carries. In the order given.
+   */
+  readonly exclude?: readonly string[];
+  /** Properties set locally on the received dataset as zfs creates it (`-o`, OpenZFS). */
+  readonly override?: Properties;
+  /**
+   * Only check the options, receive nothing (`-n`): with an empty stdin, whether this zfs takes
+   * them (zfs.ts `receiveOverrides`).
+   */
+  readonly dryRun?: boolean;
 }
 
 /**
- * `zfs receive [-u] <target>`, the stream on stdin. Never `-F`: it would roll the target back
- * to its newest snapshot or destroy snapshots missing from the stream, and a restore must never
- * lose data that is already there; a target that changed makes zfs refuse instead. Never `-s`
- * either: a killed receive then leaves nothing behind rather than a resumable partial state.
+ * `zfs receive [-n] [-u] [-x <property>]... [-o <property>=<value>]... <target>`, the stream on
+ * stdin. Never `-F`: it would roll the target back to its newest snapshot or destroy snapshots
+ * missing from the stream, and a restore must never lose data that is already there; a target
+ * that changed makes zfs refuse instead. Never `-s` either: a killed receive then leaves nothing
+ * behind rather than a resumable partial state.
+ * @throws {TypeError} for a snapshot as target, or a property name or value
+ *   {@linkcode checkProperty} refuses
+ * @throws {RangeError} for a property both excluded and overridden, or named twice
  */
 export function receiveArgs(target: string, opts: ReceiveOptions): string[] {
   if (target.includes("@")) throw new TypeError(`Receive into a dataset, not "${target}"`);
-  return ["receive", ...(opts.unmounted ? ["-u"] : []), target];
+  const named = new Set<string>();
+  const once = (name: string) => {
+    if (named.has(name)) throw new RangeError(`Property "${name}" is named twice on receive`);
+    named.add(name);
+  };
+  const exclude: string[] = [];
+  for (const name of opts.exclude ?? []) {
+    checkProperty(name, "");
+    once(name);
+    exclude.push("-x", name);
+  }
+  const override = propertyArgs(opts.override ?? {});
+  for (const name of Object.keys(opts.override ?? {})) once(name);
+  return [
+    "receive",
+    ...(opts.dryRun ? ["-n"] : []),
+    ...(opts.unmounted ? ["-u"] : []),
+    ...exclude,
+    ...override,
+    target,
+  ];
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { receiveArgs, sendArgs } from "./args.ts";
+import { getBySourceArgs, receiveArgs, rollbackArgs, sendArgs } from "./args.ts";
 
 Deno.test("sendArgs of a full stream names only the snapshot", () => {
   assert.deepEqual(sendArgs({ snapshot: "tank/v@s1", raw: false }), ["send", "tank/v@s1"]);
@@ -36,4 +36,75 @@ Deno.test("receiveArgs receives unmounted and never forces", () => {
   ]);
   assert.deepEqual(receiveArgs("tank/v", { unmounted: false }), ["receive", "tank/v"]);
   assert.throws(() => receiveArgs("tank/v@s1", { unmounted: true }), /not "tank\/v@s1"/);
+});
+
+Deno.test("receiveArgs puts -x and -o before the target, in the order given", () => {
+  assert.deepEqual(
+    receiveArgs("tank/.restore-v", {
+      unmounted: true,
+      exclude: ["mountpoint", "setuid", "other.tool:x"],
+      override: { "org.zfs-csi:restore-token": "0a1b" },
+    }),
+    [
+      "receive",
+      "-u",
+      "-x",
+      "mountpoint",
+      "-x",
+      "setuid",
+      "-x",
+      "other.tool:x",
+      "-o",
+      "org.zfs-csi:restore-token=0a1b",
+      "tank/.restore-v",
+    ],
+  );
+});
+
+Deno.test("receiveArgs dry run checks its options only", () => {
+  assert.deepEqual(
+    receiveArgs("tank/v", { unmounted: true, dryRun: true, exclude: ["mountpoint"] }),
+    ["receive", "-n", "-u", "-x", "mountpoint", "tank/v"],
+  );
+});
+
+Deno.test("receiveArgs refuses a property named twice or not a property", () => {
+  assert.throws(
+    () => receiveArgs("tank/v", { unmounted: true, exclude: ["mountpoint", "mountpoint"] }),
+    /named twice/,
+  );
+  assert.throws(
+    () => receiveArgs("tank/v", { unmounted: true, exclude: ["a"], override: { a: "1" } }),
+    /named twice/,
+  );
+  assert.throws(() => receiveArgs("tank/v", { unmounted: true, exclude: ["-F"] }), TypeError);
+  assert.throws(
+    () => receiveArgs("tank/v", { unmounted: true, override: { "x:y": "a\nb" } }),
+    /control characters/,
+  );
+});
+
+Deno.test("getBySourceArgs asks for what a stream decided on a dataset and a snapshot", () => {
+  assert.deepEqual(getBySourceArgs(["tank/v", "tank/v@s1"], ["received"]), [
+    "get",
+    "-Hp",
+    "-s",
+    "received",
+    "-o",
+    "name,property,value,source",
+    "all",
+    "tank/v",
+    "tank/v@s1",
+  ]);
+  assert.deepEqual(getBySourceArgs(["tank/v"], ["local", "received"]).slice(2, 4), [
+    "-s",
+    "local,received",
+  ]);
+  assert.throws(() => getBySourceArgs(["tank/v"], []), RangeError);
+  assert.throws(() => getBySourceArgs([], ["local"]), RangeError);
+});
+
+Deno.test("rollbackArgs rolls back to a snapshot, never past later ones", () => {
+  assert.deepEqual(rollbackArgs("tank/v@s1"), ["rollback", "tank/v@s1"]);
+  assert.throws(() => rollbackArgs("tank/v"), /not a snapshot name/);
 });

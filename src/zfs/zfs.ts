@@ -12,6 +12,8 @@ import {
   destroyArgs,
   type DestroyOptions,
   getArgs,
+  getBySourceArgs,
+  getLocalArgs,
   getTreeArgs,
   inheritArgs,
   loadKeyArgs,
@@ -19,7 +21,10 @@ import {
   poolHealthArgs,
   type Properties,
   type PropertyList,
+  type PropertySource,
+  receiveArgs,
   renameArgs,
+  rollbackArgs,
   setArgs,
   setManyArgs,
   snapshotArgs,
@@ -120,6 +125,10 @@ export class Zfs {
   readonly #opts: ZfsOptions;
   /** Whether `zfs set` takes several properties; undefined until first tried. */
   #setsSeveral: boolean | undefined;
+  /** Whether `zfs receive` takes `-x` and `-o`; undefined until probed (or the probe failed). */
+  #receiveOverrides: Promise<boolean> | undefined;
+  /** Properties found known (true) or unknown (false) to this zfs by {@linkcode knownProperties}. */
+  readonly #knows = new Map<string, boolean>();
 
   constructor(runner: CommandRunner, opts: ZfsOptions) {
     this.#runner = runner;
@@ -251,6 +260,89 @@ export class Zfs {
     return unknown;
   }
 
+  /**
+   * The names among `props` that this zfs knows, asking zfs only about those not asked before
+   * (the answer is the same for the life of this Zfs). See {@linkcode unknownProperties}.
+   * @throws {ZfsError} for failures other than an unknown property
+   */
+  async knownProperties(dataset: string, props: readonly string[]): Promise<string[]> {
+    const ask = [...new Set(props)].filter((p) => !this.#knows.has(p));
+    if (ask.length > 0) {
+      const unknown = new Set(await this.unknownProperties(dataset, ask));
+      for (const p of ask) this.#knows.set(p, !unknown.has(p));
+    }
+    return props.filter((p) => this.#knows.get(p) === true);
+  }
+
+  /**
+   * Whether `zfs receive` takes `-x` and `-o` (OpenZFS) or not (zfs-fuse), found once per Zfs
+   * by a dry run (`-n`) of `-x mountpoint` into `target` with an empty stdin: OpenZFS takes the
+   * option and then fails to read a stream (nothing is received either way); zfs-fuse refuses
+   * the option ("invalid option 'x'") before it reads anything.
+   * @throws {ZfsError} unavailable or timeout (not remembered: the next call asks again)
+   */
+  receiveOverrides(target: string): Promise<boolean> {
+    this.#receiveOverrides ??= this.#probeReceiveOverrides(target).catch((err) => {
+      this.#receiveOverrides = undefined;
+      throw err;
+    });
+    return this.#receiveOverrides;
+  }
+
+  async #probeReceiveOverrides(target: string): Promise<boolean> {
+    const args = receiveArgs(target, { unmounted: true, dryRun: true, exclude: ["mountpoint"] });
+    try {
+      await this.#zfs(args);
+      return true;
+    } catch (err) {
+      if (!(err instanceof ZfsError)) throw err;
+      if (/invalid option 'x'/.test(err.stderr)) {
+        this.#opts.log.info(
+          "zfs receive takes no -x or -o; received properties are checked after",
+          {
+            said: oneLine(err.stderr),
+          },
+        );
+        return false;
+      }
+      if (err.kind === "unavailable" || err.kind === "timeout") throw err;
+      // It took the option and then found no stream to read ("failed to read from stream").
+      return true;
+    }
+  }
+
+  /**
+   * The properties of the datasets and snapshots `names` whose value comes from one of
+   * `sources` (`received`: what a received stream decided), by name; a name with none is left
+   * out.
+   * @throws {ZfsError} classified (not_found when one of them does not exist)
+   */
+  async propertiesFrom(
+    names: readonly string[],
+    sources: readonly PropertySource[],
+  ): Promise<Map<string, PropertyMap>> {
+    const res = await this.#zfs(getBySourceArgs(names, sources));
+    const out = new Map<string, PropertyMap>();
+    for (const [name, props] of parseGet(res.stdout)) {
+      // Only what zfs says comes from there: a zfs that ignored `-s` must not add anything else.
+      const kept = [...props].filter(([, v]) =>
+        sources.some((source) => v.source === source || v.source.startsWith(`${source} `))
+      );
+      if (kept.length > 0) out.set(name, new Map(kept));
+    }
+    return out;
+  }
+
+  /**
+   * The properties set locally on `dataset` (not its snapshots), by name.
+   * @throws {ZfsError} classified (not_found when it does not exist)
+   */
+  async localProperties(dataset: string): Promise<PropertyMap> {
+    const res = await this.#zfs(getLocalArgs(dataset));
+    const props = parseGet(res.stdout).get(dataset) ?? new Map();
+    return new Map([...props].filter(([, v]) => v.source === "local"));
+  }
+
   /** Creates a filesystem with properties set at creation. */
   async create(dataset: string, props: Properties): Promise<void> {
     await this.#zfs(createArgs(dataset, props));
@@ -320,6 +412,11 @@ export class Zfs {
   /** Destroys a dataset or snapshot (never its clones, never forced). */
   async destroy(name: string, opts: DestroyOptions = {}): Promise<void> {
     await this.#zfs(destroyArgs(name, opts));
+  }
+
+  /** Rolls a filesystem back to its newest snapshot (refused when a later one exists). */
+  async rollback(snapshot: string): Promise<void> {
+    await this.#zfs(rollbackArgs(snapshot));
   }
 
   /** Renames a dataset, or a snapshot within its dataset. */

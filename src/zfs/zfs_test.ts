@@ -864,3 +864,99 @@ Deno.test("Zfs.setProperties throws what zfs refused, without falling back", asy
     assert.equal(runner.calls.length, 1, file);
   }
 });
+
+const PROBE = ["/sbin/zfs", "receive", "-n", "-u", "-x", "mountpoint", "tpool/nomad/.restore-x"];
+
+Deno.test("Zfs.receiveOverrides learns once that zfs-fuse's receive takes no -x", async () => {
+  const { runner, zfs, lines } = setup();
+  runner.onExact(PROBE, fails(await fixture("stderr_receive_exclude.txt"), 2));
+  assert.equal(await zfs.receiveOverrides("tpool/nomad/.restore-x"), false);
+  assert.equal(await zfs.receiveOverrides("tpool/nomad/other"), false);
+  assert.equal(runner.calls.length, 1, "asked once per Zfs");
+  assert.ok(lines.some((l) => l.includes("zfs receive takes no -x or -o")));
+  runner.assertNoUnexpected();
+});
+
+Deno.test("Zfs.receiveOverrides takes OpenZFS's failure to read an empty stream as a yes", async () => {
+  const { runner, zfs } = setup();
+  // OpenZFS parsed -x, then found no stream on its empty stdin.
+  runner.onExact(PROBE, fails("cannot receive: failed to read from stream\n"));
+  assert.equal(await zfs.receiveOverrides("tpool/nomad/.restore-x"), true);
+  assert.equal(await zfs.receiveOverrides("tpool/nomad/.restore-x"), true);
+  assert.equal(runner.calls.length, 1);
+});
+
+Deno.test("Zfs.receiveOverrides asks again after zfs could not be reached", async () => {
+  const { runner, zfs } = setup();
+  runner.onExact(PROBE, fails(await fixture("stderr_daemon_down.txt")), { times: 1 });
+  runner.onExact(PROBE, fails(await fixture("stderr_receive_exclude.txt"), 2));
+  await assertRejectsZfs(zfs.receiveOverrides("tpool/nomad/.restore-x"), "unavailable");
+  assert.equal(await zfs.receiveOverrides("tpool/nomad/.restore-x"), false);
+  assert.equal(runner.calls.length, 2);
+});
+
+Deno.test("Zfs.propertiesFrom reads what a zfs send -p stream decided (captured zfs-fuse output)", async () => {
+  const { runner, zfs } = setup();
+  runner.onExact(
+    [
+      "/sbin/zfs",
+      "get",
+      "-Hp",
+      "-s",
+      "received",
+      "-o",
+      "name,property,value,source",
+      "all",
+      "tpool/nomad/pg",
+      "tpool/nomad/pg@s1",
+    ],
+    { stdout: await fixture("zfs_get_received.txt") },
+  );
+  const got = await zfs.propertiesFrom(["tpool/nomad/pg", "tpool/nomad/pg@s1"], ["received"]);
+  assert.deepEqual([...got.keys()], ["tpool/nomad/pg"]);
+  assert.deepEqual(
+    Object.fromEntries([...got.get("tpool/nomad/pg")!].map(([k, v]) => [k, v.value])),
+    {
+      mountpoint: "/tmp/t/host-path",
+      devices: "on",
+      setuid: "on",
+      "org.zfs-csi:managed": "yes",
+      "other.tool:x": "1",
+    },
+  );
+});
+
+Deno.test("Zfs.propertiesFrom keeps only what zfs says comes from the sources asked", async () => {
+  const { runner, zfs } = setup();
+  runner.on(["/sbin/zfs", "get"], {
+    stdout: "tpool/nomad/pg\tmountpoint\t/x\tlocal\ntpool/nomad/pg\tcompression\ton\treceived\n" +
+      "tpool/nomad/pg@s\tsnapprop:z\t2\treceived\n",
+  });
+  const got = await zfs.propertiesFrom(["tpool/nomad/pg", "tpool/nomad/pg@s"], ["received"]);
+  assert.deepEqual([...got.get("tpool/nomad/pg")!.keys()], ["compression"]);
+  assert.deepEqual([...got.get("tpool/nomad/pg@s")!.keys()], ["snapprop:z"]);
+});
+
+Deno.test("Zfs.knownProperties asks zfs about each name once", async () => {
+  const { runner, zfs } = setup();
+  const bad = await fixture("stderr_get_bad_property.txt");
+  runner.onExact(
+    [...GET_PREFIX, "aclmode,mountpoint", "tpool/nomad"],
+    fails(bad.replace("bogusprop", "aclmode"), 2),
+  );
+  runner.onExact([...GET_PREFIX, "mountpoint", "tpool/nomad"], {
+    stdout: "tpool/nomad\tmountpoint\t/x\tdefault\n",
+  });
+  runner.onExact([...GET_PREFIX, "setuid", "tpool/nomad"], {
+    stdout: "tpool/nomad\tsetuid\ton\tdefault\n",
+  });
+  assert.deepEqual(await zfs.knownProperties("tpool/nomad", ["aclmode", "mountpoint"]), [
+    "mountpoint",
+  ]);
+  assert.deepEqual(
+    await zfs.knownProperties("tpool/nomad", ["mountpoint", "aclmode", "setuid"]),
+    ["mountpoint", "setuid"],
+  );
+  assert.equal(runner.calls.length, 3, "only setuid was asked the second time");
+  runner.assertNoUnexpected();
+});

@@ -150,7 +150,8 @@ export class PoolModel {
         return f(argv);
       };
     this.runner
-      .on(["zfs", "get"], answer((a) => this.#get(a)))
+      .on(["zfs", "get"], answer((a) => a.includes("-s") ? this.#getBySource(a) : this.#get(a)))
+      .on(["zfs", "receive"], answer(() => this.#receiveProbe()))
       .on(["zfs", "set"], answer((a) => this.#set(a)))
       .on(["zfs", "inherit"], answer((a) => this.#inherit(a)))
       .on(["zfs", "create"], answer((a) => this.#create(a)))
@@ -390,6 +391,34 @@ export class PoolModel {
     }
     if (missing !== undefined) return { ...notFound(missing), stdout: lines.join("") };
     return { stdout: lines.join("") };
+  }
+
+  /**
+   * `zfs get -Hp -s <sources> -o name,property,value,source all <names>` (not recursive): the
+   * properties set locally; none are ever `received` (the model's streams carry none).
+   */
+  #getBySource(argv: readonly string[]): FakeResponse {
+    const sources = argv[argv.indexOf("-s") + 1]!.split(",");
+    const lines: string[] = [];
+    for (const name of argv.slice(argv.indexOf("all") + 1)) {
+      const obj = this.objects.get(name);
+      if (!obj) return notFound(name);
+      if (!sources.includes("local")) continue;
+      for (const [k, v] of obj.props) {
+        if (v.source === "local") lines.push(`${name}\t${k}\t${v.value}\tlocal\n`);
+      }
+    }
+    return { stdout: lines.join("") };
+  }
+
+  /**
+   * The plugin's probe of receive's `-x` (a dry run, an empty stdin; zfs.ts receiveOverrides):
+   * OpenZFS takes the option and finds no stream, zfs-fuse refuses the option.
+   */
+  #receiveProbe(): FakeResponse {
+    return this.#o.flavour === "openzfs"
+      ? fails("cannot receive: failed to read from stream\n")
+      : fails("invalid option 'x'\nusage:\n\treceive [-vnFu] <filesystem|volume|snapshot>\n", 2);
   }
 
   #set(argv: readonly string[]): FakeResponse {

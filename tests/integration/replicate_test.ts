@@ -228,7 +228,7 @@ Deno.test("replicate: send to the store and restore on another pool", async (t) 
   await t.step("a flipped byte in a stored stream restores nothing from it", async () => {
     const before = await everything(dst);
     for (const [m, at] of [[full, 0.5], [inc, 0.5], [full, 1]] as const) {
-      // A stream, not an object the plugin reads whole (those are capped at 1 MiB).
+      // A stream is over the cap on what the plugin reads whole: read it as the plugin does.
       const good = await new Response(await store.getStream(m.stream)).bytes();
       const bad = good.slice();
       const i = Math.min(bad.length - 1, Math.floor(bad.length * at));

@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import type { SnapshotManifest } from "../../src/store/layout.ts";
 import { claimVolume, createVolumeRequest } from "../support/nomad.ts";
@@ -298,6 +299,39 @@ Deno.test("store: the manual restore recipe of docs/backups.md restores without 
       assert.match(run.output, /SHA-256/, "the recipe names the check that failed");
       const exists = await tryRun("zfs", "list", target);
       assert.notEqual(exists.code, 0, `${target} was not created`);
+    });
+
+    await t.step("the recipe refuses a stream that sets properties (zfs send -p)", async () => {
+      const copy = `${b!.dir}/store-copy-props`;
+      await sh("cp", "-a", storeDir, copy);
+      // What anyone who can write the store could put there: another dataset's stream with its
+      // properties, under s1's name, and a manifest with its true size, SHA-256 and guid.
+      const s1 = manifests.get("s1")!;
+      const other = `${b!.pool}/other`;
+      await sh("zfs", "create", "-o", "setuid=off", "-o", "other.tool:y=from-the-stream", other);
+      const snap = `${other}@${s1.snapshot}`;
+      await sh("zfs", "snapshot", snap);
+      const guid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", snap)).trim();
+      const sent = await new Deno.Command("zfs", { args: ["send", "-p", snap], stdout: "piped" })
+        .output();
+      assert.ok(sent.success, "zfs send -p");
+      await Deno.writeFile(`${copy}/${s1.stream}`, sent.stdout);
+      const hex = BigInt(guid).toString(16).padStart(16, "0");
+      const sha256 = createHash("sha256").update(sent.stdout).digest("hex");
+      await Deno.writeTextFile(
+        `${copy}/v1/volumes/${VOLUME}/snapshots/${hex}.json`,
+        JSON.stringify({ ...s1, guid, size: sent.stdout.length, sha256 }, null, 2) + "\n",
+      );
+      const target = `${b!.pool}/restored-props`;
+      const run = await runRecipe(script, {
+        STORE_DIR: copy,
+        VOLUME,
+        SNAPSHOT: hex,
+        TARGET: target,
+        PATH: pathDir,
+      });
+      assert.notEqual(run.code, 0, run.output);
+      assert.match(run.output, /set properties .*other\.tool:y/, "the recipe names them");
     });
   } finally {
     await plugin?.stop("SIGKILL");

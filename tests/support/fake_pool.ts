@@ -3,7 +3,10 @@
  * datasets and snapshots with properties and their sources, answering `zfs get` (with `-r -d`),
  * `destroy` (`-r`, `-d`; refusing children, dependent clones and holds as zfs does), `rename`,
  * `set`, `unmount` and `mount` like zfs. `clones` is computed from origins as OpenZFS does, or
- * refused as an unknown property as zfs-fuse does. Everything else is unexpected.
+ * refused as an unknown property as zfs-fuse does. `zfs get -s <source> all` lists the values
+ * given with that source ("received", "local"); the probe `zfs receive -n` (zfs.ts receiveOverrides) answers as
+ * zfs-fuse does (no `-x`) unless {@linkcode FakePool.receiveOverrides} says otherwise. Everything
+ * else is unexpected.
  */
 
 import type { PropertyValue } from "../../src/zfs/parse.ts";
@@ -42,6 +45,8 @@ export class FakePool {
   readonly objects = new Map<string, Map<string, PropertyValue>>();
   /** Whether `zfs get` knows `clones` (OpenZFS) or refuses it (zfs-fuse). */
   clonesProperty = true;
+  /** Whether `zfs receive` takes `-x`/`-o` (OpenZFS) or not (zfs-fuse, the default). */
+  receiveOverrides = false;
   /** What `mount` lists, as [dataset, mountpoint]. */
   mounts: [string, string][] = [];
   /**
@@ -62,6 +67,14 @@ export class FakePool {
       .on(["zfs", "rename"], answer((argv) => this.#rename(argv)))
       .on(["zfs", "set"], answer((argv) => this.#set(argv)))
       .on(["zfs", "unmount"], answer(() => ({})))
+      .when(
+        (argv) => argv[1] === "receive" && argv.includes("-n"),
+        answer(() =>
+          this.receiveOverrides
+            ? { code: 1, stderr: "cannot receive: failed to read from stream\n" }
+            : { code: 2, stderr: "invalid option 'x'\nusage:\n\treceive [-vnF] <filesystem>\n" }
+        ),
+      )
       .onExact(
         ["mount"],
         answer(() => ({
@@ -136,11 +149,20 @@ export class FakePool {
     }
     const d = argv.indexOf("-d");
     const depth = argv.includes("-r") ? (d >= 0 ? Number(argv[d + 1]) : Infinity) : 0;
+    const s = argv.indexOf("-s");
     const lines: string[] = [];
     for (const root of roots) {
       if (!this.objects.has(root)) return notFound(root);
       for (const name of this.names().filter((n) => depthBelow(root, n) <= depth)) {
         const p = this.objects.get(name)!;
+        if (s >= 0 && props[0] === "all") {
+          for (const [prop, v] of p) {
+            if (argv[s + 1]!.split(",").includes(v.source)) {
+              lines.push(`${name}\t${prop}\t${v.value}\t${v.source}\n`);
+            }
+          }
+          continue;
+        }
         for (const prop of props) {
           let v = p.get(prop);
           if (prop === "clones" && p.get("type")?.value === "snapshot") {
