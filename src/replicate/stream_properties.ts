@@ -53,6 +53,7 @@ export const OWN_PROPERTIES: readonly string[] = [
   "org.zfs-csi:deleted-name",
   "org.zfs-csi:follow-generation",
   "org.zfs-csi:follow-released",
+  "org.zfs-csi:follow-suspended",
   "org.zfs-csi:host-namespace",
   "org.zfs-csi:host-volume-id",
   "org.zfs-csi:managed",
