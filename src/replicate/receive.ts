@@ -19,6 +19,7 @@ import type { Store, StoredFile } from "../store/store.ts";
 import { receiveArgs } from "../zfs/args.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { ReplicateError } from "./errors.ts";
+import { checkReceivable } from "./receivable.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
 
 /** What {@linkcode receiveFromStore} works with. */
@@ -74,6 +75,8 @@ class StdinClosed extends Error {}
 export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Promise<void> {
   const { manifest, target, signal } = spec;
   signal?.throwIfAborted();
+  // A form this pool cannot receive is refused before anything is downloaded (receivable.ts).
+  await checkReceivable(deps.zfs, target, [manifest]);
   const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
   const started = performance.now();
   if (spec.readFile && deps.store.openFile) {
@@ -392,6 +395,7 @@ export interface RestoreSpec {
  */
 export async function restoreChain(deps: ReceiveDeps, spec: RestoreSpec): Promise<void> {
   checkChain(spec.chain);
+  await checkReceivable(deps.zfs, spec.target, spec.chain);
   for (const manifest of spec.chain) {
     await receiveFromStore(deps, {
       manifest,

@@ -33,6 +33,7 @@ import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { reasonText } from "../zfs/zfs.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
+import { checkReceivable } from "./receivable.ts";
 import { checkChain, checkStoredFile, type ReceiveDeps, receiveFromStore } from "./receive.ts";
 
 /** Prefix of the temporary datasets restores receive into. */
@@ -91,6 +92,8 @@ type TempState =
  */
 export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec): Promise<void> {
   checkChain(spec.chain);
+  // The whole chain's form, before anything is received (receivable.ts).
+  await checkReceivable(deps.zfs, spec.parentDataset, spec.chain);
   const temp = restoreTempDataset(spec.parentDataset, spec.target);
   const log = deps.log.child({ target: spec.target, temp });
   const { chain, signal } = spec;
