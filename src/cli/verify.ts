@@ -11,6 +11,7 @@ import { Code, CsiError } from "../errors.ts";
 import { openStore } from "../store/open.ts";
 import { storeGrants } from "../permissions.ts";
 import { randomHex } from "../replicate/local.ts";
+import { checkReceivable } from "../replicate/receivable.ts";
 import { type ReceiveDeps, restoreChain } from "../replicate/receive.ts";
 import { DenoStreamRunner } from "../run.ts";
 import { chainTo, latest, parseManifest } from "../store/chain.ts";
@@ -19,6 +20,7 @@ import { storedSnapshotId } from "../store/snapshot_ids.ts";
 import type { Store } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
 import { parseBytes } from "../zfs/parse.ts";
+import { describeForm, PLAIN_FORM } from "../zfs/stream_form.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { type CliIo, humanBytes, printJson, Progress } from "./io.ts";
 import { buildTools, checkPrograms, requireGrant, resolveConfig, splitArgs } from "./setup.ts";
@@ -36,6 +38,11 @@ export interface VerifyReport {
   /** Streams received, the full one first, and their bytes. */
   readonly streams: number;
   readonly bytes: number;
+  /**
+   * Each stream's form, the full one first ("plain stream (zfs send)", "compressed, large-block,
+   * embedded-data stream (zfs send -c -L -e)"; src/zfs/stream_form.ts describeForm).
+   */
+  readonly forms: readonly string[];
   readonly seconds: number;
   /** Bytes the restored snapshot refers to. */
   readonly referencedBytes: number;
@@ -189,8 +196,9 @@ export const usage =
                       [--snapshot ID] [--json]
 
 Restores a stored backup of VOLUME (the newest, or --snapshot: its id store:<volume>:<hex> or
-the 16 hex digits) into a hidden scratch dataset below the parent, checking each stream's size,
-SHA-256 and guid as a restore does, then checks the result (every snapshot of the chain there;
+the 16 hex digits) into a hidden scratch dataset below the parent, checking first that this
+node's pool can receive each stream's form (compressed, large blocks, ...), then each stream's
+size, SHA-256 and guid as a restore does, then checks the result (every snapshot of the chain there;
 and whether this node has the volume's own snapshot of that guid) and destroys
 the scratch dataset. Needs room in the pool for the restored data. Shows progress on stderr.`;
 
@@ -213,10 +221,14 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
   const chain = chainTo(manifests.filter((m) => m.volumeUid === target.volumeUid), target.guid);
   const bytes = chain.reduce((n, m) => n + m.size, 0);
   const scratch = `${config.parentDataset}/${VERIFY_PREFIX}${randomHex(8)}`;
+  // A form this node's pool cannot receive fails here, naming it, before any download.
+  await checkReceivable(tools.zfs, scratch, chain);
+  const forms = chain.map((m) => describeForm(m.form ?? PLAIN_FORM, m.raw));
   const progress = new Progress(io, `verify ${volume}`, bytes);
   io.err(
     `verify: receiving ${chain.length} stream(s), ${humanBytes(bytes)}, of ${target.snapshot} ` +
-      `(${target.createdAt}) from ${store.description} into ${scratch}`,
+      `(${target.createdAt}) from ${store.description} into ${scratch}; ` +
+      `${[...new Set(forms)].join(" and ")}`,
   );
   const deps: ReceiveDeps = {
     streams: new DenoStreamRunner(),
@@ -250,6 +262,7 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
     createdAt: target.createdAt,
     streams: chain.length,
     bytes,
+    forms,
     seconds: Math.round((performance.now() - started) / 100) / 10,
     referencedBytes: checked.referencedBytes,
     localSnapshot: checked.localSnapshot,
