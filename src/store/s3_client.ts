@@ -123,6 +123,11 @@ export interface S3Request {
    * the body read whole came in (see TransferOptions.onProgress in store.ts).
    */
   readonly onProgress?: (() => void) | undefined;
+  /**
+   * For {@linkcode S3Client.open}: bytes of the answer's body read ahead of the reader (0: only
+   * what the reader asks for), so the download goes on while the reader is busy.
+   */
+  readonly readAheadBytes?: number;
 }
 
 /** The most of an answer's body read whole unless a request says otherwise (XML, manifests). */
@@ -379,8 +384,10 @@ async function readSome(response: Response, limit: number): Promise<string> {
 }
 
 /**
- * The download as the caller reads it, pulled one chunk at a time (nothing is buffered ahead):
- * the time limit runs only while a read waits, and a failure becomes a StoreError.
+ * The download as the caller reads it: up to `request.readAheadBytes` are read ahead of the
+ * caller (a restore's next part comes in while zfs receive takes the last), none beyond; the
+ * time limit runs only while a read from the network waits (a full read-ahead waits for the
+ * caller, which is not the store's wait), and a failure becomes a StoreError.
  */
 function idleLimited(
   body: ReadableStream<Uint8Array>,
@@ -388,6 +395,7 @@ function idleLimited(
   request: S3Request,
   toError: (e: unknown) => unknown,
 ): ReadableStream<Uint8Array> {
+  const ahead = request.readAheadBytes ?? 0;
   const reader = body.getReader();
   idle.disarm();
   return new ReadableStream<Uint8Array>({
@@ -408,5 +416,5 @@ function idleLimited(
       idle.disarm();
       return reader.cancel(reason);
     },
-  }, { highWaterMark: 0 });
+  }, ahead > 0 ? new ByteLengthQueuingStrategy({ highWaterMark: ahead }) : { highWaterMark: 0 });
 }
