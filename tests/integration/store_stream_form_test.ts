@@ -126,7 +126,7 @@ Deno.test("store: streams take the form the pool allows, cost about what the poo
         assert.equal(await treeHash(claim.target), sourceHash);
         await claim.release();
         // The property is the volume's own (its parameter), not the stream's; the received
-      // blocks stay as compressed as they were sent.
+        // blocks stay as compressed as they were sent.
         assert.equal(await pool.get(dataset, "compression"), parameters.compression);
         if (openzfs) {
           const used = Number(
