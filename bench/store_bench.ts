@@ -26,6 +26,7 @@
  *   deno run --frozen --allow-all bench/store_bench.ts   # this section alone
  *   ZFS_CSI_BENCH_QUICK=1 …                              # 64 MiB, one trial
  *   ZFS_CSI_BENCH_STORE=file …                           # the directory store's rows only
+ *   ZFS_CSI_BENCH_STORE=s3 …                             # S3's and the stored bytes' only
  *   ZFS_CSI_BENCH_TRIALS=9 …                             # 9 trials a row instead of 3
  */
 
@@ -85,6 +86,11 @@ export interface StoreBenchOptions {
   readonly trials?: number;
   /** Only the directory store's rows (ZFS_CSI_BENCH_STORE=file when run alone). */
   readonly fileOnly?: boolean;
+  /**
+   * Only the S3 rows and the stored bytes (ZFS_CSI_BENCH_STORE=s3 when run alone): the file
+   * store's plugin only sets the volume up.
+   */
+  readonly s3Only?: boolean;
 }
 
 interface Config {
@@ -392,359 +398,372 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   await stagePublishCycle(c, other);
   const fileIdle = await idleRss(pf.pid);
 
-  // The plugin's added latency: stage+publish of another volume without a backup, during one
-  // through the plugin, and during a plain zfs send > file (what the disk and zfs alone cost).
-  progress("store: stage+publish while a backup runs");
-  const lat = { idle: [] as number[], plugin: [] as number[], floor: [] as number[] };
-  await interleave(cfg.trials, [
-    async () => {
-      await syncDisks();
-      for (let i = 0; i < cfg.idleCycles; i++) lat.idle.push(await stagePublishCycle(c, other));
-    },
-    async (t) => {
-      await syncDisks();
-      let id = "";
-      lat.plugin.push(
-        ...await cyclesDuring(c, other, file.backup(srcId, `bench-lat-${t}`).then((x) => id = x)),
-      );
-      await file.deleteSnapshot(id);
-    },
-    async () => {
-      await syncDisks();
-      const send = timedBash(
-        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
-      );
-      lat.floor.push(...await cyclesDuring(c, other, send));
-      await Deno.remove(`${floorDir}/lat.zfs`);
-    },
-  ]);
-
-  // 1. Backup to the file store: the plugin, the floor, and the engine in this process.
-  progress(`store: ${size} backups to the file store`);
-  const fileStore = new FileStore(storeDir);
-  const zfs = new Zfs(new DenoCommandRunner(), {
-    zfsPath: "zfs",
-    zpoolPath: "zpool",
-    timeoutMs: 120_000,
-    log: silent,
-  });
-  const engine = {
-    streams: new DenoStreamRunner(),
-    zfsPath: "zfs",
-    zfs,
-    store: fileStore,
-    log: silent,
-  };
-  const floorGuid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", floorSnap)).trim();
-  let keptFile = "";
   let streamBytes = 0;
-  await interleave(cfg.trials, [
-    async (t) => {
-      await syncDisks();
-      const idle = await idleRss(pf.pid);
-      const sampler = new RssSampler(pf.pid);
-      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-file-${t}`));
-      addRss("file backup", { idle, samples: await sampler.stop() });
-      times.push("file plugin", ms);
-      if (t === cfg.trials - 1) keptFile = id;
-      else await file.deleteSnapshot(id);
-    },
-    async () => {
-      // A new file, as the store writes: overwriting the last trial's 1 GiB file made the
-      // floor free its blocks while timed (about 250 ms here).
-      await Deno.remove(floorFile).catch(() => {});
-      await syncDisks();
-      times.push(
-        "file floor",
-        await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
-      );
-      streamBytes = (await Deno.stat(floorFile)).size;
-    },
-    async () => {
-      if (!hashTool) return;
-      const out = `${floorDir}/checked.zfs`;
-      await syncDisks();
-      times.push(
-        "file hashed floor",
-        await timedBash(checkedSendScript(hashTool, floorSnap, out, besideFile)),
-      );
-      await Deno.remove(out);
-    },
-    async () => {
-      await syncDisks();
-      const key = streamKey("bench-engine", floorGuid, crypto.randomUUID().replaceAll("-", ""));
-      const { ms } = await timed(() =>
-        sendToStore(engine, { snapshot: floorSnap, raw: false, key })
-      );
-      times.push("file engine", ms);
-      await fileStore.delete(key);
-    },
-  ]);
-  const keptFileManifest = await fileManifest(fileStore, keptFile);
-  rows.push(
-    times.row(
-      `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
-      "file plugin",
-      "file floor",
-      {
-        target: 1.1,
-        note: `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
-          `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
-          `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
-          `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
-          `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
-            cfg.trials === 1 ? "" : "s"
-          } each`,
+  if (options.s3Only) {
+    // The S3 floors upload this file of the stream too.
+    await sh("bash", "-c", `zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)}`);
+    streamBytes = (await Deno.stat(floorFile)).size;
+  } else {
+    // The plugin's added latency: stage+publish of another volume without a backup, during one
+    // through the plugin, and during a plain zfs send > file (what the disk and zfs alone cost).
+    progress("store: stage+publish while a backup runs");
+    const lat = { idle: [] as number[], plugin: [] as number[], floor: [] as number[] };
+    await interleave(cfg.trials, [
+      async () => {
+        await syncDisks();
+        for (let i = 0; i < cfg.idleCycles; i++) lat.idle.push(await stagePublishCycle(c, other));
       },
-    ),
-    times.row(
-      "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
-      "file engine",
-      "file floor",
-      {
-        target: 1.1,
-        note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+      async (t) => {
+        await syncDisks();
+        let id = "";
+        lat.plugin.push(
+          ...await cyclesDuring(c, other, file.backup(srcId, `bench-lat-${t}`).then((x) => id = x)),
+        );
+        await file.deleteSnapshot(id);
       },
-    ),
-  );
-  if (hashTool) {
+      async () => {
+        await syncDisks();
+        const send = timedBash(
+          `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
+        );
+        lat.floor.push(...await cyclesDuring(c, other, send));
+        await Deno.remove(`${floorDir}/lat.zfs`);
+      },
+    ]);
+
+    // 1. Backup to the file store: the plugin, the floor, and the engine in this process.
+    progress(`store: ${size} backups to the file store`);
+    const fileStore = new FileStore(storeDir);
+    const zfs = new Zfs(new DenoCommandRunner(), {
+      zfsPath: "zfs",
+      zpoolPath: "zpool",
+      timeoutMs: 120_000,
+      log: silent,
+    });
+    const engine = {
+      streams: new DenoStreamRunner(),
+      zfsPath: "zfs",
+      zfs,
+      store: fileStore,
+      log: silent,
+    };
+    const floorGuid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", floorSnap)).trim();
+    let keptFile = "";
+    await interleave(cfg.trials, [
+      async (t) => {
+        await syncDisks();
+        const idle = await idleRss(pf.pid);
+        const sampler = new RssSampler(pf.pid);
+        const { ms, value: id } = await timed(() => file.backup(srcId, `bench-file-${t}`));
+        addRss("file backup", { idle, samples: await sampler.stop() });
+        times.push("file plugin", ms);
+        if (t === cfg.trials - 1) keptFile = id;
+        else await file.deleteSnapshot(id);
+      },
+      async () => {
+        // A new file, as the store writes: overwriting the last trial's 1 GiB file made the
+        // floor free its blocks while timed (about 250 ms here).
+        await Deno.remove(floorFile).catch(() => {});
+        await syncDisks();
+        times.push(
+          "file floor",
+          await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
+        );
+        streamBytes = (await Deno.stat(floorFile)).size;
+      },
+      async () => {
+        if (!hashTool) return;
+        const out = `${floorDir}/checked.zfs`;
+        await syncDisks();
+        times.push(
+          "file hashed floor",
+          await timedBash(checkedSendScript(hashTool, floorSnap, out, besideFile)),
+        );
+        await Deno.remove(out);
+      },
+      async () => {
+        await syncDisks();
+        const key = streamKey("bench-engine", floorGuid, crypto.randomUUID().replaceAll("-", ""));
+        const { ms } = await timed(() =>
+          sendToStore(engine, { snapshot: floorSnap, raw: false, key })
+        );
+        times.push("file engine", ms);
+        await fileStore.delete(key);
+      },
+    ]);
+    const keptFileManifest = await fileManifest(fileStore, keptFile);
     rows.push(
       times.row(
-        "  zfs send > file with as many bytes hashed beside it by openssl vs the same",
-        "file hashed floor",
+        `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
+        "file plugin",
         "file floor",
         {
-          note: "no plugin: `openssl dgst -sha256` of a file of the stream's size (in the page " +
-            "cache) in its own process while zfs send writes: what any backup that hashes its " +
-            "stream costs on this machine's cores, without even waiting for the bytes",
+          target: 1.1,
+          note:
+            `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
+            `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
+            `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
+            `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
+            `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
+              cfg.trials === 1 ? "" : "s"
+            } each`,
         },
       ),
-      times.row("  backup (plugin) vs that checked floor", "file plugin", "file hashed floor", {
-        note: "the plugin's cost above a hash made beside the send",
+      times.row(
+        "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
+        "file engine",
+        "file floor",
+        {
+          target: 1.1,
+          note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+        },
+      ),
+    );
+    if (hashTool) {
+      rows.push(
+        times.row(
+          "  zfs send > file with as many bytes hashed beside it by openssl vs the same",
+          "file hashed floor",
+          "file floor",
+          {
+            note: "no plugin: `openssl dgst -sha256` of a file of the stream's size (in the page " +
+              "cache) in its own process while zfs send writes: what any backup that hashes its " +
+              "stream costs on this machine's cores, without even waiting for the bytes",
+          },
+        ),
+        times.row("  backup (plugin) vs that checked floor", "file plugin", "file hashed floor", {
+          note: "the plugin's cost above a hash made beside the send",
+        }),
+      );
+    }
+
+    // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
+    // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
+    // same file piped by cat, and the check alone: where the time goes.
+    progress(`store: ${size} restores from the file store`);
+    const storedFile = `${storeDir}/${keptFileManifest.stream}`;
+    await interleave(cfg.trials, [
+      async (t) => {
+        await syncDisks();
+        const idle = await idleRss(pf.pid);
+        const sampler = new RssSampler(pf.pid);
+        const { ms, value: id } = await timed(() => file.restore(`restore-file-${t}`, keptFile));
+        addRss("file restore", { idle, samples: await sampler.stop() });
+        times.push("file restore plugin", ms);
+        await file.deleteVolume(id);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/floor-recv`;
+        times.push(
+          "file restore floor",
+          await timedBash(`zfs receive -u ${shellQuote(target)} < ${shellQuote(storedFile)}`),
+        );
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/engine-recv`;
+        const { ms } = await timed(() =>
+          receiveFromStore(engine, { manifest: keptFileManifest, target, readFile: true })
+        );
+        times.push("file restore engine", ms);
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/engine-pipe-recv`;
+        const { ms } = await timed(() =>
+          receiveFromStore(engine, { manifest: keptFileManifest, target })
+        );
+        times.push("file restore engine pipe", ms);
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/cat-recv`;
+        times.push(
+          "file restore cat",
+          await timedBash(`cat ${shellQuote(storedFile)} | zfs receive -u ${shellQuote(target)}`),
+        );
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
+        times.push("file restore check", ms);
+      },
+      async () => {
+        if (!hashTool) return;
+        await syncDisks();
+        const target = `${parent}/hashed-recv`;
+        times.push(
+          "file restore hashed floor",
+          await timedBash(checkedReceiveScript(hashTool, storedFile, target)),
+        );
+        await destroyTree(target);
+      },
+    ]);
+    rows.push(
+      times.row(
+        `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
+        "file restore plugin",
+        "file restore floor",
+        {
+          target: 1.1,
+          note:
+            `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
+            `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
+            `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
+            `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
+            `itself (plugin's log) ${
+              formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))
+            }`,
+        },
+      ),
+      times.row(
+        "  same engine in this process (receiveFromStore) vs zfs receive < file",
+        "file restore engine",
+        "file restore floor",
+        {
+          target: 1.1,
+          note:
+            "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
+            "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
+        },
+      ),
+      times.row(
+        "  the check alone (SHA-256 of the stored file, in this process) vs the same",
+        "file restore check",
+        "file restore floor",
+        {
+          note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
+            `from the page cache (${
+              rate(keptFileManifest.size, times.median("file restore check"))
+            })`,
+        },
+      ),
+      times.row(
+        "  same engine through a pipe (as from S3) vs the same",
+        "file restore engine pipe",
+        "file restore floor",
+        {
+          note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
+        },
+      ),
+      times.row("  cat file | zfs receive vs the same", "file restore cat", "file restore floor", {
+        note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
       }),
     );
-  }
-
-  // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
-  // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
-  // same file piped by cat, and the check alone: where the time goes.
-  progress(`store: ${size} restores from the file store`);
-  const storedFile = `${storeDir}/${keptFileManifest.stream}`;
-  await interleave(cfg.trials, [
-    async (t) => {
-      await syncDisks();
-      const idle = await idleRss(pf.pid);
-      const sampler = new RssSampler(pf.pid);
-      const { ms, value: id } = await timed(() => file.restore(`restore-file-${t}`, keptFile));
-      addRss("file restore", { idle, samples: await sampler.stop() });
-      times.push("file restore plugin", ms);
-      await file.deleteVolume(id);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/floor-recv`;
-      times.push(
-        "file restore floor",
-        await timedBash(`zfs receive -u ${shellQuote(target)} < ${shellQuote(storedFile)}`),
-      );
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/engine-recv`;
-      const { ms } = await timed(() =>
-        receiveFromStore(engine, { manifest: keptFileManifest, target, readFile: true })
-      );
-      times.push("file restore engine", ms);
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/engine-pipe-recv`;
-      const { ms } = await timed(() =>
-        receiveFromStore(engine, { manifest: keptFileManifest, target })
-      );
-      times.push("file restore engine pipe", ms);
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/cat-recv`;
-      times.push(
-        "file restore cat",
-        await timedBash(`cat ${shellQuote(storedFile)} | zfs receive -u ${shellQuote(target)}`),
-      );
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
-      times.push("file restore check", ms);
-    },
-    async () => {
-      if (!hashTool) return;
-      await syncDisks();
-      const target = `${parent}/hashed-recv`;
-      times.push(
-        "file restore hashed floor",
-        await timedBash(checkedReceiveScript(hashTool, storedFile, target)),
-      );
-      await destroyTree(target);
-    },
-  ]);
-  rows.push(
-    times.row(
-      `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
-      "file restore plugin",
-      "file restore floor",
-      {
-        target: 1.1,
-        note: `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
-          `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
-          `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
-          `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
-          `itself (plugin's log) ${formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))}`,
-      },
-    ),
-    times.row(
-      "  same engine in this process (receiveFromStore) vs zfs receive < file",
-      "file restore engine",
-      "file restore floor",
-      {
-        target: 1.1,
-        note: "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
-          "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
-      },
-    ),
-    times.row(
-      "  the check alone (SHA-256 of the stored file, in this process) vs the same",
-      "file restore check",
-      "file restore floor",
-      {
-        note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
-          `from the page cache (${
-            rate(keptFileManifest.size, times.median("file restore check"))
-          })`,
-      },
-    ),
-    times.row(
-      "  same engine through a pipe (as from S3) vs the same",
-      "file restore engine pipe",
-      "file restore floor",
-      {
-        note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
-      },
-    ),
-    times.row("  cat file | zfs receive vs the same", "file restore cat", "file restore floor", {
-      note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
-    }),
-  );
-  if (hashTool) {
-    rows.push(
-      times.row(
-        "  zfs receive < file with the file hashed beside it by openssl vs the same",
-        "file restore hashed floor",
-        "file restore floor",
-        {
-          note: "no plugin: `openssl dgst -sha256 file` in its own process while zfs receive " +
-            "reads the same file, what any restore that checks the SHA-256 while zfs reads costs " +
-            "on this machine's cores",
-        },
-      ),
-      times.row(
-        "  restore (plugin) vs that checked floor",
-        "file restore plugin",
-        "file restore hashed floor",
-        { note: "the plugin's cost above a check made beside the receive" },
-      ),
-    );
-  } else {
-    progress("store: no openssl on PATH: the checked floor's rows are left out");
-  }
-
-  // 4. Incremental: a small change, stored on top of the kept full backup.
-  progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
-  let fileBase = keptFileManifest;
-  const incBytes: number[] = [];
-  const incFloorBytes: number[] = [];
-  for (let t = 0; t < cfg.trials; t++) {
-    await changeData(dataFile, cfg, t);
-    const pluginSide = async () => {
-      await syncDisks();
-      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-inc-file-${t}`));
-      times.push("file inc plugin", ms);
-      const m = await fileManifest(fileStore, id);
-      if (m.baseGuid !== fileBase.guid) {
-        throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
-      }
-      incBytes.push(m.size);
-      return m;
-    };
-    const floorSide = async () => {
-      await syncDisks();
-      const snap = `${dataset}@bench-inc-floor-${t}`;
-      await sh("zfs", "snapshot", snap);
-      const out = `${floorDir}/inc.zfs`;
-      const base = `${dataset}@${fileBase.snapshot}`;
-      times.push(
-        "file inc floor",
-        await timedBash(
-          `zfs send -i ${shellQuote(base)} ${shellQuote(snap)} > ${shellQuote(out)} && sync`,
+    if (hashTool) {
+      rows.push(
+        times.row(
+          "  zfs receive < file with the file hashed beside it by openssl vs the same",
+          "file restore hashed floor",
+          "file restore floor",
+          {
+            note: "no plugin: `openssl dgst -sha256 file` in its own process while zfs receive " +
+              "reads the same file, what any restore that checks the SHA-256 while zfs reads costs " +
+              "on this machine's cores",
+          },
+        ),
+        times.row(
+          "  restore (plugin) vs that checked floor",
+          "file restore plugin",
+          "file restore hashed floor",
+          { note: "the plugin's cost above a check made beside the receive" },
         ),
       );
-      incFloorBytes.push((await Deno.stat(out)).size);
-      await Deno.remove(out);
-      await destroyTree(snap);
-    };
-    // Alternating which goes first; both send the same change from the same base.
-    if (t % 2 === 0) {
-      const m = await pluginSide();
-      await floorSide();
-      fileBase = m;
     } else {
-      await floorSide();
-      fileBase = await pluginSide();
+      progress("store: no openssl on PATH: the checked floor's rows are left out");
     }
-  }
-  rows.push(
-    times.row(
-      `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
-      "file inc plugin",
-      "file inc floor",
+
+    // 4. Incremental: a small change, stored on top of the kept full backup.
+    progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
+    let fileBase = keptFileManifest;
+    const incBytes: number[] = [];
+    const incFloorBytes: number[] = [];
+    for (let t = 0; t < cfg.trials; t++) {
+      await changeData(dataFile, cfg, t);
+      const pluginSide = async () => {
+        await syncDisks();
+        const { ms, value: id } = await timed(() => file.backup(srcId, `bench-inc-file-${t}`));
+        times.push("file inc plugin", ms);
+        const m = await fileManifest(fileStore, id);
+        if (m.baseGuid !== fileBase.guid) {
+          throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
+        }
+        incBytes.push(m.size);
+        return m;
+      };
+      const floorSide = async () => {
+        await syncDisks();
+        const snap = `${dataset}@bench-inc-floor-${t}`;
+        await sh("zfs", "snapshot", snap);
+        const out = `${floorDir}/inc.zfs`;
+        const base = `${dataset}@${fileBase.snapshot}`;
+        times.push(
+          "file inc floor",
+          await timedBash(
+            `zfs send -i ${shellQuote(base)} ${shellQuote(snap)} > ${shellQuote(out)} && sync`,
+          ),
+        );
+        incFloorBytes.push((await Deno.stat(out)).size);
+        await Deno.remove(out);
+        await destroyTree(snap);
+      };
+      // Alternating which goes first; both send the same change from the same base.
+      if (t % 2 === 0) {
+        const m = await pluginSide();
+        await floorSide();
+        fileBase = m;
+      } else {
+        await floorSide();
+        fileBase = await pluginSide();
+      }
+    }
+    rows.push(
+      times.row(
+        `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
+        "file inc plugin",
+        "file inc floor",
+        {
+          note:
+            `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
+            `sync, ${mib(median(incFloorBytes))}`,
+        },
+      ),
+    );
+    rows.push(
+      rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
+      rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
+    );
+    const during = median(lat.plugin);
+    const without = median(lat.idle);
+    const plain = median(lat.floor);
+    rows.push(
       {
-        note: `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
-          `sync, ${mib(median(incFloorBytes))}`,
+        section: SECTION,
+        what: `stage+publish of another volume during a ${size} backup vs without`,
+        plugin: formatMs(during),
+        base: formatMs(without),
+        ratio: ratio(during, without),
+        note: `medians ${formatMs(during)} during, ${formatMs(without)} without (p90 ` +
+          `${formatMs(percentile(lat.plugin, 90))} / ${formatMs(percentile(lat.idle, 90))}); ` +
+          `${lat.plugin.length} / ${lat.idle.length} calls; target: none measurable`,
       },
-    ),
-  );
-  rows.push(
-    rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
-    rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
-  );
-  const during = median(lat.plugin);
-  const without = median(lat.idle);
-  const plain = median(lat.floor);
-  rows.push(
-    {
-      section: SECTION,
-      what: `stage+publish of another volume during a ${size} backup vs without`,
-      plugin: formatMs(during),
-      base: formatMs(without),
-      ratio: ratio(during, without),
-      note: `medians ${formatMs(during)} during, ${formatMs(without)} without (p90 ` +
-        `${formatMs(percentile(lat.plugin, 90))} / ${formatMs(percentile(lat.idle, 90))}); ` +
-        `${lat.plugin.length} / ${lat.idle.length} calls; target: none measurable`,
-    },
-    {
-      section: SECTION,
-      what: "  same, during the backup vs during a plain zfs send > file",
-      plugin: formatMs(during),
-      base: formatMs(plain),
-      ratio: ratio(during, plain),
-      note: `${lat.floor.length} calls during zfs send ds@snap > file && sync: what a busy disk ` +
-        `and zfs cost without the plugin; ${navigator.hardwareConcurrency} cores`,
-    },
-  );
+      {
+        section: SECTION,
+        what: "  same, during the backup vs during a plain zfs send > file",
+        plugin: formatMs(during),
+        base: formatMs(plain),
+        ratio: ratio(during, plain),
+        note:
+          `${lat.floor.length} calls during zfs send ds@snap > file && sync: what a busy disk ` +
+          `and zfs cost without the plugin; ${navigator.hardwareConcurrency} cores`,
+      },
+    );
+  }
   await pf.stop();
   if (options.fileOnly) return rows;
 
@@ -804,10 +823,14 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     addCpu(`${side} versitygw`, after[2]! - before[2]!);
     return value;
   };
-  // What the floor streams: the plugin's own form of the same data (plain on zfs-fuse).
+  // What the floor streams: the plugin's own form of the same data (plain on zfs-fuse), as
+  // an untimed first backup to S3 shows it.
+  const warmUp = await s3Calls.backup(srcId, "bench-s3-form");
   const s3Form = formFlags(
-    keptFileManifest.form ?? { compressed: false, largeBlocks: false, embedded: false },
+    (await s3Manifest(s3, warmUp)).form ??
+      { compressed: false, largeBlocks: false, embedded: false },
   );
+  await s3Calls.deleteSnapshot(warmUp);
   const floorSend = `zfs send ${s3Form === "" ? "" : `${s3Form} `}${shellQuote(floorSnap)}`;
   const pipedBytes = Number(
     (await sh("bash", "-c", `set -o pipefail; ${floorSend} | wc -c`)).trim(),
@@ -1201,6 +1224,7 @@ if (import.meta.main) {
     storeBench({
       ...o,
       fileOnly: Deno.env.get("ZFS_CSI_BENCH_STORE") === "file",
+      s3Only: Deno.env.get("ZFS_CSI_BENCH_STORE") === "s3",
       ...Number.isInteger(trials) && trials > 0 ? { trials } : {},
     })
   );
