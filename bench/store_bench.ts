@@ -1033,7 +1033,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       {
         target: 1.15,
         note: `floor: ${curl} --aws-sigv4 GET of the stored stream | tee fifo | zfs receive -u ` +
-          `ds, ${hasher} reading the fifo; the plugin reads up to 8 MiB ahead of zfs receive; ` +
+          `ds, ${hasher} reading the fifo; ` +
           `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
           `${rate(keptS3Manifest.size, times.median("s3 restore piped floor"))}; the receive ` +
           `itself (plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,

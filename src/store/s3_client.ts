@@ -123,11 +123,6 @@ export interface S3Request {
    * the body read whole came in (see TransferOptions.onProgress in store.ts).
    */
   readonly onProgress?: (() => void) | undefined;
-  /**
-   * For {@linkcode S3Client.open}: bytes of the answer's body read ahead of the reader (0: only
-   * what the reader asks for), so the download goes on while the reader is busy.
-   */
-  readonly readAheadBytes?: number;
 }
 
 /** The most of an answer's body read whole unless a request says otherwise (XML, manifests). */
@@ -384,10 +379,10 @@ async function readSome(response: Response, limit: number): Promise<string> {
 }
 
 /**
- * The download as the caller reads it: up to `request.readAheadBytes` are read ahead of the
- * caller (a restore's next part comes in while zfs receive takes the last), none beyond; the
- * time limit runs only while a read from the network waits (a full read-ahead waits for the
- * caller, which is not the store's wait), and a failure becomes a StoreError.
+ * The download as the caller reads it, pulled one chunk at a time (nothing is buffered ahead:
+ * the socket's receive buffer already holds what arrives while the caller is busy, and a queue
+ * of our own cost CPU and memory without making restores faster; see docs/benchmarks.md): the
+ * time limit runs only while a read waits, and a failure becomes a StoreError.
  */
 function idleLimited(
   body: ReadableStream<Uint8Array>,
@@ -395,7 +390,6 @@ function idleLimited(
   request: S3Request,
   toError: (e: unknown) => unknown,
 ): ReadableStream<Uint8Array> {
-  const ahead = request.readAheadBytes ?? 0;
   const reader = body.getReader();
   idle.disarm();
   return new ReadableStream<Uint8Array>({
@@ -416,5 +410,5 @@ function idleLimited(
       idle.disarm();
       return reader.cancel(reason);
     },
-  }, ahead > 0 ? new ByteLengthQueuingStrategy({ highWaterMark: ahead }) : { highWaterMark: 0 });
+  }, { highWaterMark: 0 });
 }

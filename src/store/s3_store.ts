@@ -7,7 +7,7 @@
  * - PutObject: small objects, with `If-None-Match: *` or `If-Match: "<etag>"` for conditional
  *   writes (412 PreconditionFailed, or 409 ConditionalRequestConflict, when the condition lost);
  *   also a stream smaller than one part.
- * - GetObject: reads, streamed as they download, up to 8 MiB ahead of their reader.
+ * - GetObject: reads, streamed as they download.
  * - HeadObject: only after a CompleteMultipartUpload that got no answer, to see if it landed.
  * - DeleteObject: a missing object is fine.
  * - ListObjectsV2: with `prefix` and `continuation-token` paging.
@@ -60,15 +60,6 @@ export const MAX_LIST_PAGE_BYTES = 8 * 1024 * 1024;
 /** Default part size of multipart uploads: a few of them are in memory during a write. */
 export const DEFAULT_PART_BYTES = 8 * 1024 * 1024;
 
-/**
- * Default bytes a download reads ahead of its reader: a restore's download goes on while zfs
- * receive takes what came before, instead of waiting for each write into zfs receive. The
- * memory it holds is bounded by this; the chunks it read and zfs receive took wait to be
- * collected besides (a 64 MiB restore peaked at +41 MiB above idle with 16 MiB: the RSS target
- * is +64 MiB), so it is kept to what covers zfs receive's pauses.
- */
-export const DEFAULT_READ_AHEAD_BYTES = 8 * 1024 * 1024;
-
 /** Where the bucket is and how to reach it. */
 export interface S3StoreOptions {
   /** e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:7070. */
@@ -84,8 +75,6 @@ export interface S3StoreOptions {
   readonly partSizeBytes?: number;
   /** Parts uploading at once (default 2; one more is being read). */
   readonly partsInFlight?: number;
-  /** Bytes a download reads ahead of its reader (default {@linkcode DEFAULT_READ_AHEAD_BYTES}). */
-  readonly readAheadBytes?: number;
   /** Allows parts under 5 MiB: for unit tests with a fake fetch only (S3 refuses them). */
   readonly allowSmallParts?: boolean;
   /** Time limit of one request (default 60 s). */
@@ -110,7 +99,6 @@ export class S3Store implements Store {
   readonly #root: string;
   readonly #partSizeBytes: number;
   readonly #partsInFlight: number | undefined;
-  readonly #readAheadBytes: number;
 
   /** @throws {RangeError} for a part size under 5 MiB (unless allowed) */
   constructor(options: S3StoreOptions) {
@@ -118,7 +106,6 @@ export class S3Store implements Store {
     if (this.#root !== "") checkKey(this.#root);
     this.#partSizeBytes = options.partSizeBytes ?? DEFAULT_PART_BYTES;
     this.#partsInFlight = options.partsInFlight;
-    this.#readAheadBytes = options.readAheadBytes ?? DEFAULT_READ_AHEAD_BYTES;
     if (
       !Number.isSafeInteger(this.#partSizeBytes) || this.#partSizeBytes < 1 ||
       (this.#partSizeBytes < MIN_PART_BYTES && !options.allowSmallParts)
@@ -229,7 +216,6 @@ export class S3Store implements Store {
       what: `Reading "${key}" from ${this.description}`,
       idempotent: true,
       signal: options.signal,
-      readAheadBytes: this.#readAheadBytes,
     });
   }
 
