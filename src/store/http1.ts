@@ -64,9 +64,9 @@ const MAX_HEADERS = 128;
 const READ_BYTES = 256 * 1024;
 /**
  * The most read from the socket at once for a body (and the largest chunk a body stream gives).
- * A download of 256 MiB from versitygw on loopback, hashed as it came, took 0.36 CPU-seconds
- * in 1 MiB reads against 0.47 in 256 KiB reads (7 trials each, medians): fewer reads, fewer
- * buffers to allocate and collect.
+ * A download of 256 MiB from versitygw on loopback, hashed as it came, took 0.38 CPU-seconds
+ * in 1 MiB reads against 0.41 in 256 KiB reads (0.40 against 0.43 with the plugin's V8 flags;
+ * 7 trials each, medians): fewer reads, fewer buffers to allocate and collect.
  */
 const BODY_READ_BYTES = 1024 * 1024;
 /** Bodies up to this size go out in one write with the head. */
@@ -546,8 +546,8 @@ class Connection {
       return chunk;
     }
     const read = await this.#read(new Uint8Array(Math.min(max, BODY_READ_BYTES)));
-    // A short read keeps only its bytes: a chunk queued ahead of its reader (S3 downloads read
-    // ahead by bytes) never holds a read buffer many times its size.
+    // A short read keeps only its bytes: a chunk its reader holds on to (a restore holds back
+    // the last one) or queues never holds a read buffer many times its size.
     return read !== null && read.length < read.buffer.byteLength / 2 ? read.slice() : read;
   }
 }

@@ -589,8 +589,8 @@ Deno.test("Http1Client does not reuse a connection idle for longer than maxIdleM
 });
 
 Deno.test("Http1Client: a body that comes in small pieces gives chunks holding only their bytes", async () => {
-  // A slow network hands a download over in small segments; a chunk queued for a reader (an
-  // S3 download reads ahead, counting the bytes it holds) must not keep a large read buffer.
+  // A slow network hands a download over in small segments; a chunk its reader holds on to (a
+  // restore holds back the last one) must not keep a large read buffer.
   const pieces = 50;
   const rest = 2 * 1024 * 1024;
   await using server = new RawServer(async (side) => {
