@@ -48,6 +48,7 @@ async function main(): Promise<void> {
   }
   if (parsed.kind !== "run") {
     say(parsed.text);
+    if (parsed.kind === "help") say((await import("./src/cli/main.ts")).subcommandsHelp());
     return;
   }
   const config = parsed.config;

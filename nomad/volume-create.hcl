@@ -67,7 +67,7 @@ mount_options {
 #   (* OpenZFS only: refused on a ZFS without them; keylocation must be file:// or https://)
 # plus user properties "module:name" (not org.zfs-csi:...), plus quota and refreservation.
 # Anything else (mountpoint, sharenfs, canmount, a typo) fails the create and nothing is made.
-# The operator's policy narrows this further (README, "Who may set what"): by default setuid,
+# The operator's policy narrows this further (docs/parameters.md, "Who may set what: the operator's policy"): by default setuid,
 # devices and exec only "off", dedup only "off", no keylocation without --key-dir, and a few
 # more; the plugin's --allow-parameter and --deny-parameter flags change it.
 # Parameters cannot be changed later through Nomad; use "zfs set" on the node for that.

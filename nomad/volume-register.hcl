@@ -9,7 +9,7 @@
 #     (e.g. tank/nomad/pg-data) with refquota = context.size, on the node the volume is pinned to.
 #   - with a monolith plugin (zfs-csi.nomad.hcl run with -var node=<node>, plugin id
 #     "zfs-<node>"): only for a dataset that already exists on that node, e.g. one handed over
-#     from outside or brought back after a delete (README.md, "Undo a delete"). Nomad asks the
+#     from outside or brought back after a delete (docs/deleting.md, "Undo a delete"). Nomad asks the
 #     plugin to check the volume first and the register fails with "not found" if the dataset is
 #     missing. New volumes on a monolith plugin are made with "nomad volume create"
 #     (volume-create.hcl).

@@ -1,12 +1,12 @@
 # zfs-csi plugin job with the podman driver (nomad-driver-podman), for either layout
-# (README.md, "Which layout"):
+# (nomad/README.md, "Which layout"):
 #
 #   nomad job run -var node=node-a zfs-csi-podman.nomad.hcl   # monolith on node-a: zfs-node-a
 #   nomad job run zfs-csi-podman.nomad.hcl                    # node only, every node: zfs
 #
 # The same job as zfs-csi.nomad.hcl with podman instead of docker: see that file for the layouts.
 #
-# Client requirements (see README.md):
+# Client requirements (see nomad/README.md):
 #   - podman (rootful) with its API socket, and nomad-driver-podman in the client's plugin_dir;
 #     the plugin's volumes must be enabled (the default):
 #       plugin "nomad-driver-podman" { config { volumes { enabled = true } } }
@@ -120,16 +120,31 @@ variable "metrics_port" {
   default     = 0
   description = <<-EOT
     0 (default): no metrics endpoint. Otherwise the plugin serves Prometheus metrics at
-    http://<node>:<port>/metrics (a static port: the binary's permission names it) and the job
-    registers the service "zfs-csi-metrics" for Prometheus (README, "Metrics"). The binary must
-    be built for it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> deno task compile, or it refuses to
-    start, naming that variable.
+    http://<address>:<port>/metrics, the address being the node's on metrics_host_network (a
+    static port: the binary's permission names it), and the job registers the service
+    "zfs-csi-metrics" for Prometheus (docs/metrics.md). The image's binary must be built for
+    it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> (every address of the container's own network),
+    or it refuses to start, naming that variable.
   EOT
 
   validation {
     condition     = var.metrics_port >= 0 && var.metrics_port <= 65535
     error_message = "The metrics_port must be 0 (off) or a port from 1 to 65535."
   }
+}
+
+variable "metrics_host_network" {
+  type        = string
+  default     = "default"
+  description = <<-EOT
+    The Nomad host network (client config, host_network blocks) the metrics port is published on;
+    the plugin listens inside its container's own network, and Nomad forwards only that host
+    address to it, never every interface. "default" is the address Nomad fingerprints for the
+    node (client network_interface, else the interface of the default route): make sure it is
+    a private one, or define host_network "private" { cidr = "10.0.0.0/8" } (or interface = "lo"
+    for loopback only) in the client config and name it here. The endpoint has no
+    authentication and shows every namespace's volume names (docs/metrics.md).
+  EOT
 }
 
 variable "metrics_service_provider" {
@@ -142,7 +157,7 @@ variable "store" {
   type        = string
   default     = ""
   description = <<-EOT
-    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    Where backups go (docs/backups.md): file:///absolute/dir or s3://bucket[/prefix]; empty, no
     store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
     ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
     variable.
@@ -219,14 +234,16 @@ locals {
       "--node-id", "${node.unique.name}",
     ],
     # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
-    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    # one node, so an id without "@<node>" can only mean this node (docs/volumes.md, "Volume ids and dataset names").
     local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       "--stage-publish-base-dir", local.stage_publish_base_dir,
       "--log-level", var.log_level,
     ],
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
-    # Off unless metrics_port is set; every interface, as the build's permission names it.
+    # Off unless metrics_port is set. Every address of the container's own network namespace,
+    # as the build's permission names it; Nomad publishes the port on the metrics_host_network
+    # address of the node only.
     var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
     # The store, when there is one; its keys come through the environment (template below).
     var.store != "" ? ["--store", var.store] : [],
@@ -283,7 +300,8 @@ job "zfs-csi" {
       for_each = var.metrics_port > 0 ? [var.metrics_port] : []
       content {
         port "metrics" {
-          static = network.value
+          static       = network.value
+          host_network = var.metrics_host_network
         }
       }
     }
@@ -367,7 +385,7 @@ job "zfs-csi" {
 
       resources {
         cpu = 100
-        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # The plugin's RSS is about 100 MiB (docs/benchmarks.md, "Memory soak"); a monolith gets room for the
         # controller's zfs listings.
         memory = local.mode == "monolith" ? 192 : 128
       }

@@ -1,4 +1,4 @@
-# zfs-csi plugin job with the raw_exec driver, for either layout (README.md, "Which layout"). The
+# zfs-csi plugin job with the raw_exec driver, for either layout (nomad/README.md, "Which layout"). The
 # binary runs directly on the host, as the Nomad agent's user (root), in the host's mount
 # namespace: no image, no propagation settings; the host's zfs, zpool, mount and umount are used.
 #
@@ -12,9 +12,9 @@
 # controller calls for a plugin id to one node, whichever holds the data (csi_plugin.id cannot use
 # node attributes, Nomad GH-11116). Node only (node empty): one job, zfs-csi-node, --mode node on
 # every node, one shared plugin id, no controller; volumes are registered and created at first
-# use. Details in zfs-csi.nomad.hcl and README.md. Pick one layout per node and parent dataset.
+# use. Details in zfs-csi.nomad.hcl and nomad/README.md. Pick one layout per node and parent dataset.
 #
-# Client requirements (see README.md):
+# Client requirements (see nomad/README.md):
 #   - raw_exec enabled: plugin "raw_exec" { config { enabled = true } }; agent runs as root
 #   - the zfs-csi binary at binary_path on the node(s)
 #   - nomad_data_dir equal to the client's data_dir. The binary may only write below
@@ -104,15 +104,33 @@ variable "metrics_port" {
   default     = 0
   description = <<-EOT
     0 (default): no metrics endpoint. Otherwise the plugin serves Prometheus metrics at
-    http://<node>:<port>/metrics (a static port: the binary's permission names it) and the job
-    registers the service "zfs-csi-metrics" for Prometheus (README, "Metrics"). The binary must
-    be built for it: ZFS_CSI_METRICS_LISTEN=0.0.0.0:<port> deno task compile, or it refuses to
-    start, naming that variable.
+    http://<metrics_address>:<port>/metrics (a static port: the binary's permission names it).
+    The binary must be built for that address and port: ZFS_CSI_METRICS_LISTEN=
+    <metrics_address>:<port> deno task compile, or it refuses to start, naming that variable.
   EOT
 
   validation {
     condition     = var.metrics_port >= 0 && var.metrics_port <= 65535
     error_message = "The metrics_port must be 0 (off) or a port from 1 to 65535."
+  }
+}
+
+variable "metrics_address" {
+  type        = string
+  default     = "127.0.0.1"
+  description = <<-EOT
+    The address the plugin listens on for metrics. raw_exec shares the host's network, where
+    0.0.0.0 would be every interface, public ones included, and the endpoint has no
+    authentication and shows every namespace's volume names: loopback by default, scraped by a
+    collector on the node (Prometheus in agent mode, Grafana Alloy, vmagent) that forwards to
+    your Prometheus (docs/metrics.md). For a Prometheus elsewhere, give the node's private
+    address (and build the binary for it), and the job registers the service "zfs-csi-metrics"
+    at that address; a loopback address registers none.
+  EOT
+
+  validation {
+    condition     = regex_replace(var.metrics_address, "^([0-9]{1,3}(\\.[0-9]{1,3}){3}|\\[[0-9a-fA-F:.]+\\]|[a-z0-9][-a-z0-9.]*)$", "") == ""
+    error_message = "The metrics_address must be an IPv4 address, a bracketed IPv6 address or a host name."
   }
 }
 
@@ -126,7 +144,7 @@ variable "store" {
   type        = string
   default     = ""
   description = <<-EOT
-    Where backups go (README, "Backups"): file:///absolute/dir or s3://bucket[/prefix]; empty, no
+    Where backups go (docs/backups.md): file:///absolute/dir or s3://bucket[/prefix]; empty, no
     store. The binary must be built allowed to reach it (ZFS_CSI_EXTRA_DIRS=<dir>, or
     ZFS_CSI_STORE_HOSTS=<host:port>, at "deno task compile"), or it refuses to start, naming the
     variable.
@@ -180,6 +198,9 @@ locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
 
+  # A loopback metrics address: only a collector on the node can scrape it.
+  metrics_loopback = regex_replace(var.metrics_address, "^(127\\.[0-9.]+|localhost|\\[::1\\])$", "") == ""
+
   # Literals by the time the job is submitted: variables are resolved by "nomad job run".
   plugin_id = var.plugin_id != "" ? var.plugin_id : (var.node != "" ? "zfs-${var.node}" : "zfs")
   # A monolith has one job per plugin id, so running the job for node-b does not replace node-a's.
@@ -202,7 +223,7 @@ locals {
       "--node-id", "${node.unique.name}",
     ],
     # Only a controller deletes volumes and snapshots. A monolith's plugin id belongs to one job on
-    # one node, so an id without "@<node>" can only mean this node (README, "Volume ids").
+    # one node, so an id without "@<node>" can only mean this node (docs/volumes.md, "Volume ids and dataset names").
     local.mode == "monolith" ? ["--deleted-retention", var.deleted_retention, "--node-local-plugin-id"] : [],
     [
       # Must equal csi_plugin.stage_publish_base_dir: the plugin refuses paths outside it.
@@ -210,8 +231,9 @@ locals {
       "--log-level", var.log_level,
     ],
     flatten([for k, v in var.topology : ["--topology", "${k}=${v}"]]),
-    # Off unless metrics_port is set; every interface, as the build's permission names it.
-    var.metrics_port > 0 ? ["--metrics-listen", "0.0.0.0:${var.metrics_port}"] : [],
+    # Off unless metrics_port is set; on metrics_address only (loopback by default), as the
+    # build's permission names it.
+    var.metrics_port > 0 ? ["--metrics-listen", "${var.metrics_address}:${var.metrics_port}"] : [],
     # The store, when there is one; its keys come through the environment (template below).
     var.store != "" ? ["--store", var.store] : [],
     var.store_endpoint != "" ? ["--store-endpoint", var.store_endpoint] : [],
@@ -262,13 +284,17 @@ job "zfs-csi" {
       }
     }
 
+    # Registered only for an address another machine can reach: a loopback endpoint is scraped
+    # by a collector on the node.
     dynamic "service" {
-      for_each = var.metrics_port > 0 ? [1] : []
+      for_each = var.metrics_port > 0 && !local.metrics_loopback ? [1] : []
       content {
         name     = "zfs-csi-metrics"
         provider = var.metrics_service_provider
         port     = "metrics"
-        tags     = ["metrics", "prometheus", local.plugin_id]
+        # The address it listens on, unless that is every address (then the node's).
+        address = var.metrics_address == "0.0.0.0" ? null : var.metrics_address
+        tags    = ["metrics", "prometheus", local.plugin_id]
         meta {
           metrics_path = "/metrics"
           plugin_id    = local.plugin_id
@@ -326,7 +352,7 @@ job "zfs-csi" {
 
       resources {
         cpu = 100
-        # The plugin's RSS is about 100 MiB (README, "Measured"); a monolith gets room for the
+        # The plugin's RSS is about 100 MiB (docs/benchmarks.md, "Memory soak"); a monolith gets room for the
         # controller's zfs listings.
         memory = local.mode == "monolith" ? 192 : 128
       }

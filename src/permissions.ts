@@ -213,8 +213,9 @@ export function permissionFlags(scope: PermissionScope): string[] {
     // Only the store's host:port and the metrics address, and only when there is one.
     ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),
     `--allow-env=${ALLOWED_ENV.join(",")}`,
-    // statfs(2) for NodeGetVolumeStats.
-    "--allow-sys=statfs",
+    // statfs(2) for NodeGetVolumeStats; the kernel's uptime, the one clock every process of the
+    // machine shares, to tell an interrupted `zfs-csi verify`'s scratch dataset (cli/scratch.ts).
+    "--allow-sys=statfs,osUptime",
     "--no-prompt",
   ];
 }

@@ -158,7 +158,7 @@ Deno.test("permissionFlags lists the directories for reading and writing, once e
     `--allow-read=/csi,/local/csi,${READ_PROGRAMS}`,
     "--allow-write=/csi,/local/csi",
     `--allow-env=${ALLOWED_ENV.join(",")}`,
-    "--allow-sys=statfs",
+    "--allow-sys=statfs,osUptime",
     "--no-prompt",
   ]);
   assert.ok(ALLOWED_ENV.includes("CSI_ENDPOINT"));

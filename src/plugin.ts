@@ -188,7 +188,17 @@ export async function startPlugin(
   }
   // Listening before serving: a taken port stops the start before Nomad sees a socket.
   const metered = config.metricsListen && activity && meters
-    ? meters.startMetrics(config.metricsListen, { config, activity, zfs, mounter, runner, log })
+    ? meters.startMetrics(config.metricsListen, {
+      config,
+      activity,
+      zfs,
+      mounter,
+      runner,
+      log,
+      // The store's reachability, and every served method's counter at 0 from the start.
+      ...(parts ? { store: parts.follow.store } : {}),
+      methods: Object.values(handlers).flatMap((h) => Object.keys(h ?? {})),
+    })
     : undefined;
   health.startPeriodic();
   let server: RunningServer;
@@ -208,6 +218,7 @@ export async function startPlugin(
   // not answered behind the processes it starts; with no Probe, HOUSEKEEPING_WAIT_MS after the
   // check.
   let stopped = false;
+  let scratch: { stop(): void } | undefined;
   void health.refresh()
     .then(() => orAfter(identity.firstProbeAnswered, HOUSEKEEPING_WAIT_MS))
     .then(() => {
@@ -220,6 +231,13 @@ export async function startPlugin(
       // Standby copies live on this node's pool: only a node keeps them.
       if (serveNode) parts?.standby?.start();
       sweep?.start();
+      // Scratch datasets of `zfs-csi verify` runs that died (src/cli/scratch.ts): loaded only now.
+      void import("./cli/scratch.ts").then(({ ScratchSweep }) => {
+        if (stopped) return;
+        const found = new ScratchSweep({ zfs, parentDataset: config.parentDataset, log });
+        found.start();
+        scratch = found;
+      });
     });
   return {
     server,
@@ -231,6 +249,7 @@ export async function startPlugin(
       parts?.follow.stop();
       parts?.standby?.stop();
       sweep?.stop();
+      scratch?.stop();
       await Promise.all([parts?.scheduler.stop(), metered?.endpoint.stop()]);
     },
   };

@@ -126,10 +126,13 @@ export function storeParts(
     parentDataset: config.parentDataset,
     log,
     backup: activity ? meteredBackup(scheduled, activity, parent) : scheduled,
+    // Volumes that chose no interval, made before --backup-interval was set or after.
+    defaultIntervalSeconds: config.store.defaultBackupIntervalSeconds,
   });
   const pruner = new StorePruner({
     store,
     log,
+    node: config.nodeId,
     deletedRetentionMs: config.store.deletedRetentionSeconds * 1000,
     // Parts of uploads a crash cut short (S3 aborts them by the bucket's lifecycle rule).
     ...(opened instanceof FileStore ? { cleanTemp: () => opened.cleanTemp() } : {}),

@@ -25,7 +25,7 @@ export interface Subcommand {
 /** Every subcommand. */
 export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
   list: {
-    summary: "list volumes: node, size, used, staged/published, last backup",
+    summary: "list volumes and host volumes: size, use, staged/published, backups",
     load: () => import("./list.ts"),
   },
   undelete: {
@@ -43,6 +43,18 @@ export const SUBCOMMANDS: Readonly<Record<string, Subcommand>> = {
   verify: {
     summary: "restore a stored backup into a scratch dataset, check it, remove it",
     load: () => import("./verify.ts"),
+  },
+  backup: {
+    summary: "backup set VOLUME --interval TIME: give a volume its own backup schedule",
+    load: () => import("./backup.ts"),
+  },
+  snapshots: {
+    summary: "a volume's snapshots, stored and local, newest first, and which restore",
+    load: () => import("./snapshots.ts"),
+  },
+  restore: {
+    summary: "restore VOLUME[@SNAPSHOT] --to NAME: a snapshot into a new volume",
+    load: () => import("./restore.ts"),
   },
   store: {
     summary: "store check: reachable, bucket, listing, put/get/delete, conditional writes",

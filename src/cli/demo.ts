@@ -7,9 +7,9 @@
 
 import { parseArgs } from "node:util";
 import { ConfigError, DEFAULT_ENDPOINT, DEFAULT_STAGE_PUBLISH_DIR } from "../config.ts";
-import { CsiSocketClient, listField, objectField, textField } from "./csi_client.ts";
+import { CsiCallError, CsiSocketClient, listField, objectField, textField } from "./csi_client.ts";
 import { type CliIo, formatTable, humanBytes, printJson } from "./io.ts";
-import { requireGrant } from "./setup.ts";
+import { flagError, requireGrant } from "./setup.ts";
 
 /** The capability the demo asks for: a filesystem, one node writing (as Nomad's default). */
 const CAPABILITY = {
@@ -44,6 +44,34 @@ function socketOf(endpoint: string): string {
   return m[1];
 }
 
+/** gRPC's UNAVAILABLE and DEADLINE_EXCEEDED: the plugin could not be reached, or did not answer. */
+const UNREACHABLE = new Set([14, 4]);
+
+/**
+ * The error for a plugin that cannot be reached at `socketPath`, in words: whether there is a
+ * socket at all, and what to do; never gRPC's own text.
+ */
+export function unreachable(socketPath: string, err: CsiCallError): Error {
+  let there: "none" | "socket" | "other" = "none";
+  try {
+    there = Deno.lstatSync(socketPath).isSocket ? "socket" : "other";
+  } catch {
+    there = "none";
+  }
+  const why = err.code === 4
+    ? "a plugin took the connection but did not answer in time (busy, or stopping)"
+    : there === "none"
+    ? "there is no socket there: the plugin is not running"
+    : there === "socket"
+    ? "nothing answers on that socket: the plugin is not running (it left its socket behind)"
+    : "that path is not a socket";
+  return new Error(
+    `cannot reach the plugin at ${socketPath}: ${why}; start it (deno task dev), or give ` +
+      `--endpoint as the plugin has it`,
+    { cause: err },
+  );
+}
+
 /**
  * Runs the volume's life against the plugin at `opts.socketPath`.
  * @throws {CsiCallError} for the first call the plugin refused, after undoing what was done
@@ -69,7 +97,11 @@ export async function runDemo(opts: DemoOptions): Promise<DemoStep[]> {
     await step(
       "Probe",
       async () => {
-        const info = await client.call("Identity", "GetPluginInfo", {});
+        const info = await client.call("Identity", "GetPluginInfo", {}, 10_000).catch((err) => {
+          throw err instanceof CsiCallError && UNREACHABLE.has(err.code)
+            ? unreachable(opts.socketPath, err)
+            : err;
+        });
         const probe = await client.call("Identity", "Probe", {});
         return { info, ready: textField(objectField(probe, "ready"), "value") };
       },
@@ -189,23 +221,19 @@ leaving it published. After \`deno task dev\`, \`deno task demo\` runs it agains
 
 /** Runs `demo`. */
 export async function run(args: readonly string[], io: CliIo): Promise<number> {
+  const options = {
+    endpoint: { type: "string" },
+    "stage-publish-base-dir": { type: "string" },
+    name: { type: "string" },
+    size: { type: "string" },
+    keep: { type: "boolean" },
+    json: { type: "boolean" },
+  } as const;
   let values;
   try {
-    ({ values } = parseArgs({
-      args: [...args],
-      strict: true,
-      allowPositionals: false,
-      options: {
-        endpoint: { type: "string" },
-        "stage-publish-base-dir": { type: "string" },
-        name: { type: "string" },
-        size: { type: "string" },
-        keep: { type: "boolean" },
-        json: { type: "boolean" },
-      },
-    }));
+    ({ values } = parseArgs({ args: [...args], strict: true, allowPositionals: false, options }));
   } catch (err) {
-    throw new ConfigError(`${err instanceof Error ? err.message : String(err)} (see --help)`);
+    throw new ConfigError(flagError(err, Object.keys(options)));
   }
   const envEndpoint = Deno.permissions.querySync({ name: "env", variable: "CSI_ENDPOINT" })
       .state === "granted"

@@ -40,3 +40,22 @@ Deno.test("demo refuses a bad endpoint, size or flag in one ConfigError", async 
     );
   }
 });
+
+Deno.test("demo against no running plugin names the socket and says so, without gRPC's text", async () => {
+  const dir = await Deno.makeTempDir({ dir: "/tmp", prefix: "zfs-csi-demo-" });
+  try {
+    const err = await run(
+      ["--endpoint", `unix://${dir}/csi.sock`, "--stage-publish-base-dir", `${dir}/base`],
+      memoryIo(),
+    ).then(() => undefined, (e: unknown) => e);
+    assert.ok(err instanceof Error);
+    assert.equal(
+      err.message,
+      `cannot reach the plugin at ${dir}/csi.sock: there is no socket there: the plugin is not ` +
+        `running; start it (deno task dev), or give --endpoint as the plugin has it`,
+    );
+    assert.ok(!/UNAVAILABLE|No connection established|Resolution note|ENOENT/.test(err.message));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

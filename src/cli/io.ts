@@ -67,12 +67,13 @@ export function humanBytes(bytes: number): string {
   return `${Number(value.toFixed(digits))} ${UNITS[unit]}`;
 }
 
-/** Seconds as people read them: 45 s, 3 min 20 s, 2 h 5 min. */
+/** Seconds as people read them: 45 s, 3 min 20 s, 2 h 5 min, 3 d 4 h. */
 export function humanSeconds(seconds: number): string {
   const s = Math.max(0, Math.round(seconds));
   if (s < 60) return `${s} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  if (s < 2 * 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
 /** A unix time in UTC, to the second, or "-" for none. */

@@ -19,6 +19,7 @@ Deno.test("humanBytes and humanSeconds read as people write them", () => {
   assert.equal(humanSeconds(45), "45 s");
   assert.equal(humanSeconds(200), "3 min 20 s");
   assert.equal(humanSeconds(7500), "2 h 5 min");
+  assert.equal(humanSeconds(3 * 86400 + 4 * 3600 + 59), "3 d 4 h");
 });
 
 Deno.test("Progress writes plain lines at most every 2 s off a terminal, with rate and time left", () => {

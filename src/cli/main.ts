@@ -9,6 +9,7 @@ import { CsiError, ZfsError } from "../errors.ts";
 import { PLUGIN_VERSION } from "../version.ts";
 import { SUBCOMMANDS } from "./commands.ts";
 import { type CliIo, formatTable, processIo } from "./io.ts";
+import { closestFlag } from "./setup.ts";
 
 /** Exit code of a command line that is wrong (as the server's flags). */
 export const EXIT_USAGE = 2;
@@ -28,6 +29,19 @@ export function overview(): string {
     "They take the plugin's own flags (--parent-dataset, --node-id, --store, ...; see",
     "zfs-csi --help) and touch nothing outside the parent dataset. --json prints JSON.",
     "zfs-csi help <subcommand> shows one in full.",
+  ].join("\n");
+}
+
+/**
+ * The subcommands, for the end of the server's `zfs-csi --help`: an operator who reads the
+ * flags learns the commands exist.
+ */
+export function subcommandsHelp(): string {
+  const rows = Object.entries(SUBCOMMANDS).map(([name, s]) => [`  ${name}`, s.summary]);
+  return [
+    "",
+    "Operator subcommands (zfs-csi <subcommand> --help shows one; they take the flags above):",
+    ...formatTable(["", ""], rows).slice(1),
   ].join("\n");
 }
 
@@ -73,9 +87,11 @@ export async function runCli(args: readonly string[], io: CliIo = processIo()): 
 }
 
 function unknown(io: CliIo, name: string): number {
+  const near = closestFlag(name, Object.keys(SUBCOMMANDS));
   io.err(
     `zfs-csi: unknown subcommand "${name}"; subcommands: ${Object.keys(SUBCOMMANDS).join(", ")} ` +
-      `(zfs-csi help), or flags only to serve (zfs-csi --help)`,
+      `(zfs-csi help), or flags only to serve (zfs-csi --help)` +
+      (near ? `; did you mean "${near}"?` : ""),
   );
   return EXIT_USAGE;
 }

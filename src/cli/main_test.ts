@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { RESERVED_NAMES, SUBCOMMANDS } from "./commands.ts";
-import { EXIT_USAGE, runCli } from "./main.ts";
+import { EXIT_USAGE, runCli, subcommandsHelp } from "./main.ts";
 import { memoryIo } from "./test_io.ts";
 
 Deno.test("runCli: an unknown subcommand gives one line naming the subcommands, exit 2", async () => {
@@ -46,4 +46,13 @@ Deno.test("runCli: a wrong command line, or one this build may not run, is one l
     EXIT_USAGE,
   );
   assert.match(denied.stderr[0]!, /^zfs-csi list: this build may not run "zfs"/);
+});
+
+Deno.test("the server's --help ends with every subcommand; a subcommand typo names the one meant", async () => {
+  const text = subcommandsHelp();
+  assert.match(text, /^\nOperator subcommands/);
+  for (const name of Object.keys(SUBCOMMANDS)) assert.match(text, new RegExp(`\n  ${name} +\\S`));
+  const io = memoryIo();
+  assert.equal(await runCli(["snapshot", "pg"], io), EXIT_USAGE);
+  assert.match(io.stderr[0]!, /; did you mean "snapshots"\?$/);
 });

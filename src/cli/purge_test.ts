@@ -47,3 +47,29 @@ Deno.test("purge --yes destroys what is marked now, keeps what holds foreign thi
   ]);
   runner.assertNoUnexpected();
 });
+
+Deno.test("purge lists, then removes, the scratch datasets of verifies that are gone, never a running one", async () => {
+  const { runner, pool } = setup();
+  const mark = (up: number) => `up=${up} pid=7`;
+  for (const [name, up] of [["gone", 10], ["running", 9990]] as const) {
+    const d = `tank/nomad/.verify-${name}`;
+    pool.add(d, { "org.zfs-csi:verify": mark(up), used: "1048576" });
+    pool.add(`${d}/data`, { "org.zfs-csi:verify": [mark(up), `inherited from ${d}`] });
+  }
+  const clock = { uptimeSeconds: () => 10_000 };
+  const dry = memoryIo();
+  assert.equal(await run([...TEST_FLAGS], dry, { runner, clock }), 0);
+  assert.match(dry.stdout.join("\n"), /stale +1 MiB +tank\/nomad\/\.verify-gone/);
+  assert.ok(!dry.stdout.join("\n").includes(".verify-running"));
+  assert.match(dry.stdout.join("\n"), /--yes to destroy these 4 now/);
+  assert.ok(pool.has("tank/nomad/.verify-gone"));
+  const io = memoryIo();
+  assert.equal(await run([...TEST_FLAGS, "--yes"], io, { runner, clock }), 0);
+  assert.match(
+    io.stdout.join("\n"),
+    /Removed tank\/nomad\/\.verify-gone \(1 MiB\), left by verify process 7/,
+  );
+  assert.ok(!pool.has("tank/nomad/.verify-gone"));
+  assert.ok(pool.has("tank/nomad/.verify-running/data"));
+  runner.assertNoUnexpected();
+});

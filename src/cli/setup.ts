@@ -7,12 +7,15 @@
 import { parseArgs } from "node:util";
 import { type Config, CONFIG_OPTIONS, ConfigError, parseConfig } from "../config.ts";
 import { STORE_ENV } from "../config_store.ts";
+import { Code, CsiError, ZfsError } from "../errors.ts";
 import { KeyedLock } from "../lock.ts";
 import { Logger, type LogLevel, type LogSink } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import { grantMessage, type NeededGrant, programRefusal, readFileGrant } from "../permissions.ts";
 import { type CommandRunner, DenoCommandRunner } from "../run.ts";
 import { mounterFor, zfsFor } from "../system_tools.ts";
+import { poolOf } from "../zfs/names.ts";
+import type { PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 
 /** A flag of a subcommand's own, as node:util parseArgs takes it. */
@@ -38,17 +41,18 @@ export function splitArgs(
   for (const name of Object.keys(own)) {
     if (name in CONFIG_OPTIONS) throw new TypeError(`Flag --${name} is the plugin's already`);
   }
+  const options = { ...CONFIG_OPTIONS, ...own };
   let parsed;
   try {
     parsed = parseArgs({
       args: [...args],
-      options: { ...CONFIG_OPTIONS, ...own },
+      options,
       strict: true,
       allowPositionals: true,
       tokens: true,
     });
   } catch (err) {
-    throw new ConfigError(`${err instanceof Error ? err.message : String(err)} (see --help)`);
+    throw new ConfigError(flagError(err, Object.keys(options)));
   }
   const ownValues: Record<string, string | boolean | string[] | undefined> = {};
   const configArgs: string[] = [];
@@ -65,6 +69,56 @@ export function splitArgs(
     }
   }
   return { own: ownValues, positionals: parsed.positionals, configArgs };
+}
+
+/** Edits (insert, delete, replace, swap two neighbours) that turn `a` into `b`. */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let v = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        v = Math.min(v, d[i - 2]![j - 2]! + 1);
+      }
+      d[i]![j] = v;
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+/** The known flag closest to `given` (a typo of it), or undefined when none is close. */
+export function closestFlag(given: string, known: readonly string[]): string | undefined {
+  const name = given.replace(/^-+/, "").split("=")[0]!;
+  let best: { flag: string; d: number } | undefined;
+  for (const flag of known) {
+    const d = flag.startsWith(name) && name.length >= 3 ? 1 : distance(name, flag);
+    if (d <= Math.max(1, Math.floor(flag.length / 4)) && (!best || d < best.d)) {
+      best = { flag, d };
+    }
+  }
+  return best?.flag;
+}
+
+/**
+ * One line for a command line node:util parseArgs refused: the flag, what is wrong, and the
+ * flag meant when it looks like a typo; never the parser's own text.
+ */
+export function flagError(err: unknown, known: readonly string[]): string {
+  const code = (err as { code?: unknown })?.code;
+  const message = err instanceof Error ? err.message : String(err);
+  const flag = /'(-[^' ]*)/.exec(message)?.[1];
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && flag) {
+    const near = closestFlag(flag, known);
+    return `unknown flag ${flag}` + (near ? `; did you mean --${near}?` : "") + " (see --help)";
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && flag) {
+    return /argument missing/.test(message)
+      ? `flag ${flag} needs a value (see --help)`
+      : `flag ${flag} takes no value (see --help)`;
+  }
+  return `${message} (see --help)`;
 }
 
 /** An environment variable, or undefined where this build may not read it. */
@@ -96,6 +150,57 @@ export function resolveConfig(configArgs: readonly string[]): Config {
   const parsed = parseConfig(configArgs, env, readTextFile);
   if (parsed.kind !== "run") throw new ConfigError("--help and --version are not subcommands");
   return parsed.config;
+}
+
+/**
+ * The parent dataset's tree (`zfs get -r -d depth`), saying plainly when the parent or its pool
+ * does not exist: zfs's "does not exist" of the parent is believed once zfs answers about its
+ * pool; the hedge that ZFS may not see the pool stays only for a zfs that could not answer.
+ * @throws {CsiError} NOT_FOUND naming the parent (and pool) that does not exist
+ */
+export async function readParentTree(
+  tools: Tools,
+  depth: number,
+  props: readonly string[],
+): Promise<Map<string, PropertyMap>> {
+  const parent = tools.config.parentDataset;
+  try {
+    return await tools.zfs.getTree(parent, depth, props) ?? new Map();
+  } catch (err) {
+    const said = err instanceof ZfsError && err.kind === "unavailable" &&
+        err.cause instanceof ZfsError && err.cause.kind === "not_found"
+      ? err.cause
+      : undefined;
+    if (!said) throw err;
+    const pool = poolOf(parent);
+    let poolThere: boolean;
+    try {
+      poolThere = pool !== parent && (await tools.zfs.getProperties(pool, ["type"])) !== undefined;
+    } catch {
+      // zfs could not answer about the pool either: keep the hedge.
+      throw err;
+    }
+    const zfsSaid = said.stderr.trim().split("\n")[0];
+    throw new CsiError(
+      Code.NOT_FOUND,
+      poolThere
+        ? `Parent dataset "${parent}" does not exist (zfs said: ${zfsSaid}): give ` +
+          `--parent-dataset as the plugin has it, or create it with "zfs create -p ${parent}"`
+        : `Parent dataset "${parent}" does not exist: zfs knows no pool "${pool}" (zfs said: ` +
+          `${zfsSaid}); import it (zpool import ${pool}), or give --parent-dataset as the ` +
+          `plugin has it`,
+      { cause: err },
+    );
+  }
+}
+
+/**
+ * Checks that the parent dataset exists, saying plainly when it or its pool does not (see
+ * {@linkcode readParentTree}): for subcommands whose first zfs call is below the parent.
+ * @throws {CsiError} NOT_FOUND naming the parent (and pool) that does not exist
+ */
+export async function requireParent(tools: Tools): Promise<void> {
+  await readParentTree(tools, 1, ["type"]);
 }
 
 /** The modules a subcommand works with, built like the server's. */

@@ -38,3 +38,31 @@ Deno.test("splitArgs refuses unknown flags in one ConfigError, and own flags tha
   assert.throws(() => splitArgs([], { store: { type: "string" } }), TypeError);
   assert.throws(() => resolveConfig(["--parent-dataset", "tank"]), /whole pool/);
 });
+
+Deno.test("a flag typo is one line naming the flag meant, never the argument parser's text", () => {
+  const own = { json: { type: "boolean" }, snapshot: { type: "string" } } as const;
+  const message = (args: string[]) => {
+    try {
+      splitArgs(args, own);
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      return err.message;
+    }
+    assert.fail("no error");
+  };
+  assert.equal(message(["--jsn"]), "unknown flag --jsn; did you mean --json? (see --help)");
+  assert.equal(
+    message(["--parent-datset", "tank/nomad"]),
+    "unknown flag --parent-datset; did you mean --parent-dataset? (see --help)",
+  );
+  assert.equal(
+    message(["--snap", "x"]),
+    "unknown flag --snap; did you mean --snapshot? (see --help)",
+  );
+  assert.equal(message(["--frobnicate"]), "unknown flag --frobnicate (see --help)");
+  assert.equal(message(["--snapshot"]), "flag --snapshot needs a value (see --help)");
+  for (const m of [message(["--jsn"]), message(["--snapshot"])]) {
+    assert.ok(!/positional|place it at the end/.test(m), m);
+    assert.equal(m.split("\n").length, 1);
+  }
+});

@@ -21,7 +21,14 @@ import {
 import type { Zfs } from "../zfs/zfs.ts";
 import { type CliIo, isoSeconds, printJson } from "./io.ts";
 import { type DeletedRow, deletedRows, LIST_PROPERTIES } from "./list.ts";
-import { buildTools, checkPrograms, resolveConfig, splitArgs, type ToolOptions } from "./setup.ts";
+import {
+  buildTools,
+  checkPrograms,
+  readParentTree,
+  resolveConfig,
+  splitArgs,
+  type ToolOptions,
+} from "./setup.ts";
 
 /** What was undeleted. */
 export interface Undeleted {
@@ -188,9 +195,10 @@ export async function run(
   const as = typeof split.own.as === "string" ? split.own.as : undefined;
   const config = resolveConfig(split.configArgs);
   if (!opts.runner) checkPrograms([config.zfsPath]);
-  const { zfs } = buildTools(config, { level: "warn", ...opts });
+  const tools = buildTools(config, { level: "warn", ...opts });
+  const { zfs } = tools;
   const parent = config.parentDataset;
-  const rows = deletedRows(parent, await zfs.getTree(parent, 2, LIST_PROPERTIES) ?? new Map());
+  const rows = deletedRows(parent, await readParentTree(tools, 2, LIST_PROPERTIES));
   const found = findSetAside(parent, rows, target);
   if (found.length === 0) {
     throw new CsiError(

@@ -1,9 +1,12 @@
 /**
  * `zfs-csi verify`: proves a stored backup restores. Its chain of streams is received (with the
  * server's restore code: size, SHA-256 and guid of each stream checked, src/replicate/receive.ts)
- * into a hidden scratch dataset below the parent, the result is checked against the manifests
- * (and against the volume's own snapshot of the same guid when this node still has it), and the
- * scratch dataset is destroyed after checking it holds only what the restore received.
+ * into a hidden scratch dataset below the parent, marked as verify's when it is created
+ * (scratch.ts), the result is checked against the manifests (and against the volume's own
+ * snapshot of the same guid when this node still has it), and the scratch dataset is destroyed
+ * after checking it holds only what the restore received. SIGINT (Ctrl-C) and SIGTERM stop the
+ * receive and remove it the same way; one left by a verify that was killed is found by its mark
+ * (list --deleted, purge, and the plugin's sweep).
  */
 
 import { ConfigError } from "../config.ts";
@@ -23,10 +26,25 @@ import { parseBytes } from "../zfs/parse.ts";
 import { describeForm, PLAIN_FORM } from "../zfs/stream_form.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { type CliIo, humanBytes, printJson, Progress } from "./io.ts";
-import { buildTools, checkPrograms, requireGrant, resolveConfig, splitArgs } from "./setup.ts";
+import {
+  currentMark,
+  Heartbeat,
+  type KernelClock,
+  SCRATCH_DATA,
+  SYSTEM_CLOCK,
+  VERIFY_PREFIX,
+  VERIFY_PROPERTY,
+} from "./scratch.ts";
+import {
+  buildTools,
+  checkPrograms,
+  requireGrant,
+  requireParent,
+  resolveConfig,
+  splitArgs,
+} from "./setup.ts";
 
-/** Prefix of the scratch datasets verify receives into (hidden: never a volume). */
-export const VERIFY_PREFIX = ".verify-";
+export { VERIFY_PREFIX };
 
 /** What a verify found. */
 export interface VerifyReport {
@@ -118,7 +136,27 @@ export function pickManifest(
 }
 
 /**
- * Destroys the scratch dataset, after checking that it holds nothing but snapshots of `chain`.
+ * Creates the scratch dataset, marked as this verify's in the same `zfs create`, never mounted.
+ * @returns where to receive into: its `data` below it
+ */
+export async function createScratch(
+  zfs: Zfs,
+  scratch: string,
+  clock: KernelClock,
+  pid: number,
+): Promise<string> {
+  const mark = currentMark(clock, pid);
+  await zfs.create(scratch, {
+    canmount: "off",
+    // Without the kernel's clock it cannot be judged later: marked, but never called stale.
+    [VERIFY_PROPERTY]: mark ?? `pid=${pid}`,
+  });
+  return `${scratch}/${SCRATCH_DATA}`;
+}
+
+/**
+ * Destroys the scratch dataset, after checking that it holds nothing but `data` and the chain's
+ * snapshots of it (a receive stopped half way may leave `data` without a snapshot).
  * @throws {CsiError} FAILED_PRECONDITION naming what else it holds (then it is left alone)
  */
 export async function removeScratch(
@@ -126,12 +164,14 @@ export async function removeScratch(
   scratch: string,
   chain: readonly SnapshotManifest[],
 ): Promise<void> {
-  const tree = await zfs.getTree(scratch, 1, ["type", "guid"]);
+  const tree = await zfs.getTree(scratch, 2, ["type", "guid"]);
   if (!tree) return;
+  const data = `${scratch}/${SCRATCH_DATA}`;
   const guids = new Set(chain.map((m) => m.guid));
   const foreign = [...tree.entries()].filter(([name, props]) =>
     name !== scratch &&
-    !(name.startsWith(`${scratch}@`) && guids.has(props.get("guid")?.value ?? ""))
+    !(name === data && props.get("type")?.value === "filesystem") &&
+    !(name.startsWith(`${data}@`) && guids.has(props.get("guid")?.value ?? ""))
   ).map(([name]) => name);
   if (tree.get(scratch)?.get("type")?.value !== "filesystem" || foreign.length > 0) {
     throw new CsiError(
@@ -196,14 +236,35 @@ export const usage =
                       [--snapshot ID] [--json]
 
 Restores a stored backup of VOLUME (the newest, or --snapshot: its id store:<volume>:<hex> or
-the 16 hex digits) into a hidden scratch dataset below the parent, checking first that this
-node's pool can receive each stream's form (compressed, large blocks, ...), then each stream's
-size, SHA-256 and guid as a restore does, then checks the result (every snapshot of the chain there;
-and whether this node has the volume's own snapshot of that guid) and destroys
-the scratch dataset. Needs room in the pool for the restored data. Shows progress on stderr.`;
+the 16 hex digits) into a hidden scratch dataset below the parent (${VERIFY_PREFIX}<hex>, marked
+${VERIFY_PROPERTY}), checking first that this node's pool can receive each stream's form
+(compressed, large blocks, ...), then each stream's size, SHA-256 and guid as a restore does, then
+checks the result (every snapshot of the chain there; and whether this node has the volume's
+own snapshot of that guid) and destroys the scratch dataset. Needs room in the pool for the
+restored data. Shows progress on stderr. Ctrl-C (SIGINT) or SIGTERM stops it and removes the
+scratch dataset; one left by a verify that was killed shows in zfs-csi list --deleted, and
+zfs-csi purge --yes (or the plugin, within 30 minutes) removes it once its process is gone.`;
+
+/** Exit code of a verify stopped by a signal (128 + SIGINT, as a shell reports it). */
+export const EXIT_INTERRUPTED = 130;
+
+/** Where a running verify learns of SIGINT and SIGTERM; replaceable in tests. */
+export interface Signals {
+  add(signal: "SIGINT" | "SIGTERM", fn: () => void): void;
+  remove(signal: "SIGINT" | "SIGTERM", fn: () => void): void;
+}
+
+const PROCESS_SIGNALS: Signals = {
+  add: (signal, fn) => Deno.addSignalListener(signal, fn),
+  remove: (signal, fn) => Deno.removeSignalListener(signal, fn),
+};
 
 /** Runs `verify`. */
-export async function run(args: readonly string[], io: CliIo): Promise<number> {
+export async function run(
+  args: readonly string[],
+  io: CliIo,
+  signals: Signals = PROCESS_SIGNALS,
+): Promise<number> {
   const split = splitArgs(args, { json: { type: "boolean" }, snapshot: { type: "string" } });
   if (split.positionals.length !== 1) throw new ConfigError("verify takes one VOLUME name");
   const volume = split.positionals[0]!;
@@ -215,6 +276,7 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
   checkPrograms([config.zfsPath]);
   const tools = buildTools(config, { level: "warn" });
   const store = openStore(config.store);
+  await requireParent(tools);
   const manifests = await volumeManifests(store, volume);
   const which = typeof split.own.snapshot === "string" ? split.own.snapshot : undefined;
   const target = pickManifest(manifests, volume, which);
@@ -223,36 +285,100 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
   const scratch = `${config.parentDataset}/${VERIFY_PREFIX}${randomHex(8)}`;
   // A form this node's pool cannot receive fails here, naming it, before any download.
   await checkReceivable(tools.zfs, scratch, chain);
+  // Ctrl-C reaches zfs receive too (one process group); SIGTERM only this process: both abort.
+  const stop = new AbortController();
+  let interrupted = 0;
+  const onSignal = (name: string) => () => {
+    interrupted++;
+    if (interrupted === 1) {
+      io.err(`verify: ${name}: stopping, then removing ${scratch}`);
+      stop.abort(new DOMException(`verify was interrupted (${name})`, "AbortError"));
+      return;
+    }
+    io.err(
+      `verify: ${name} again: leaving ${scratch}; zfs-csi list --deleted shows it, and ` +
+        `zfs-csi purge --yes removes it once this process is gone`,
+    );
+    Deno.exit(EXIT_INTERRUPTED);
+  };
+  const onInt = onSignal("SIGINT");
+  const onTerm = onSignal("SIGTERM");
+  signals.add("SIGINT", onInt);
+  signals.add("SIGTERM", onTerm);
+  try {
+    return await verifyInto(tools, {
+      io,
+      volume,
+      store,
+      chain,
+      target,
+      bytes,
+      scratch,
+      signal: stop.signal,
+      json: split.own.json === true,
+    });
+  } catch (err) {
+    if (!stop.signal.aborted) throw err;
+    io.err(`verify: interrupted; scratch dataset ${scratch} removed`);
+    return EXIT_INTERRUPTED;
+  } finally {
+    signals.remove("SIGINT", onInt);
+    signals.remove("SIGTERM", onTerm);
+  }
+}
+
+/** The receive, the check and the removal of one verify. */
+async function verifyInto(
+  tools: ReturnType<typeof buildTools>,
+  v: {
+    io: CliIo;
+    volume: string;
+    store: Store;
+    chain: readonly SnapshotManifest[];
+    target: SnapshotManifest;
+    bytes: number;
+    scratch: string;
+    signal: AbortSignal;
+    json: boolean;
+  },
+): Promise<number> {
+  const { io, volume, chain, target, bytes, scratch, signal } = v;
+  const config = tools.config;
   const forms = chain.map((m) => describeForm(m.form ?? PLAIN_FORM, m.raw));
   const progress = new Progress(io, `verify ${volume}`, bytes);
   io.err(
     `verify: receiving ${chain.length} stream(s), ${humanBytes(bytes)}, of ${target.snapshot} ` +
-      `(${target.createdAt}) from ${store.description} into ${scratch}; ` +
+      `(${target.createdAt}) from ${v.store.description} into ${scratch}; ` +
       `${[...new Set(forms)].join(" and ")}`,
   );
   const deps: ReceiveDeps = {
     streams: new DenoStreamRunner(),
     zfsPath: config.zfsPath,
     zfs: tools.zfs,
-    store: countingStore(store, (n) => progress.add(n)),
+    store: countingStore(v.store, (n) => progress.add(n)),
     log: tools.log,
+    // Stopped by the operator: zfs receive gets a short time to clean up before its kill.
+    stopWaitMs: 5_000,
   };
   const started = performance.now();
   let checked;
+  const data = await createScratch(tools.zfs, scratch, SYSTEM_CLOCK, Deno.pid);
+  const heartbeat = new Heartbeat(tools.zfs, scratch, SYSTEM_CLOCK, Deno.pid);
   try {
     try {
-      await restoreChain(deps, { chain, target: scratch });
+      await restoreChain(deps, { chain, target: data, signal });
     } finally {
       // Ends the bar's line on a terminal, also when the receive failed.
       progress.finish();
     }
     checked = await checkRestored(
       tools.zfs,
-      scratch,
+      data,
       chain,
       `${config.parentDataset}/${encodeComponent("Volume name", volume)}`,
     );
   } finally {
+    await heartbeat.stop();
     await removeScratch(tools.zfs, scratch, chain);
   }
   const report: VerifyReport = {
@@ -268,7 +394,7 @@ export async function run(args: readonly string[], io: CliIo): Promise<number> {
     localSnapshot: checked.localSnapshot,
     scratch,
   };
-  if (split.own.json === true) {
+  if (v.json) {
     printJson(io, report);
     return 0;
   }

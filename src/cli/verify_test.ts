@@ -7,6 +7,7 @@ import { manifestKey, type SnapshotManifest, streamKey } from "../store/layout.t
 import {
   checkRestored,
   countingStore,
+  createScratch,
   pickManifest,
   removeScratch,
   volumeManifests,
@@ -65,20 +66,48 @@ Deno.test("countingStore reports every byte of a download", async () => {
   assert.equal(counted, 10);
 });
 
+Deno.test("createScratch marks the scratch dataset in its zfs create; data goes below it", async () => {
+  const runner = new FakeRunner();
+  const { zfs } = fakeTools(runner);
+  runner.on(["zfs", "create"], {});
+  const clock = { uptimeSeconds: () => 77 };
+  const data = await createScratch(zfs, "tank/nomad/.verify-1", clock, 42);
+  assert.equal(data, "tank/nomad/.verify-1/data");
+  assert.deepEqual(runner.argvs, [[
+    "zfs",
+    "create",
+    "-o",
+    "canmount=off",
+    "-o",
+    "org.zfs-csi:verify=up=77 pid=42",
+    "tank/nomad/.verify-1",
+  ]]);
+});
+
 Deno.test("removeScratch destroys a scratch holding only the chain, and leaves anything else", async () => {
   const runner = new FakeRunner();
   const pool = new FakePool(runner);
   const { zfs } = fakeTools(runner);
   pool.add("tank/nomad/.verify-1");
-  pool.add("tank/nomad/.verify-1@.backup-11", { guid: "11" });
-  pool.add("tank/nomad/.verify-1@.backup-22", { guid: "22" });
+  pool.add("tank/nomad/.verify-1/data");
+  pool.add("tank/nomad/.verify-1/data@.backup-11", { guid: "11" });
+  pool.add("tank/nomad/.verify-1/data@.backup-22", { guid: "22" });
   await removeScratch(zfs, "tank/nomad/.verify-1", [FULL, INCR]);
   assert.ok(!pool.has("tank/nomad/.verify-1"));
+  // A receive stopped half way: data without a snapshot.
+  pool.add("tank/nomad/.verify-3");
+  pool.add("tank/nomad/.verify-3/data");
+  await removeScratch(zfs, "tank/nomad/.verify-3", [FULL]);
+  assert.ok(!pool.has("tank/nomad/.verify-3"));
   pool.add("tank/nomad/.verify-2");
-  pool.add("tank/nomad/.verify-2@.backup-11", { guid: "11" });
-  pool.add("tank/nomad/.verify-2@mine", { guid: "99" });
-  await assert.rejects(() => removeScratch(zfs, "tank/nomad/.verify-2", [FULL]), /verify-2@mine/);
-  assert.ok(pool.has("tank/nomad/.verify-2@mine"));
+  pool.add("tank/nomad/.verify-2/data");
+  pool.add("tank/nomad/.verify-2/data@.backup-11", { guid: "11" });
+  pool.add("tank/nomad/.verify-2/data@mine", { guid: "99" });
+  await assert.rejects(
+    () => removeScratch(zfs, "tank/nomad/.verify-2", [FULL]),
+    /verify-2\/data@mine/,
+  );
+  assert.ok(pool.has("tank/nomad/.verify-2/data@mine"));
 });
 
 Deno.test("checkRestored wants every snapshot of the chain, and the node's own size where it has it", async () => {

@@ -1084,7 +1084,7 @@ export class ControllerService {
         node: m.node,
         // The copy's own time: the snapshot holds the volume as it was then.
         creation: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
-        sizeBytes: m.size,
+        sizeBytes: await snapshots.sizeOf(m),
         ready: true,
       }, followVolumeId(m.volume)),
     };
@@ -1149,13 +1149,17 @@ export class ControllerService {
     );
   }
 
-  /** The dataset properties of the volume's backups: its parameters, else the plugin's default. */
+  /**
+   * The dataset properties of the volume's backups: only what its parameters ask for (an
+   * explicit 0 too). Never the plugin's defaults: written here they would become the volume's
+   * own setting, and a later --backup-interval would not reach it (the scheduler applies the
+   * default to every volume without one; scheduler.ts effectiveSchedule).
+   */
   #backupProps(params: VolumeParameters): Record<string, string> {
-    const store = this.#d.config.store;
-    if (!store) return {};
-    const interval = params.backup?.intervalSeconds ?? store.defaultBackupIntervalSeconds;
+    if (!this.#d.config.store) return {};
     const props: Record<string, string> = {};
-    if (interval > 0) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
+    const interval = params.backup?.intervalSeconds;
+    if (interval !== undefined) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
     if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
     return props;
   }

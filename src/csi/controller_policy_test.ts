@@ -8,8 +8,17 @@
 import assert from "node:assert/strict";
 import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
-import { type FakeServices, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
+import {
+  fakeController,
+  type FakeServices,
+  fakeServices,
+  fsCap,
+} from "../../tests/support/service_harness.ts";
 import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { FakePool } from "../../tests/support/fake_pool.ts";
+import { parseConfig } from "../config.ts";
+import type { BackupOutcome } from "../replicate/backup.ts";
+import { BackupScheduler } from "../replicate/scheduler.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { ControllerService } from "./controller.ts";
 import { Trash } from "./trash.ts";
@@ -288,7 +297,7 @@ Deno.test("ControllerService without a store refuses backups and stored snapshot
   h.runner.assertNoUnexpected();
 });
 
-Deno.test("ControllerService.CreateVolume records the volume's backup schedule, or the plugin's default", async () => {
+Deno.test("ControllerService.CreateVolume records the schedule the volume asked for, never the plugin's default", async () => {
   const h = setup(["--store", "file:///srv/backups", "--backup-interval", "1h"]);
   h.runner.on(["zfs", "create"], {});
   await h.controller.CreateVolume(createReq("v1"));
@@ -300,8 +309,54 @@ Deno.test("ControllerService.CreateVolume records the volume's backup schedule, 
     createOptions(a).filter((o) => o.startsWith("org.zfs-csi:backup-"))
   );
   assert.deepEqual(creates, [
-    ["org.zfs-csi:backup-interval=3600"],
-    ["org.zfs-csi:backup-interval=900", "org.zfs-csi:backup-keep=last=0,hourly=0,daily=7,weekly=0"],
+    // None: the plugin's --backup-interval, whatever it is when the scheduler reads it.
     [],
+    ["org.zfs-csi:backup-interval=900", "org.zfs-csi:backup-keep=last=0,hourly=0,daily=7,weekly=0"],
+    // An explicit 0 is the volume's own choice, kept whatever the default becomes.
+    ["org.zfs-csi:backup-interval=0"],
   ]);
+});
+
+Deno.test("a volume created under --backup-interval 1h is backed up every 15m once the plugin runs with 15m", async () => {
+  const store = ["--store", "file:///srv/backups"];
+  const parts = fakeServices({
+    parent: PARENT,
+    flags: [...store, "--backup-interval", "1h"],
+    host: (runner) => new FakePool(runner).add(PARENT, { "org.zfs-csi:managed": ["-", "-"] }),
+  });
+  parts.runner.on(["zfs", "create"], (argv) => {
+    const values = Object.fromEntries(createOptions(argv).map((o) => o.split(/=(.*)/s, 2)));
+    parts.host.add(argv.at(-1)!, values);
+    return {};
+  });
+  await fakeController(parts).CreateVolume(createReq("pg"));
+  const dataset = `${PARENT}/pg`;
+  assert.ok(parts.host.has(dataset));
+  // The plugin restarted with --backup-interval 15m: the same pool, its new scheduler.
+  const restarted = parseConfig(
+    ["--parent-dataset", PARENT, "--node-id", "n1", ...store, "--backup-interval", "15m"],
+    {},
+  );
+  assert.ok(restarted.kind === "run" && restarted.config.store);
+  const clock = { ms: Date.UTC(2026, 0, 1) };
+  const backups: number[] = [];
+  const scheduler = new BackupScheduler({
+    zfs: parts.zfs,
+    parentDataset: PARENT,
+    log: parts.log,
+    backup: (ds) => {
+      backups.push((clock.ms - Date.UTC(2026, 0, 1)) / 60_000);
+      parts.host.setValue(ds, "org.zfs-csi:backup-last", String(Math.floor(clock.ms / 1000)));
+      return Promise.resolve({ status: "stored" } as unknown as BackupOutcome);
+    },
+    defaultIntervalSeconds: restarted.config.store.defaultBackupIntervalSeconds,
+    now: () => clock.ms,
+    monotonic: () => clock.ms,
+  });
+  for (let minutes = 0; minutes <= 60; minutes += 5) {
+    await scheduler.tick();
+    clock.ms += 5 * 60_000;
+  }
+  assert.deepEqual(backups, [0, 15, 30, 45, 60], "minutes after the restart");
+  await scheduler.stop();
 });

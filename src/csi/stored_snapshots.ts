@@ -28,6 +28,7 @@ import {
   volumesPrefix,
 } from "../store/layout.ts";
 import { storedSnapshotId, type StoredSnapshotRef } from "../store/snapshot_ids.ts";
+import { storedSnapshotSize } from "../store/snapshot_size.ts";
 import type { Store } from "../store/store.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import { qualifiedVolumeId } from "../zfs/ids.ts";
@@ -137,8 +138,12 @@ export class StoredSnapshots {
       };
     });
     const id = storedSnapshotId(volumeName, snap.guid);
+    // CSI's size_bytes is the snapshot's size, what a volume made from it holds: the volume's
+    // `referenced` at the snapshot (what refquota bounds, as a local snapshot answers), never
+    // the stream's bytes, which for an incremental are only the changes since its base.
+    const sized = (e: StoredEntry): StoredEntry => ({ ...e, sizeBytes: snap.referenced });
     const stored = manifests.find((m) => m.volume === volumeName && m.guid === snap.guid);
-    if (stored) return this.#entry(stored);
+    if (stored) return sized(this.#entry(stored, []));
     let upload = this.#uploads.get(id);
     if (!upload) {
       const entry: StoredEntry = {
@@ -175,7 +180,7 @@ export class StoredSnapshots {
       );
     }
     const manifest = await within(upload.done, this.#answerWithinMs());
-    return manifest ? this.#entry(manifest) : upload.entry;
+    return manifest ? sized(this.#entry(manifest, [])) : upload.entry;
   }
 
   /**
@@ -184,7 +189,10 @@ export class StoredSnapshots {
    * @throws {StoreError} when the store cannot be listed
    */
   async list(volumeName?: string): Promise<StoredEntry[]> {
-    const stored = (await this.#allManifests()).map((m) => this.#entry(m));
+    const manifests = await this.#allManifests();
+    // Each volume's own, for the sizes of manifests that predate theirs (snapshot_size.ts).
+    const byUid = Map.groupBy(manifests, (m) => m.volumeUid);
+    const stored = manifests.map((m) => this.#entry(m, byUid.get(m.volumeUid)!));
     const ids = new Set(stored.map((e) => e.id));
     const running = [...this.#uploads.values()].map((u) => u.entry).filter((e) => !ids.has(e.id));
     return [...stored, ...running].filter((e) =>
@@ -340,13 +348,14 @@ export class StoredSnapshots {
     return this.#d.answerWithinMs ?? DEFAULT_ANSWER_WITHIN_MS;
   }
 
-  #entry(m: SnapshotManifest): StoredEntry {
+  /** The entry of stored snapshot `m`; `manifests`: its volume's (see storedSnapshotSize). */
+  #entry(m: SnapshotManifest, manifests: readonly SnapshotManifest[]): StoredEntry {
     return {
       id: storedSnapshotId(m.volume, m.guid),
       volume: m.volume,
       node: m.node,
       creation: Math.floor(Date.parse(m.createdAt) / 1000) || 0,
-      sizeBytes: m.size,
+      sizeBytes: storedSnapshotSize(m, manifests),
       ready: true,
     };
   }

@@ -26,9 +26,10 @@ import type { Zfs } from "../zfs/zfs.ts";
 import { hostStoreName } from "./names.ts";
 
 /**
- * The backup properties a new host volume's dataset gets: its `backup_interval` (else the
- * config's `--backup-interval`) and `backup_keep`, as CreateVolume records them. None without
- * a store.
+ * The backup properties a new host volume's dataset gets: its `backup_interval` (an explicit 0
+ * too) and `backup_keep`, as CreateVolume records them; never the config's defaults, which the
+ * node plugin's scheduler applies to every volume without its own (written here, they would
+ * stay the volume's own when the defaults change). None without a store.
  * @throws {CsiError} INVALID_ARGUMENT for backup parameters without a store, or a volume whose
  *   name cannot be a store key
  */
@@ -47,13 +48,13 @@ export function hostBackupProperties(
         `as the zfs-csi node plugin's on this node)`,
     );
   }
-  const interval = params.backup?.intervalSeconds ?? store.defaultBackupIntervalSeconds;
-  const props: Record<string, string> = {};
-  if (interval > 0) {
-    // Refused now rather than by every scheduled backup later.
+  const interval = params.backup?.intervalSeconds;
+  // Refused now rather than by every scheduled backup later.
+  if ((interval ?? store.defaultBackupIntervalSeconds) > 0) {
     hostStoreName(config.parentDataset, dataset);
-    props[BACKUP_INTERVAL_PROPERTY] = String(interval);
   }
+  const props: Record<string, string> = {};
+  if (interval !== undefined) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
   if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
   return props;
 }

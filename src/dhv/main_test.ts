@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
-import { FakeRunner } from "../../tests/support/fake_runner.ts";
+import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
+import { Logger } from "../log.ts";
+import type { BackupOutcome } from "../replicate/backup.ts";
+import { BackupScheduler } from "../replicate/scheduler.ts";
 import { type DhvIo, runHostVolumeOperation } from "./main.ts";
 
 const PARENT = "tank/nomad";
@@ -524,20 +527,49 @@ Deno.test("create records backup_interval and backup_keep as CreateVolume does, 
     h.pool.value(DATASET, "org.zfs-csi:parameters"),
     '{"backup_interval":"5s","backup_keep":"last=3,daily=7"}',
   );
-  // The config's default interval applies to a volume that names none; 0 turns it off.
+  // A volume that names no interval gets none of its own: the node plugin's --backup-interval
+  // applies to it, whatever that is when it backs up. Its own 0 turns backups off for good.
   withStore(h, "/tmp/zfs-csi-dhv-unused-store", "--backup-interval 1h\n");
   const other = `${PARENT}/.host-default_logs`;
   const env = { DHV_VOLUME_ID: OTHER_ID, DHV_VOLUME_NAME: "logs", DHV_PARAMETERS: "{}" };
   assert.equal((await h.run(["create"], createEnv(env))).code, 0);
-  assert.equal(h.pool.value(other, "org.zfs-csi:backup-interval"), "3600");
+  assert.equal(h.pool.value(other, "org.zfs-csi:backup-interval"), undefined);
   assert.equal(h.pool.value(other, "org.zfs-csi:backup-keep"), undefined);
   const off = { ...env, DHV_VOLUME_ID: ID.replace("7b", "8c"), DHV_VOLUME_NAME: "scratch" };
   off.DHV_PARAMETERS = '{"backup_interval":"0"}';
   assert.equal((await h.run(["create"], createEnv(off))).code, 0);
-  assert.equal(
-    h.pool.value(`${PARENT}/.host-default_scratch`, "org.zfs-csi:backup-interval"),
-    undefined,
-  );
+  assert.equal(h.pool.value(`${PARENT}/.host-default_scratch`, "org.zfs-csi:backup-interval"), "0");
+});
+
+Deno.test("a host volume created under --backup-interval 1h is backed up every 15m once the node plugin runs with 15m", async () => {
+  const h = setup();
+  withStore(h, "/tmp/zfs-csi-dhv-unused-store", "--backup-interval 1h\n");
+  assert.equal((await h.run(["create"], createEnv({ DHV_PARAMETERS: "{}" }))).code, 0);
+  const start = Date.UTC(2026, 0, 1);
+  const clock = { ms: start };
+  const backups: number[] = [];
+  const log = new Logger("error", {}, () => {});
+  const scheduler = new BackupScheduler({
+    zfs: fakeTools(h.runner, log).zfs,
+    parentDataset: PARENT,
+    log,
+    backup: (dataset) => {
+      assert.equal(dataset, DATASET);
+      backups.push((clock.ms - start) / 60_000);
+      h.pool.setValue(dataset, "org.zfs-csi:backup-last", String(Math.floor(clock.ms / 1000)));
+      return Promise.resolve({ status: "stored" } as unknown as BackupOutcome);
+    },
+    // The node plugin's --backup-interval 15m.
+    defaultIntervalSeconds: 900,
+    now: () => clock.ms,
+    monotonic: () => clock.ms,
+  });
+  for (let minutes = 0; minutes <= 60; minutes += 5) {
+    await scheduler.tick();
+    clock.ms += 5 * 60_000;
+  }
+  assert.deepEqual(backups, [0, 15, 30, 45, 60], "minutes after the node plugin's restart");
+  await scheduler.stop();
 });
 
 Deno.test("create refuses backup parameters without a store, and the operator's policy applies", async () => {

@@ -9,6 +9,12 @@ import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import {
+  createFollowOwner,
+  followManifest,
+  holdAs,
+  storeManifests,
+} from "../../tests/support/follow_harness.ts";
+import {
   fakeController,
   fakeNode,
   fakeServices,
@@ -17,7 +23,7 @@ import {
 import type { ControllerExpandVolumeRequest, CreateVolumeRequest } from "../csi/types.ts";
 import { parseVolumeRecord } from "../store/chain.ts";
 import { ownerKey, volumeRecordKey } from "../store/layout.ts";
-import { acquire, parseOwner, release } from "./owner.ts";
+import { acquire, moveHead, parseOwner, release } from "./owner.ts";
 import { splitFollow } from "./volume.ts";
 
 const PARENT = "tank/nomad";
@@ -254,5 +260,36 @@ Deno.test("ControllerExpandVolume of a follow volume grows it in the store; node
     Code.NOT_FOUND,
     /"other@\*" not found/,
   );
+  assert.equal(runner.calls.length, 0, "no zfs command on the controller's node");
+});
+
+Deno.test("CreateSnapshot of a follow volume answers its size at the copy, not the copy's stream", async () => {
+  const { service, store, runner } = controller(true);
+  const MiB = 2 ** 20;
+  await createFollowOwner(store, { settings: { capacityBytes: 512 * MiB, properties: {} } });
+  await storeManifests(store, [
+    followManifest("1", null, { size: 300 * MiB, referencedBytes: 300 * MiB }),
+    followManifest("2", "1", { size: 624, referencedBytes: 301 * MiB }),
+    // Stored by a plugin from before manifests recorded the size.
+    followManifest("3", "2", { size: 700, capacityBytes: 512 * MiB }),
+  ]);
+  let held = await holdAs(store, "n1");
+  const head = async (guid: string) => {
+    held = await moveHead(store, "pg", held, { guid, createdAt: "x" }, 0);
+  };
+  const snapshot = async (name: string) =>
+    ((await service.CreateSnapshot({
+      source_volume_id: "pg@*",
+      name,
+      parameters: {},
+      secrets: {},
+    })) as {
+      snapshot: { size_bytes: string };
+    }).snapshot.size_bytes;
+  await head("2");
+  assert.equal(await snapshot("monday"), String(301 * MiB));
+  // Without a recorded size: its chain's streams (what a restore receives), at most its capacity.
+  await head("3");
+  assert.equal(await snapshot("tuesday"), String(300 * MiB + 624 + 700));
   assert.equal(runner.calls.length, 0, "no zfs command on the controller's node");
 });

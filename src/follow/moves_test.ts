@@ -5,8 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { takeover } from "./takeover.ts";
-import { readOwner } from "./owner.ts";
+
+import { forceRelease, readOwner } from "./owner.ts";
 import { chainTo, parseManifest } from "../store/chain.ts";
 import { manifestsPrefix, type SnapshotManifest } from "../store/layout.ts";
 import { BACKUP_KEEP_PROPERTY } from "../replicate/backup.ts";
@@ -170,7 +170,7 @@ Deno.test("a holder paused past its lease never prunes the chain the new holder'
     await reached.promise;
     // Meanwhile the operator takes the volume over and B holds it, its head on A's chain.
     c.time.ms += 5 * MINUTE;
-    await takeover(c.store, VOLUME, { by: "operator", nowMs: c.time.ms });
+    await forceRelease(c.store, VOLUME, { by: "operator", nowMs: c.time.ms });
     await b.stage();
     assert.equal(b.data(), "a2");
     b.write("b1");
@@ -208,7 +208,7 @@ Deno.test("the head follows the holder onto its new full stream: a lost holder l
   }
   // A is lost; the operator takes the volume over: B gets what A stored last.
   a.write("a6, never stored");
-  await takeover(c.store, VOLUME, { by: "operator", nowMs: c.time.ms });
+  await forceRelease(c.store, VOLUME, { by: "operator", nowMs: c.time.ms });
   const b = c.node("b");
   await b.stage();
   assert.equal(b.data(), "a5");

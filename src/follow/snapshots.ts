@@ -26,6 +26,7 @@ import {
 import { encodeJson, parseManifest } from "../store/chain.ts";
 import { manifestKey, type SnapshotManifest, volumesPrefix } from "../store/layout.ts";
 import type { StoredSnapshotRef } from "../store/snapshot_ids.ts";
+import { storedSnapshotSize } from "../store/snapshot_size.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
 import { keptByHead } from "./head.ts";
@@ -116,6 +117,18 @@ export class FollowSnapshots {
         if (attempt >= ATTEMPTS) throw err;
       }
     }
+  }
+
+  /**
+   * The size CSI answers for stored snapshot `m` (src/store/snapshot_size.ts): recorded in its
+   * manifest, else bounded by its chain, which only then is read.
+   * @throws {StoreError} when the store fails
+   */
+  async sizeOf(m: SnapshotManifest): Promise<number> {
+    if (m.referencedBytes !== undefined) return m.referencedBytes;
+    const volumeKey = encodeComponent("Volume name", m.volume);
+    const { manifests } = await readManifests(this.#store, volumeKey, this.#log, this.#cache);
+    return storedSnapshotSize(m, manifests);
   }
 
   /**

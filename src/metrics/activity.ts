@@ -1,10 +1,15 @@
 /**
  * What the plugin did since it started: gRPC calls, the processes it ran and its backups.
  * Counted in memory as things happen (no I/O), so a scrape reads them for free.
+ *
+ * Counters exist at 0 from the start for what is known then (the processes the plugin runs,
+ * the methods it serves answered OK) and from the first scrape that sees a volume (its backups
+ * stored and failed, its bytes sent): a counter that first appears at 1 hides that first
+ * increase from rate() and increase(), and an alert on failed backups would miss it.
  */
 
 import type { CommandEvent } from "../run.ts";
-import { CounterVec, HistogramVec, type MetricFamily } from "./exposition.ts";
+import { CounterVec, gauge, HistogramVec, type MetricFamily } from "./exposition.ts";
 
 /** Latency buckets of gRPC calls, seconds: a Probe takes milliseconds, a create seconds. */
 export const CALL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -50,6 +55,34 @@ export function commandLabels(argv: readonly string[]): [program: string, subcom
   return [program, WORD.test(sub) ? sub : "other"];
 }
 
+/**
+ * The processes the plugin runs, declared at 0: zfs's subcommands it uses, zpool list, the mount
+ * table, bind mounts and remounts, umount.
+ */
+export const KNOWN_COMMANDS: readonly (readonly [string, string])[] = [
+  ...[
+    "get",
+    "list",
+    "create",
+    "set",
+    "inherit",
+    "snapshot",
+    "clone",
+    "destroy",
+    "rename",
+    "mount",
+    "unmount",
+    "send",
+    "receive",
+  ].map((sub) => ["zfs", sub] as const),
+  ["zpool", "list"],
+  ["mount", "list"],
+  ["mount", "bind"],
+  ["mount", "remount"],
+  ["mount", "mount"],
+  ["umount", "umount"],
+];
+
 /** How a scheduled backup of a volume ended. */
 export type BackupResult = "stored" | "failed";
 
@@ -92,6 +125,33 @@ export class Activity {
     "Bytes of zfs send streams stored in the backup store, by volume.",
     ["volume"],
   );
+  /** Unix seconds of each volume's last failed scheduled backup; 0 for none since start. */
+  readonly #lastFailed = new Map<string, number>();
+  readonly #now: () => number;
+
+  /** @param now wall clock, ms since the epoch (for the last failure's time); replaceable in tests */
+  constructor(now: () => number = Date.now) {
+    this.#now = now;
+    for (const [program, sub] of KNOWN_COMMANDS) {
+      this.#commands.declare([program, sub]);
+      this.#commandFailures.declare([program, sub]);
+    }
+  }
+
+  /** Makes `methods` answered OK exist at 0: the methods the plugin serves. */
+  declareMethods(methods: readonly string[]): void {
+    for (const m of methods) this.#calls.declare([m, "OK"]);
+  }
+
+  /** Makes a volume's backup counters exist at 0 (the metrics see it now). */
+  declareVolumes(volumes: readonly string[]): void {
+    for (const v of volumes) {
+      this.#backups.declare([v, "stored"]);
+      this.#backups.declare([v, "failed"]);
+      this.#sentBytes.declare([v]);
+      if (!this.#lastFailed.has(v)) this.#lastFailed.set(v, 0);
+    }
+  }
 
   /** One answered gRPC call; `code` is the status name, e.g. "OK" or "NOT_FOUND". */
   observeCall(method: string, code: string, seconds: number): void {
@@ -110,6 +170,7 @@ export class Activity {
   /** One scheduled backup of `volume` that ended. */
   observeBackup(volume: string, result: BackupResult): void {
     this.#backups.inc([volume, result]);
+    if (result === "failed") this.#lastFailed.set(volume, Math.floor(this.#now() / 1000));
   }
 
   /** One stream of `bytes` stored for `volume`. */
@@ -127,6 +188,12 @@ export class Activity {
       this.#commandSeconds.family(),
       this.#backups.family(),
       this.#sentBytes.family(),
+      gauge(
+        "zfs_csi_volume_last_failed_backup_timestamp_seconds",
+        "When the volume's last scheduled backup failed (unix seconds, this node's clock); 0: " +
+          "none failed since the plugin started.",
+        [...this.#lastFailed].map(([volume, value]) => ({ labels: { volume }, value })),
+      ),
     ];
   }
 }

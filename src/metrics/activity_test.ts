@@ -56,3 +56,27 @@ Deno.test("Activity counts calls by method and code, and backups by volume", () 
   assert.match(text, /^zfs_csi_backups_total\{volume="pg",result="failed"\} 1$/m);
   assert.match(text, /^zfs_csi_backup_sent_bytes_total\{volume="pg"\} 8389632$/m);
 });
+
+Deno.test("Activity's counters exist at 0 from the start, and a volume's once declared", () => {
+  const a = new Activity(() => Date.parse("2026-03-01T12:00:00Z"));
+  a.declareMethods(["Probe", "CreateVolume"]);
+  let text = render(a.families());
+  assert.match(text, /^zfs_csi_commands_total\{program="zfs",subcommand="send"\} 0$/m);
+  assert.match(text, /^zfs_csi_command_failures_total\{program="zpool",subcommand="list"\} 0$/m);
+  assert.match(text, /^zfs_csi_grpc_calls_total\{method="CreateVolume",code="OK"\} 0$/m);
+  assert.doesNotMatch(text, /zfs_csi_backups_total\{/);
+  a.declareVolumes(["pg"]);
+  text = render(a.families());
+  assert.match(text, /^zfs_csi_backups_total\{volume="pg",result="stored"\} 0$/m);
+  assert.match(text, /^zfs_csi_backups_total\{volume="pg",result="failed"\} 0$/m);
+  assert.match(text, /^zfs_csi_backup_sent_bytes_total\{volume="pg"\} 0$/m);
+  assert.match(text, /^zfs_csi_volume_last_failed_backup_timestamp_seconds\{volume="pg"\} 0$/m);
+  a.observeBackup("pg", "failed");
+  a.declareVolumes(["pg"]);
+  text = render(a.families());
+  assert.match(text, /^zfs_csi_backups_total\{volume="pg",result="failed"\} 1$/m);
+  assert.match(
+    text,
+    /^zfs_csi_volume_last_failed_backup_timestamp_seconds\{volume="pg"\} 1772366400$/m,
+  );
+});

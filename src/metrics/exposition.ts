@@ -165,6 +165,11 @@ export class CounterVec {
     else this.#values.set(key, { labels: labelsOf(this.labelNames, values), value: by });
   }
 
+  /** Makes the series of `values` exist at 0 (a counter Prometheus sees from its start). */
+  declare(values: readonly string[]): void {
+    this.inc(values, 0);
+  }
+
   /** The current value of one series (0 if never incremented). */
   value(values: readonly string[]): number {
     return this.#values.get(seriesKey(values))?.value ?? 0;

@@ -62,6 +62,11 @@ export class Metrics {
   /** The text exposition of one scrape. */
   async scrape(): Promise<string> {
     const state = await this.#state.get();
+    // The volumes this collection saw have their backup counters from now on, at 0 until used.
+    const volumes = state.find((f) => f.name === "zfs_csi_volume_referenced_bytes");
+    if (volumes && volumes.type === "gauge") {
+      this.#activity.declareVolumes(volumes.samples.map((s) => s.labels.volume ?? ""));
+    }
     return render([this.#info, ...this.#activity.families(), ...state]);
   }
 }

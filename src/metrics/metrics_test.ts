@@ -54,3 +54,34 @@ Deno.test("Metrics.scrape: counters are live while the state comes from the cach
     /^zfs_csi_info\{version="0\.1\.0",node="node-a",mode="monolith",parent_dataset="tank\/nomad"\} 1$/m,
   );
 });
+
+Deno.test("Metrics.scrape: a volume's backup counters exist at 0 from the first scrape that sees it", async () => {
+  const runner = new FakeRunner()
+    .on(["zfs", "get"], {
+      stdout: [
+        "tank/nomad\ttype\tfilesystem\t-",
+        "tank/nomad/pg\ttype\tfilesystem\t-",
+        "tank/nomad/pg\torg.zfs-csi:managed\tyes\tlocal",
+        "tank/nomad/pg\treferenced\t4096\t-",
+      ].join("\n") + "\n",
+    })
+    .on(["zpool", "list"], { stdout: "tank\tONLINE\t10\t1\t9\n" });
+  const log = new Logger("error", {}, () => {});
+  const { zfs } = fakeTools(runner, log);
+  const collector = new StateCollector({
+    zfs,
+    runner,
+    zpoolPath: "zpool",
+    parentDataset: "tank/nomad",
+    timeoutMs: 1000,
+    log,
+  });
+  const metrics = new Metrics({ activity: new Activity(), collector, info: INFO, ttlMs: 0 });
+  const text = await metrics.scrape();
+  assert.match(
+    text,
+    /^zfs_csi_volume_referenced_bytes\{volume="pg",dataset="tank\/nomad\/pg"\} 4096$/m,
+  );
+  assert.match(text, /^zfs_csi_backups_total\{volume="pg",result="failed"\} 0$/m);
+  assert.match(text, /^zfs_csi_volume_last_failed_backup_timestamp_seconds\{volume="pg"\} 0$/m);
+});

@@ -5,12 +5,14 @@ import type { Logger } from "../log.ts";
 import type { Mounter } from "../mount/mounter.ts";
 import type { CommandRunner } from "../run.ts";
 import { PLUGIN_VERSION } from "../version.ts";
+import type { Store } from "../store/store.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import type { Activity } from "./activity.ts";
 import { StateCollector } from "./collector.ts";
 import { type MetricsEndpoint, startMetricsEndpoint } from "./endpoint.ts";
 import type { ListenAddress } from "./listen.ts";
 import { Metrics } from "./metrics.ts";
+import { storeSource } from "./store.ts";
 
 /** What the endpoint reads with: the plugin's own zfs, mounter and runner. */
 export interface MetricsDeps {
@@ -20,6 +22,10 @@ export interface MetricsDeps {
   readonly mounter: Mounter;
   readonly runner: CommandRunner;
   readonly log: Logger;
+  /** With --store: the store, whose reachability is a gauge. */
+  readonly store?: Store;
+  /** The CSI methods served: their OK counters exist at 0 from the start. */
+  readonly methods?: readonly string[];
 }
 
 /**
@@ -53,6 +59,10 @@ export function startMetrics(
       parentDataset: config.parentDataset,
     },
   });
+  if (deps.store) {
+    metrics.addSource(storeSource(deps.store, { timeoutMs: config.commandTimeoutMs, log }));
+  }
+  deps.activity.declareMethods(deps.methods ?? []);
   const endpoint = startMetricsEndpoint(listen, () => metrics.scrape(), log);
   return { metrics, endpoint };
 }

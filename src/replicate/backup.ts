@@ -396,6 +396,7 @@ async function sendOnce(
     ...(sent.form ? { form: sent.form } : {}),
     node: deps.node,
     capacityBytes,
+    ...(snap.referenced === undefined ? {} : { referencedBytes: snap.referenced }),
   };
   const written = await writeManifest(deps.store, volumeKey, manifest);
   if (

@@ -65,7 +65,7 @@ export function backupSequenceOf(component: string): number | undefined {
   return n === undefined ? undefined : Number(n);
 }
 const UID = /^[0-9a-f]{32}$/;
-const SNAPSHOT_PROPS = ["type", "guid", "createtxg", "creation"] as const;
+const SNAPSHOT_PROPS = ["type", "guid", "createtxg", "creation", "referenced"] as const;
 const VOLUME_PROPS = [
   ...SNAPSHOT_PROPS,
   "refquota",
@@ -88,6 +88,8 @@ export interface LocalSnapshot {
   readonly createtxg: number;
   /** Unix seconds. */
   readonly creation: number;
+  /** Its `referenced` bytes (its size: the manifest records it), when zfs told them. */
+  readonly referenced?: number;
 }
 
 /** A volume as read under its lock. */
@@ -194,7 +196,16 @@ export function localSnapshot(
   const creation = Number(p.get("creation")?.value);
   if (!/^\d{1,20}$/.test(guid) || !Number.isSafeInteger(createtxg)) return undefined;
   if (!Number.isSafeInteger(creation)) return undefined;
-  return { name, component: name.slice(dataset.length + 1), guid, createtxg, creation };
+  const bytes = p.get("referenced")?.value ?? "";
+  const referenced = /^\d+$/.test(bytes) ? Number(bytes) : NaN;
+  return {
+    name,
+    component: name.slice(dataset.length + 1),
+    guid,
+    createtxg,
+    creation,
+    ...(Number.isSafeInteger(referenced) ? { referenced } : {}),
+  };
 }
 
 /** The dataset's store uid; a new one is set on the dataset first (see DESIGN-store.md). */

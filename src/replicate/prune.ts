@@ -1,33 +1,48 @@
 /**
  * Store-wide housekeeping, beside each volume's own pruning (backup.ts): the backups of a
- * deleted volume go once the store's deleted retention has passed since its record's
- * `deletedAt` (its manifests leaves first, then its streams, its record last), and streams no
- * manifest points to (an upload that died before its manifest, a prune that died between a
- * manifest and its stream) go once they have been orphans for a day.
+ * deleted volume go once the store's deleted retention has passed (its manifests leaves first,
+ * then its streams, its record last), and streams no manifest points to (an upload that died
+ * before its manifest, a prune that died between a manifest and its stream) go once they have
+ * been orphans for a day.
+ *
+ * A deleted volume's age is measured on the store's own clock: from the time the store stamped
+ * on its record (written deleted) to the time it stamps on a probe written now
+ * (src/store/store_clock.ts). The record's `deletedAt` is the deleting node's wall clock;
+ * comparing it with this node's would let two clocks that disagree (a node 40 days behind, or
+ * ahead) remove a deleted volume's backups early. This node's wall clock must also say the
+ * retention passed since `deletedAt`, so a store clock stepping forward alone removes nothing
+ * either. A store that gives no times keeps deleted volumes' backups.
  *
  * An orphan's age is counted from when this process first saw it listed, in monotonic time,
- * not from a date: listings carry no dates on every backend, and a time written into the key
- * at the start of an upload would make a stream that took a day to upload look a day old in
- * the moment between its completion and its manifest, and so be deleted under a backup about
- * to use it. A stream is listed only once complete, so a day after first sight is a day after
- * its upload ended. The cost: a restarted process waits a day again before removing orphans.
+ * not from a date: a date of the upload's start (written into the key, or S3's LastModified of
+ * a multipart upload, which is when it began) would make a stream that took a day to upload
+ * look a day old in the moment between its completion and its manifest, and so be deleted
+ * under a backup about to use it. A stream is listed only once complete, so a day after first
+ * sight is a day after its upload ended. The cost: a restarted process waits a day again
+ * before removing orphans.
  */
 
 import type { Logger } from "../log.ts";
 import { volumeRecordKey, volumesPrefix } from "../store/layout.ts";
 import { pruneOrder } from "../store/policy.ts";
 import type { Store, StoredObject } from "../store/store.ts";
+import { readStoreClock } from "../store/store_clock.ts";
 import { type ManifestCache, readManifests, readRecord, removeManifests } from "./records.ts";
 
 /** What the store pruner works with. */
 export interface StorePrunerDeps {
   readonly store: Store;
   readonly log: Logger;
-  /** How long a deleted volume's backups stay after its record's deletedAt, in ms. */
+  /** This node's id: names its store clock probe (src/store/store_clock.ts). */
+  readonly node: string;
+  /**
+   * How long a deleted volume's backups stay, in ms: on the store's clock since its record was
+   * written deleted, and on this node's wall clock since the record's deletedAt.
+   */
   readonly deletedRetentionMs: number;
   /** How long a stream must have been seen orphaned before it goes (default a day), in ms. */
   readonly orphanAgeMs?: number;
-  /** Wall clock, ms since the epoch (deletedAt is a date); replaceable in tests. */
+  /** This node's wall clock, ms since the epoch (deletedAt is a date); replaceable in tests. */
   readonly now?: () => number;
   /** A clock that never jumps, in ms (default `performance.now()`); replaceable in tests. */
   readonly monotonic?: () => number;
@@ -58,6 +73,10 @@ export class StorePruner {
   readonly #cache: ManifestCache = new Map();
   #timer: ReturnType<typeof setInterval> | undefined;
   #running: Promise<StorePruneResult> | undefined;
+  /** The store's clock in this pass, read when first needed; "failed" when it could not be. */
+  #storeClock: Promise<number | undefined | "failed"> | undefined;
+  /** Whether the log already said that the store gives no times (said once a process). */
+  #saidNoTimes = false;
 
   constructor(deps: StorePrunerDeps) {
     this.#d = deps;
@@ -93,6 +112,7 @@ export class StorePruner {
 
   async #pruneOnce(): Promise<StorePruneResult> {
     const result: StorePruneResult = { volumes: [], orphans: [] };
+    this.#storeClock = undefined;
     try {
       const removed = await this.#d.cleanTemp?.();
       if (removed) this.#d.log.info("store's leftover temporary files removed", { removed });
@@ -135,8 +155,10 @@ export class StorePruner {
     if (!first) return false;
     const record = readRecord(first.bytes, key, store);
     if (record.deletedAt === undefined) return false;
-    const expiresAt = Date.parse(record.deletedAt) + this.#d.deletedRetentionMs;
-    if (this.#now() < expiresAt) return false;
+    // Both clocks must say so (see the module doc); the wall clock first, as it costs nothing.
+    if (this.#now() < Date.parse(record.deletedAt) + this.#d.deletedRetentionMs) return false;
+    const listed = objects.find((o) => o.key === key);
+    if (!(await this.#storeSaysExpired(volumeKey, listed, first.etag))) return false;
     // Read again before each removal: a backup of the same uid (a restored volume) clears
     // deletedAt, and from then on nothing more of it goes.
     const unchanged = async () => (await store.getBytes(key))?.etag === first.etag;
@@ -167,6 +189,45 @@ export class StorePruner {
       snapshots: manifests.length,
     });
     return true;
+  }
+
+  /**
+   * Whether the store's clock says the retention passed since the record was written. The
+   * listing's time is that of the version read only when their etags agree: a version written
+   * since the listing waits for the next pass. A record written again later (a backup reviving
+   * it, a rewrite keeping deletedAt) has a later time, so its retention only gets longer.
+   */
+  async #storeSaysExpired(
+    volumeKey: string,
+    listed: StoredObject | undefined,
+    etag: string,
+  ): Promise<boolean> {
+    if (listed === undefined || listed.etag !== etag) return false;
+    const now = await this.#storeNow();
+    if (now === "failed") return false;
+    if (listed.lastModifiedMs === undefined || now === undefined) {
+      if (!this.#saidNoTimes) {
+        this.#saidNoTimes = true;
+        this.#d.log.warn(
+          "store gives no modification times: deleted volumes' backups are kept, since their " +
+            "retention counts on the store's clock",
+          { volumeKey, store: this.#d.store.description },
+        );
+      }
+      return false;
+    }
+    return now - listed.lastModifiedMs >= this.#d.deletedRetentionMs;
+  }
+
+  /** The store's clock, read once a pass (a probe write, listing and delete). */
+  #storeNow(): Promise<number | undefined | "failed"> {
+    this.#storeClock ??= readStoreClock(this.#d.store, this.#d.node).catch((err) => {
+      this.#d.log.warn("could not read the store's clock: deleted volumes are kept this pass", {
+        error: err,
+      });
+      return "failed" as const;
+    });
+    return this.#storeClock;
   }
 
   #revived(volumeKey: string): false {

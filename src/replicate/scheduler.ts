@@ -1,8 +1,18 @@
 /**
- * Scheduled backups on one node. Each pass lists the parent's children with
- * `org.zfs-csi:backup-interval` in one `zfs get` (CSI volumes and host volumes, whose one-shot
- * plugin cannot schedule anything itself), and backs up each volume whose last backup
- * (`org.zfs-csi:backup-last`) is older than its interval, most overdue first.
+ * Scheduled backups on one node. Each pass lists the parent's children in one `zfs get` (CSI
+ * volumes and host volumes, whose one-shot plugin cannot schedule anything itself), and backs up
+ * each volume whose last backup (`org.zfs-csi:backup-last`) is older than its interval, most
+ * overdue first.
+ *
+ * A volume's interval ({@linkcode effectiveSchedule}): its own `org.zfs-csi:backup-interval`
+ * (set by CreateVolume, a registered volume's context, `zfs-csi backup set`, or inherited from
+ * a dataset above it), else a `backup_interval` its CreateVolume parameters recorded (an explicit
+ * 0 stays off), else the plugin's `--backup-interval`. So the default covers every volume that
+ * chose nothing, including the ones made before it was set: an operator who adds
+ * `--backup-interval 1h` means "back up my volumes hourly" (its help says "volumes that set no
+ * interval"), and a volume created before that flag had no way to choose. A volume that follows
+ * its job never takes the default: its interval is its owner record's (src/follow/). The first
+ * pass logs which volumes have no schedule at all, and the command that gives them one.
  *
  * The scheduler wakes when the earliest volume is due (or its failure backoff ends), not on a
  * fixed tick, so a 10 s interval means about 10 s between copies, which is the RPO a volume that
@@ -20,8 +30,10 @@
  */
 
 import type { Logger } from "../log.ts";
-import { DELETED_PREFIX, MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
-import { hasOwnMarker } from "../zfs/parse.ts";
+import { PARAMETERS_PROPERTY } from "../csi/catalog.ts";
+import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
+import { DELETED_PREFIX, MANAGED_PROPERTY, MANAGED_VALUE, volumeForDataset } from "../zfs/names.ts";
+import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseInterval } from "../store/policy.ts";
 import { isHostDataset } from "../dhv/names.ts";
@@ -39,6 +51,10 @@ export interface SchedulerDeps {
   readonly log: Logger;
   /** One volume's backup: `(dataset, options) => backupVolume(backupDeps, dataset, options)`. */
   readonly backup: (dataset: string, options: BackupOptions) => Promise<BackupOutcome>;
+  /**
+   * `--backup-interval`: seconds between backups of a volume that chose no interval (0: none).
+   */
+  readonly defaultIntervalSeconds?: number;
   /** First retry delay after a failure, doubled each failure (default 30 s), in ms. */
   readonly firstBackoffMs?: number;
   /** Longest retry delay (default an hour), in ms. */
@@ -92,7 +108,108 @@ export interface VolumeBackupStatus {
   readonly running: boolean;
 }
 
-const SCHEDULE_PROPS = ["type", MANAGED_PROPERTY, BACKUP_INTERVAL_PROPERTY, BACKUP_LAST_PROPERTY];
+/** What a listing reads of each child of the parent to know its schedule. */
+export const SCHEDULE_PROPS = [
+  "type",
+  MANAGED_PROPERTY,
+  BACKUP_INTERVAL_PROPERTY,
+  BACKUP_LAST_PROPERTY,
+  PARAMETERS_PROPERTY,
+  FOLLOW_GENERATION_PROPERTY,
+] as const;
+
+/** Where a volume's backup interval comes from. */
+export type ScheduleSource =
+  /** Its own org.zfs-csi:backup-interval (set on it, or inherited from above). */
+  | "own"
+  /** The backup_interval its CreateVolume parameters recorded (only 0 gets here). */
+  | "parameter"
+  /** The plugin's --backup-interval. */
+  | "default"
+  /** A copy of a volume that follows its job, with no interval of its own: never the default. */
+  | "follow"
+  /** Nothing: no interval of its own and no default. */
+  | "none";
+
+/** A volume's backup schedule as the scheduler reads it. */
+export interface EffectiveSchedule {
+  /** Seconds between backups; 0: no scheduled backups. */
+  readonly intervalSeconds: number;
+  readonly source: ScheduleSource;
+  /** Set when its own value cannot be read (then it has no scheduled backups). */
+  readonly error?: string;
+}
+
+/** The backup_interval recorded in the CreateVolume parameters, if any. */
+function recordedInterval(props: PropertyMap): string | undefined {
+  const text = props.get(PARAMETERS_PROPERTY)?.value;
+  if (text === undefined || text === "-" || text === "") return undefined;
+  try {
+    const v: unknown = JSON.parse(text);
+    if (!v || typeof v !== "object" || Array.isArray(v)) return undefined;
+    const interval = (v as Record<string, unknown>).backup_interval;
+    return typeof interval === "string" ? interval : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A volume's backup interval and where it comes from (see the module doc): its own property,
+ * else its recorded CreateVolume parameter, else `defaultSeconds` (not for a volume that follows
+ * its job).
+ */
+export function effectiveSchedule(
+  props: PropertyMap,
+  defaultSeconds: number,
+): EffectiveSchedule {
+  const own = props.get(BACKUP_INTERVAL_PROPERTY)?.value;
+  const chosen = own !== undefined && own !== "-" && own !== ""
+    ? { text: own, source: "own" as const }
+    : (() => {
+      const recorded = recordedInterval(props);
+      return recorded === undefined ? undefined : { text: recorded, source: "parameter" as const };
+    })();
+  if (chosen) {
+    try {
+      return { intervalSeconds: parseInterval(chosen.text), source: chosen.source };
+    } catch (err) {
+      return {
+        intervalSeconds: 0,
+        source: chosen.source,
+        error: err instanceof Error ? err.message : String(err),
+      };
+    }
+  }
+  if ((props.get(FOLLOW_GENERATION_PROPERTY)?.value ?? "-") !== "-") {
+    return { intervalSeconds: 0, source: "follow" };
+  }
+  if (defaultSeconds > 0) return { intervalSeconds: defaultSeconds, source: "default" };
+  return { intervalSeconds: 0, source: "none" };
+}
+
+/**
+ * Whether a child of the parent is one the scheduler backs up (a managed volume or host volume,
+ * not one set aside or hidden).
+ */
+export function isScheduledKind(
+  parent: string,
+  dataset: string,
+  props: PropertyMap,
+): boolean {
+  const component = dataset.slice(parent.length + 1);
+  if (!dataset.startsWith(`${parent}/`) || component.includes("/")) return false;
+  if (props.get("type")?.value !== "filesystem") return false;
+  // Host volumes (src/dhv/) are hidden from CSI but backed up here: their plugin has no daemon.
+  if (component.startsWith(".") && !isHostDataset(parent, dataset)) return false;
+  if (component.startsWith(DELETED_PREFIX)) return false;
+  return hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE);
+}
+
+/** The name an operator gives `zfs-csi backup set` for a dataset: a volume's name, else its dataset. */
+export function operatorName(parent: string, dataset: string): string {
+  return isHostDataset(parent, dataset) ? dataset : volumeForDataset(parent, dataset) ?? dataset;
+}
 
 /** A volume due for a backup. */
 interface Due {
@@ -119,6 +236,8 @@ export class BackupScheduler {
   /** Monotonic ms before which a failed volume is not tried again. */
   readonly #retryAt = new Map<string, number>();
   readonly #warned = new Set<string>();
+  /** The volumes without a schedule that were last reported. */
+  #unscheduledKey: string | undefined;
   #abort = new AbortController();
   /** The tail of the one-at-a-time queue. */
   #queue: Promise<void> = Promise.resolve();
@@ -245,17 +364,19 @@ export class BackupScheduler {
     const due: Due[] = [];
     let nextInMs = Infinity;
     const scheduled = new Set<string>();
+    const unscheduled: string[] = [];
     for (const [dataset, props] of tree ?? []) {
-      const component = dataset.slice(parent.length + 1);
-      if (!dataset.startsWith(`${parent}/`) || component.includes("/")) continue;
-      // Host volumes (src/dhv/) are hidden from CSI but backed up here: their plugin has no daemon.
-      if (component.startsWith(".") && !isHostDataset(parent, dataset)) continue;
-      if (component.startsWith(DELETED_PREFIX)) continue;
-      if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) continue;
-      const intervalText = props.get(BACKUP_INTERVAL_PROPERTY)?.value;
-      if (intervalText === undefined || intervalText === "-" || intervalText === "") continue;
-      const interval = this.#interval(dataset, intervalText);
-      if (!interval) continue;
+      if (!isScheduledKind(parent, dataset, props)) continue;
+      const schedule = effectiveSchedule(props, this.#d.defaultIntervalSeconds ?? 0);
+      if (schedule.error !== undefined) {
+        this.#warnOnce(dataset, props.get(BACKUP_INTERVAL_PROPERTY)?.value ?? "", schedule.error);
+        continue;
+      }
+      if (schedule.intervalSeconds === 0) {
+        if (schedule.source === "none") unscheduled.push(operatorName(parent, dataset));
+        continue;
+      }
+      const interval = schedule.intervalSeconds;
       scheduled.add(dataset);
       const lastText = props.get(BACKUP_LAST_PROPERTY)?.value ?? "";
       const last = /^\d{1,12}$/.test(lastText) ? Number(lastText) : undefined;
@@ -276,6 +397,7 @@ export class BackupScheduler {
       if (overdue >= 0 || last! > nowSeconds + interval) due.push({ dataset, overdue, interval });
       else nextInMs = Math.min(nextInMs, -overdue * 1000);
     }
+    this.#reportUnscheduled(unscheduled);
     for (const dataset of [...this.#status.keys()]) {
       if (!scheduled.has(dataset) && !this.#status.get(dataset)!.running) {
         this.#status.delete(dataset);
@@ -285,22 +407,32 @@ export class BackupScheduler {
     return { due: due.sort((a, b) => b.overdue - a.overdue), nextInMs };
   }
 
-  /** The interval in seconds, or undefined (warned once) when it cannot be read. */
-  #interval(dataset: string, text: string): number | undefined {
-    try {
-      return parseInterval(text) || undefined;
-    } catch (err) {
-      const key = `${dataset}\u0000${text}`;
-      if (!this.#warned.has(key)) {
-        this.#warned.add(key);
-        this.#d.log.warn("volume's backup interval cannot be read: no scheduled backups", {
-          dataset,
-          property: BACKUP_INTERVAL_PROPERTY,
-          error: err,
-        });
-      }
-      return undefined;
-    }
+  /** Warns once per dataset and value that its interval cannot be read. */
+  #warnOnce(dataset: string, text: string, error: string): void {
+    const key = `${dataset}\u0000${text}`;
+    if (this.#warned.has(key)) return;
+    this.#warned.add(key);
+    this.#d.log.warn("volume's backup interval cannot be read: no scheduled backups", {
+      dataset,
+      property: BACKUP_INTERVAL_PROPERTY,
+      error,
+    });
+  }
+
+  /**
+   * Says, at the first pass and whenever the list changes, which volumes have no schedule at
+   * all and how to give them one.
+   */
+  #reportUnscheduled(names: readonly string[]): void {
+    const key = [...names].sort().join("\u0000");
+    if (key === this.#unscheduledKey) return;
+    this.#unscheduledKey = key;
+    if (names.length === 0) return;
+    this.#d.log.warn(
+      "volumes without a backup schedule are never backed up: give each one with " +
+        '"zfs-csi backup set VOLUME --interval 1h", or give the plugin --backup-interval',
+      { volumes: [...names].sort() },
+    );
   }
 
   /** Backs up one volume; resolves to the ms until it should be tried again. */

@@ -362,3 +362,57 @@ Deno.test("BackupScheduler with real timers keeps a 1 s interval (a 30 s tick wo
   }
   assert.equal(s.status(ds)?.failures, 0);
 });
+
+Deno.test("BackupScheduler: --backup-interval covers every volume that chose nothing, made before it or after", async () => {
+  const h = backupHarness();
+  // Made before the default was set: no interval of its own.
+  const old = h.volume("old");
+  const own = scheduled(h, "own");
+  // CreateVolume with backup_interval=0: recorded in its parameters, no property.
+  const off = h.volume("off", { "org.zfs-csi:parameters": '{"backup_interval":"0"}' });
+  const zero = h.volume("zero", { [BACKUP_INTERVAL_PROPERTY]: "0" });
+  // A follow volume's copy takes its interval from its owner record only.
+  const copy = h.volume("copy", { "org.zfs-csi:follow-generation": "3" });
+  const host = h.volume(".host-default_web");
+  h.pool.add(`${PARENT}/.verify-1`, { "org.zfs-csi:managed": "yes" });
+  const order: string[] = [];
+  const logs: string[] = [];
+  const s = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("warn", {}, (line) => logs.push(line)),
+    backup: (dataset) => {
+      order.push(dataset);
+      return Promise.resolve(STORED);
+    },
+    now: () => T0,
+    monotonic: () => 0,
+    defaultIntervalSeconds: 3600,
+  });
+  await s.tick();
+  assert.deepEqual(order.sort(), [host, old, own].sort());
+  for (const never of [off, zero, copy]) assert.ok(!order.includes(never), never);
+  assert.ok(!logs.some((l) => l.includes("without a backup schedule")), logs.join("\n"));
+});
+
+Deno.test("BackupScheduler without a default names the volumes that have no schedule, once", async () => {
+  const h = backupHarness();
+  h.volume("old");
+  h.volume("zero", { [BACKUP_INTERVAL_PROPERTY]: "0" });
+  scheduled(h, "own");
+  const logs: Array<Record<string, unknown>> = [];
+  const s = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("warn", {}, (line) => logs.push(JSON.parse(line))),
+    backup: () => Promise.resolve(STORED),
+    now: () => T0,
+    monotonic: () => 0,
+  });
+  await s.tick();
+  await s.tick();
+  const said = logs.filter((l) => String(l.msg).includes("without a backup schedule"));
+  assert.equal(said.length, 1);
+  assert.deepEqual(said[0]!.volumes, ["old"]);
+  assert.match(String(said[0]!.msg), /zfs-csi backup set VOLUME --interval 1h/);
+});

@@ -133,6 +133,10 @@ class Fields {
     return v;
   }
 
+  optionalCount(field: string): number | undefined {
+    return this.obj[field] === undefined ? undefined : this.count(field);
+  }
+
   boolean(field: string): boolean {
     const v = this.obj[field];
     if (typeof v !== "boolean") this.fail(field, "true or false");
@@ -195,6 +199,7 @@ export function parseManifest(
   }
   const csiName = f.optionalText("csiName");
   const form = obj.form === undefined ? undefined : readForm(f.object("form"), `${what}: form`);
+  const referencedBytes = f.optionalCount("referencedBytes");
   const manifest: SnapshotManifest = {
     ...obj,
     format: 1,
@@ -213,6 +218,7 @@ export function parseManifest(
     ...(form === undefined ? {} : { form }),
     node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
+    ...(referencedBytes === undefined ? {} : { referencedBytes }),
   };
   return manifest;
 }

@@ -642,12 +642,17 @@ export class FileStore implements Store {
     }
   }
 
-  /** A listed file as an object, or undefined when it vanished meanwhile. */
+  /**
+   * A listed file as an object, or undefined when it vanished meanwhile. Its time is its mtime
+   * (the file system's clock, which stamps every object alike), read from the file its etag is.
+   */
   async #describe(key: string): Promise<StoredObject | undefined> {
     const path = this.#path(key);
     const info = await this.#io(() => lstatOrUndefined(path), "list", key);
     if (info === undefined || !info.isFile) return undefined;
-    if (info.size > SMALL_OBJECT_BYTES) return { key, size: info.size, etag: statEtag(info) };
+    if (info.size > SMALL_OBJECT_BYTES) {
+      return { key, size: info.size, etag: statEtag(info), ...modified(info) };
+    }
     let file: Deno.FsFile;
     try {
       file = await Deno.open(path, { read: true });
@@ -656,7 +661,9 @@ export class FileStore implements Store {
       throw await this.#fail(err, "list", key);
     }
     try {
-      return { key, ...await this.#io(() => fileEtag(file), "list", key) };
+      const tagged = await this.#io(() => fileEtag(file), "list", key);
+      // The same open file: a rename over the path meanwhile cannot mix two versions.
+      return { key, ...tagged, ...modified(await this.#io(() => file.stat(), "list", key)) };
     } finally {
       file.close();
     }
@@ -686,6 +693,12 @@ function isKey(key: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** A file's mtime as an object's `lastModifiedMs`, left out when the system gives none. */
+function modified(info: Deno.FileInfo): { lastModifiedMs?: number } {
+  const ms = info.mtime?.getTime();
+  return ms !== undefined && Number.isFinite(ms) ? { lastModifiedMs: ms } : {};
 }
 
 function parentOf(path: string): string {

@@ -6,6 +6,7 @@ import {
   INVALID_KEYS,
   storeContract,
 } from "../../tests/support/store_contract.ts";
+import { checkDeletedRetentionOnStoreClock } from "../../tests/support/deleted_retention.ts";
 import { FileStore, type FileStoreOptions } from "./file_store.ts";
 import { SMALL_OBJECT_BYTES } from "./file_etag.ts";
 import { MAX_OBJECT_BYTES, StoreError } from "./store.ts";
@@ -41,6 +42,11 @@ Deno.test("FileStore passes the store contract", async (t) => {
     await Deno.mkdir(root);
     return new FileStore(root);
   });
+});
+
+Deno.test("FileStore: the store pruner ages a deleted volume by the files' mtimes, not by nodes' clocks", async () => {
+  await using dir = await tempDir();
+  await checkDeletedRetentionOnStoreClock(new FileStore(dir.path));
 });
 
 Deno.test("FileStore leaves no temporary file after finished, failed and aborted writes", async () => {

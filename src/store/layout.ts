@@ -59,8 +59,10 @@ export interface VolumeRecord {
   /** The node that last wrote a backup. */
   readonly node: string;
   /**
-   * Set by DeleteVolume (ISO 8601): the volume's backups stay until this plus the store's
-   * deleted retention, then the pruner removes them. A later backup of the same uid clears it.
+   * Set by DeleteVolume (ISO 8601, the deleting node's wall clock): the pruner removes the
+   * volume's backups once the store's deleted retention has passed both on the store's clock
+   * since the record was written and on its own wall clock since this (src/replicate/prune.ts).
+   * A later backup of the same uid clears it.
    */
   readonly deletedAt?: string;
 }
@@ -110,6 +112,11 @@ export interface SnapshotManifest {
   readonly node: string;
   /** The volume's size when the snapshot was taken. */
   readonly capacityBytes: number;
+  /**
+   * The snapshot's `referenced` (what refquota bounds): its size, as CSI's size_bytes answers
+   * it. Absent in manifests written before it existed (see snapshot_size.ts).
+   */
+  readonly referencedBytes?: number;
 }
 
 /** 16 lowercase hex digits of a decimal guid. */

@@ -112,6 +112,8 @@ export interface ListedObject {
   readonly key: string;
   readonly size: number;
   readonly etag: string;
+  /** Its LastModified (the server's clock), when the listing gives a valid one. */
+  readonly lastModifiedMs?: number;
 }
 
 /** One page of ListObjectsV2. */
@@ -127,8 +129,20 @@ function requireRoot(xml: string, name: string): XmlElement {
   return root;
 }
 
+/** ISO 8601 as S3 writes LastModified (`2024-05-01T10:00:00.000Z`), with a zone. */
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
+
+/** A LastModified in ms since the epoch, or undefined when it is missing or not such a time. */
+function lastModified(text: string | undefined): number | undefined {
+  const t = text?.trim();
+  if (t === undefined || !ISO_TIME.test(t)) return undefined;
+  const ms = Date.parse(t);
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
 /**
- * Reads a ListObjectsV2 answer (`<ListBucketResult>`).
+ * Reads a ListObjectsV2 answer (`<ListBucketResult>`). A missing or unreadable LastModified
+ * leaves `lastModifiedMs` out (what needs it then does nothing: src/replicate/prune.ts).
  * @throws {SyntaxError} when it is not one, or an entry lacks a key or a valid size
  */
 export function parseListObjectsV2(xml: string): ListPage {
@@ -139,7 +153,9 @@ export function parseListObjectsV2(xml: string): ListPage {
     if (!key || !Number.isSafeInteger(size) || size < 0) {
       throw new SyntaxError("A listed object has no key or no valid size");
     }
-    return { key, size, etag: unquoteEtag(childText(c, "ETag") ?? "") };
+    const etag = unquoteEtag(childText(c, "ETag") ?? "");
+    const lastModifiedMs = lastModified(childText(c, "LastModified"));
+    return lastModifiedMs === undefined ? { key, size, etag } : { key, size, etag, lastModifiedMs };
   });
   const truncated = childText(root, "IsTruncated") === "true";
   const token = childText(root, "NextContinuationToken");

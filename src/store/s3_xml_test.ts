@@ -31,13 +31,14 @@ const LIST_PAGE = `<?xml version="1.0" encoding="UTF-8"?>
   </Contents>
 </ListBucketResult>`;
 
-Deno.test("parseListObjectsV2 reads keys, sizes, unquoted etags and the continuation token", () => {
+Deno.test("parseListObjectsV2 reads keys, sizes, unquoted etags, times and the continuation token", () => {
   assert.deepEqual(parseListObjectsV2(LIST_PAGE), {
     objects: [
       {
         key: "zfs-csi/v1/volumes/a/volume.json",
         size: 412,
         etag: "9b2cf535f27731c974343645a3985328",
+        lastModifiedMs: Date.UTC(2024, 4, 1, 10),
       },
       {
         key: "zfs-csi/v1/volumes/a&b/streams/x.zfs",
@@ -47,6 +48,33 @@ Deno.test("parseListObjectsV2 reads keys, sizes, unquoted etags and the continua
     ],
     nextContinuationToken: "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=",
   });
+});
+
+Deno.test("parseListObjectsV2 reads LastModified as S3 writes it, and leaves out any other", () => {
+  const timeOf = (text: string) => {
+    const xml = `<ListBucketResult><Contents><Key>k</Key><Size>1</Size>` +
+      `<LastModified>${text}</LastModified></Contents></ListBucketResult>`;
+    return parseListObjectsV2(xml).objects[0]!.lastModifiedMs;
+  };
+  const at = Date.UTC(2024, 4, 1, 10, 0, 7);
+  assert.equal(timeOf("2024-05-01T10:00:07.000Z"), at);
+  assert.equal(timeOf("2024-05-01T10:00:07Z"), at);
+  assert.equal(timeOf(" 2024-05-01T10:00:07.250Z "), at + 250);
+  assert.equal(timeOf("2024-05-01T10:00:07.123456789Z"), at + 123);
+  assert.equal(timeOf("2024-05-01T12:00:07+02:00"), at);
+  for (
+    const bad of [
+      "",
+      "yesterday",
+      "2024-05-01",
+      "2024-05-01T10:00:07", // no zone: whose clock?
+      "Wed, 01 May 2024 10:00:07 GMT",
+      "2024-13-45T10:00:07Z",
+      "1714557607000",
+    ]
+  ) {
+    assert.equal(timeOf(bad), undefined, bad);
+  }
 });
 
 Deno.test("parseListObjectsV2 reads a last or empty page without a token", () => {

@@ -46,6 +46,13 @@ export interface StoredObject {
   readonly size: number;
   /** Opaque version tag: changes whenever the object's content is replaced. */
   readonly etag: string;
+  /**
+   * When this version was written, in ms since the epoch, by the STORE's clock (S3's
+   * LastModified, the directory store's file mtime): comparable only with other times from
+   * the same store (src/store/store_clock.ts), never with a node's clock. Absent when the
+   * store does not say.
+   */
+  readonly lastModifiedMs?: number;
 }
 
 /** A write that succeeds only if the object is absent, or still at a version read before. */

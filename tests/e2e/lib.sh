@@ -57,22 +57,19 @@ free_ports() {
 # plugin_wrapper out plugin-root dirs extra-dirs store-hosts: writes an executable `out` that
 # runs plugin-root's main.ts under the pinned Deno with the production permission flags
 # (src/permissions.ts) for the colon-separated `dirs`, widened as a build with
-# ZFS_CSI_EXTRA_DIRS=extra-dirs and ZFS_CSI_STORE_HOSTS=store-hosts would be (tools/compile_args.ts;
+# ZFS_CSI_EXTRA_DIRS=extra-dirs and ZFS_CSI_STORE_HOSTS=store-hosts would be (needsFromVariables in src/permissions.ts;
 # "" for none): what the compiled binary does, since "deno compile" cannot run on these machines.
 plugin_wrapper() {
   local out=$1 plugin_root=$2 flags
   flags=$(cd "$plugin_root" && E2E_DIRS="$3" ZFS_CSI_EXTRA_DIRS="$4" ZFS_CSI_STORE_HOSTS="$5" \
     "$E2E_ROOT/tools/deno" eval --quiet '
-    const { runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
-    const vars = {
+    const { needsFromVariables, runtimeFlags } = await import(`${Deno.cwd()}/src/permissions.ts`);
+    const build = needsFromVariables({
       ZFS_CSI_EXTRA_DIRS: Deno.env.get("ZFS_CSI_EXTRA_DIRS"),
       ZFS_CSI_STORE_HOSTS: Deno.env.get("ZFS_CSI_STORE_HOSTS"),
-    };
-    const build = vars.ZFS_CSI_EXTRA_DIRS || vars.ZFS_CSI_STORE_HOSTS
-      ? (await import(`${Deno.cwd()}/tools/compile_args.ts`)).fromBuildVariables(vars)
-      : { extraDirs: [], storeHosts: [] };
+    });
     const dirs = [...Deno.env.get("E2E_DIRS")!.split(":"), ...build.extraDirs];
-    const scope = build.storeHosts?.length ? { dirs, netHosts: build.storeHosts } : { dirs };
+    const scope = { dirs, netHosts: build.storeHosts };
     await Deno.stdout.write(new TextEncoder().encode(runtimeFlags(scope).join(" ")));
   ') || return 1
   mkdir -p "$(dirname "$out")" || return 1

@@ -11,12 +11,19 @@
 #      runs with the volume on B only once the takeover rule allows it, with the last copy; A
 #      comes back: its diverged copy is set aside, not destroyed and not published, and the job
 #      moves back to A with the current data;
-#   5. (only with CLUSTER_STEP5=1: unfinished, its first run failed) the volume is grown with "nomad volume create" again (a larger capacity_min): the holder's
+#   5. the store answers 503 to every request (a fault proxy between the plugins and versitygw)
+#      while A is drained, for 45 s and until A's NodeUnstage and B's NodeStage have both failed
+#      on it: once it answers again, Nomad's retried NodeUnstage releases the volume on A and the
+#      job runs on B only, with every file written before the drain, without a takeover; the
+#      plugins' logs show the 503s met. Then (5b) the store accepts requests and answers none
+#      while B is drained, for 45 s and until B's NodeUnstage waits on it: B's NodeUnstage answers
+#      OK only once the store answers again, and the job runs on A only, with every file;
+#   6. the volume is grown with "nomad volume create" again (a larger capacity_min): the holder's
 #      copy, Nomad's capacity and, after the next move, the other client's copy have the size;
 #      the job is stopped, "nomad volume snapshot create" pins the store's last copy, an ordinary
 #      volume made from it (snapshot_id) has the same files, the snapshot is deleted; "nomad
 #      volume delete": the other client's copy is set aside by its sweep within bounded time;
-#   6. throughout: never two nodes with the volume staged read-write (the mount table is sampled
+#   7. throughout: never two nodes with the volume staged read-write (the mount table is sampled
 #      every half second), and nothing outside the parent datasets changes.
 # The last line is
 #   nomad-cluster: N checks passed, M failed (Nomad vX.Y.Z)
@@ -25,7 +32,7 @@
 #   flock /var/cache/zfs-csi/nomad-run.lock tests/e2e/nomad_cluster.sh   # as root
 #
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3), ZFS_CSI_CACHE (build cache, default
-# /var/cache/zfs-csi), CLUSTER_STEP5=1 (runs step 5), CLUSTER_TAKEOVER_AFTER (the plugins' --takeover-after, default 20s),
+# /var/cache/zfs-csi), CLUSTER_TAKEOVER_AFTER (the plugins' --takeover-after, default 20s),
 # CLUSTER_DRAIN_FLAGS (added to every drain; default -ignore-system, the drain a follow volume needs,
 # see docs/follow.md; CLUSTER_DRAIN_FLAGS= shows what a plain drain does), E2E_KEEP=1 keeps the temporary
 # directory (agent, plugin and job logs, the store).
@@ -46,7 +53,6 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 takeover_after=${CLUSTER_TAKEOVER_AFTER:-20s}
-step5=${CLUSTER_STEP5:-0}
 # Further flags for every "nomad node drain -enable". -ignore-system keeps the plugin on a drained
 # client until the drain is lifted, so it is there for the NodeUnstage that syncs and releases: a
 # plain drain stops it first (docs/testing.md, "Two clients").
@@ -81,6 +87,8 @@ bucket=zfs-csi-cluster
 s3_dir="$tmp/s3"
 server_pid=""
 s3_pid=""
+proxy_pid=""
+proxy_control=""
 sampler_pid=""
 if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
   for n in "${nodes[@]}"; do cgroup_parent[$n]="zfs-csi-cluster-$n-$$.slice"; done
@@ -122,6 +130,8 @@ cleanup() {
   trap - EXIT INT TERM
   step "cleanup"
   [ -n "$sampler_pid" ] && kill "$sampler_pid" 2>/dev/null
+  # The store answers again (a check may have ended the run during step 5's window).
+  [ -n "$proxy_control" ] && proxy_fault pass
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     if [ "${E2E_KEEP:-}" = 1 ]; then
       local id
@@ -157,6 +167,7 @@ cleanup() {
   for p in "${agent_pid[@]}" "$server_pid"; do kill -KILL "$p" 2>/dev/null; done
   # Plugins, executors, logmon and tasks that outlive the agents; versitygw.
   for pid in $(pids_of "$tmp/" "${data_dir[a]}" "${data_dir[b]}"); do kill -KILL "$pid" 2>/dev/null; done
+  [ -n "$proxy_pid" ] && kill -KILL "$proxy_pid" 2>/dev/null
   [ -n "$s3_pid" ] && kill -KILL "$s3_pid" 2>/dev/null
   # Mounts left below the temporary directory (not the pools' own, zpool destroy does those).
   findmnt -rn -o TARGET | grep -F "$tmp/" | grep -vE "^$tmp/zfs-[ab](/|$)" | sort -r |
@@ -220,27 +231,45 @@ wait_until 30 eval '! port_free "$s3_port"' || abort "versitygw answers on 127.0
   await r.body?.cancel();
 ') || abort "bucket $bucket created"
 store_vol="$s3_dir/$bucket/v1/volumes/$vol"
-pass "store: versitygw on 127.0.0.1:$s3_port, bucket $bucket (both plugins use it)"
+pass "store: versitygw on 127.0.0.1:$s3_port, bucket $bucket"
+
+# -- the plugins reach it through a fault proxy (tests/e2e/cluster/store_proxy.ts) that step 5
+# switches to answering 503 for a while; it passes every request through until then.
+(cd "$root" && exec ./tools/deno run --quiet --frozen --allow-net=127.0.0.1 \
+  tests/e2e/cluster/store_proxy.ts "http://127.0.0.1:$s3_port") >"$tmp/proxy.out" 2>"$tmp/proxy.log" &
+proxy_pid=$!
+disown "$proxy_pid"
+# (jq 1.6 exits 0 on an empty file: the line is looked for as text first)
+wait_until 60 grep -q '"control"' "$tmp/proxy.out" || abort "the store proxy listens ($tmp/proxy.log)"
+proxy_endpoint=$(jq -r .endpoint "$tmp/proxy.out")
+proxy_control=$(jq -r .control "$tmp/proxy.out")
+proxy_port=${proxy_endpoint##*:}
+# proxy_fault pass|503|hold: what the proxy does with the plugins' requests from now on.
+proxy_fault() { curl -sf -X PUT "$proxy_control/fault/$1" >/dev/null; }
+# proxy_seen outcome: how many requests the proxy has treated so (forwarded, error, hold).
+proxy_seen() { curl -sf "$proxy_control/seen" | jq -r --arg o "$1" '.[$o] // 0'; }
+check "store proxy on $proxy_endpoint in front of it (both plugins use it), passing requests" \
+  eval 'proxy_fault pass && [ "$(proxy_seen error)" = 0 ]'
 
 # -- the plugin "binary" for raw_exec: main.ts with the production permission flags for both
 # clients' CSI directories and the store's host:port, as ZFS_CSI_EXTRA_DIRS and
 # ZFS_CSI_STORE_HOSTS widen a production build.
-plugin_wrapper "$tmp/bin/zfs-csi" "$root" "${csi_dir[a]}:${csi_dir[b]}" "" "127.0.0.1:$s3_port" ||
+plugin_wrapper "$tmp/bin/zfs-csi" "$root" "${csi_dir[a]}:${csi_dir[b]}" "" "127.0.0.1:$proxy_port" ||
   abort "permission flags read from src/permissions.ts"
-check "plugin wrapper runs main.ts (--version) with --allow-net=127.0.0.1:$s3_port only" eval '
+check "plugin wrapper runs main.ts (--version) with --allow-net=127.0.0.1:$proxy_port (the proxy) only" eval '
   "$tmp/bin/zfs-csi" --version >/dev/null &&
-  grep -qF -- "--allow-net=127.0.0.1:$s3_port " "$tmp/bin/zfs-csi"'
-plugin_args=(--store "s3://$bucket" --store-endpoint "http://127.0.0.1:$s3_port" --store-path-style)
+  grep -qF -- "--allow-net=127.0.0.1:$proxy_port " "$tmp/bin/zfs-csi"'
+plugin_args=(--store "s3://$bucket" --store-endpoint "$proxy_endpoint" --store-path-style)
 if "$tmp/bin/zfs-csi" --help 2>&1 | grep -qF -- "--takeover-after"; then
   plugin_args+=(--takeover-after "$takeover_after")
   say "plugin: --takeover-after $takeover_after"
 else
   say "plugin: its --help has no --takeover-after yet: started without it"
 fi
-# Step 5 (CLUSTER_STEP5=1, unfinished): the sweep of copies left behind by a DeleteVolume runs
-# every --standby-interval (default 30s).
+# Step 6: the sweep of copies left behind by a DeleteVolume runs every --standby-interval
+# (default 30s).
 sweep_secs=10
-[ "$step5" = 1 ] && plugin_args+=(--standby-interval "${sweep_secs}s")
+plugin_args+=(--standby-interval "${sweep_secs}s")
 args_hcl=$(printf '%s\n' "${plugin_args[@]}" | jq -R . | jq -sc .)
 
 # -- the agents: one server, two clients; loopback, free ports, their own data_dir and cgroups.
@@ -450,14 +479,7 @@ step "1. create the volume; the job writes 64 MiB of files on cluster-a"
 
 check "cluster-b ineligible for now, so the job starts on cluster-a" \
   nomad node eligibility -disable "${node_id[b]}"
-# Step 5 grows the volume while the job uses it: Nomad refuses that unless the spec states
-# mount_options (the volume it stored has empty ones, a spec without the block has none: "can not
-# update mount options while volume is in use", nomad/structs/csi.go, CSIVolume.Merge).
 volume_spec="$cluster/volume.hcl"
-if [ "$step5" = 1 ]; then
-  volume_spec="$tmp/volume.hcl"
-  printf '%s\n' "$(cat "$cluster/volume.hcl")" "" 'mount_options {' '  fs_type = "zfs"' '}' >"$volume_spec"
-fi
 out=$(nomad volume create "$volume_spec" 2>&1)
 code=$?
 say "$(sed 's/^/  /' <<<"$out")"
@@ -561,6 +583,7 @@ victims=$(
   echo "${agent_pid[a]}"
   pids_of "--node-id cluster-a " "${data_dir[a]}"
 )
+lost_alloc=$alloc
 # shellcheck disable=SC2086 # a list of pids
 kill -KILL $victims 2>/dev/null
 t_kill=$(date +%s)
@@ -594,6 +617,34 @@ check_mounts "step 4, cluster-a lost" b a
 start_client a
 check "cluster-a's agent is back (same data_dir), its plugin healthy again" \
   wait_until 180 eval 'node_ready cluster-a && plugin_healthy 2 2'
+# Nomad's client restores the allocation it ran before the kill and, its mount being gone,
+# claims the volume again in its prerun hook: "volume max claims reached" (cluster-b holds it),
+# retried every minute for 24 h although the server stopped that allocation, until the agent
+# shuts down (client/allocrunner/csi_hook.go, claimWithRetry; the server logs GH-27324's lines).
+# Pending on cluster-a, it keeps every later drain of cluster-a from completing for the job, and
+# the drain of cluster-b after that one never moves the job: the drainer's job watcher still
+# holds the job from the first drain, and registering it again does not wake it
+# (nomad/drainer/watch_jobs.go, RegisterJobs). What an operator does about such an allocation:
+# restart the agent once the stop has reached it; stopped, the restored allocation skips its
+# prerun hooks and ends.
+# lost_state: the allocation's client status and whether its stop reached the client.
+lost_state() {
+  nomad operator api "/v1/allocation/$lost_alloc" 2>/dev/null |
+    jq -r '"\(.ClientStatus) \([.TaskStates[]?.Events[]?.Type] | any(. == "Killing"))"'
+}
+wait_until 120 eval 'case "$(lost_state)" in "pending true" | complete* | failed*) true ;; *) false ;; esac'
+say "  the allocation cluster-a ran before the kill (${lost_alloc:0:8}), seen by its client again: $(lost_state)"
+if [ "$(lost_state)" = "pending true" ]; then
+  kill -INT "${agent_pid[a]}"
+  wait_until 60 eval '! kill -0 "${agent_pid[a]}" 2>/dev/null' || kill -KILL "${agent_pid[a]}"
+  start_client a
+  check "cluster-a's agent restarted, as for any allocation Nomad left claiming after a crash" \
+    wait_until 180 eval 'node_ready cluster-a && plugin_healthy 2 2'
+fi
+lost_ended() { case "$(lost_state)" in complete* | failed*) true ;; *) false ;; esac; }
+wait_until 120 lost_ended
+check "the allocation from before the kill has ended on cluster-a (client status: $(lost_state | cut -d' ' -f1))" \
+  lost_ended
 # The copy that diverged: still there (by guid), under another name, published nowhere.
 by_guid() { zfs get -Hp -r -o name,value guid "${pool[a]}/nomad" | awk -v g="$1" '$2 == g {print $1}'; }
 aside=$(by_guid "$live_guid")
@@ -618,10 +669,171 @@ check_mounts "step 4, cluster-a back" a b
 nomad node drain -disable -yes "${node_id[b]}" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------------------------
-# Unfinished (CLUSTER_STEP5=1 runs it; see docs/testing.md, "Two clients"): its first run failed (the drain of
-# cluster-a did not move the job; snapshot delete leaves the copy listed as a scheduled backup).
-if [ "$step5" = 1 ]; then
-step "5. grown with Nomad, snapshot restored from the store, deleted: copies left behind swept"
+step "5. cluster-a drained while the store answers 503: the job ends on cluster-b only, nothing lost"
+
+# What Nomad does meanwhile (client/allocrunner/csi_hook.go, Postrun): NodeUnstage on cluster-a
+# fails (the plugin cannot store the final copy nor release), Nomad frees the claim all the same
+# and retries the unstage in the background (1 s doubling to 1 min); the replacement on cluster-b
+# gets the claim, its NodeStage fails, the allocation fails and is rescheduled every 5 s. What a
+# correct plugin must make of it: cluster-a's copy unstaged and its lease kept (it still holds
+# the volume), so that once the store answers again the retried NodeUnstage stores the last
+# writes and releases, and cluster-b's next stage gets them, with no takeover.
+#
+# store_503s node method since: the plugin's calls of that method on that client, since that
+# unix time, that failed naming the store's 503 (one JSON line each).
+store_503s() {
+  plugin_log "$1" | jq -c --arg m "$2" --argjson since "$3" 'select(.msg == "rpc" and
+    .method == $m and .code != "OK" and ((.error // "") | test("\\b503\\b")) and
+    (.ts | sub("\\.[0-9]+Z$"; "Z") | fromdate) >= $since)' 2>/dev/null
+}
+# calls_ok node method since: that client's calls of that method answered OK since that time.
+calls_ok() {
+  plugin_log "$1" | jq -c --arg m "$2" --argjson since "$3" 'select(.msg == "rpc" and
+    .method == $m and .code == "OK" and (.ts | sub("\\.[0-9]+Z$"; "Z") | fromdate) >= $since)' \
+    2>/dev/null
+}
+# met_503: cluster-a's NodeUnstage and cluster-b's NodeStage have both failed on the 503.
+met_503() {
+  [ -n "$(store_503s a NodeUnstageVolume "$t5")" ] && [ -n "$(store_503s b NodeStageVolume "$t5")" ]
+}
+running_writers() {
+  nomad job allocs -json writer 2>/dev/null |
+    jq -r '.[] | select(.ClientStatus == "running") | .NodeName' | sort | paste -sd ' '
+}
+
+check "the plugin is healthy on both clients" wait_until 180 plugin_healthy 2 2
+released_a=$(logged a "$msg_released")
+taken_b=$(logged b "$msg_taken")
+last5=$(last_write 5)
+expect5=$(with "$(listed "$alloc" after)" "$last5")
+t5=$(date +%s)
+errors_before=$(proxy_seen error)
+check "the store proxy answers 503 ServiceUnavailable to every request from now on" proxy_fault 503
+window_unmet=""
+check "nomad node drain -enable cluster-a, right after the job wrote /data/last-5 (${last5:0:12}...)" \
+  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[a]}"
+# The window lasts until both calls that matter met the 503 (bounded: Nomad reaches cluster-b's
+# stage once cluster-a's first unstage failed and the claim was freed), and at least
+# $window_min seconds, more than the lease's TTL (30 s): cluster-a cannot renew meanwhile, so
+# when the store answers again the owner record's lease has run out by its holder's own stamp,
+# and only cluster-b's own observation of it (the takeover rule) may decide.
+window_min=45
+if wait_until 240 met_503; then
+  pass "within the window cluster-a's NodeUnstage and cluster-b's NodeStage failed on the 503 ($(($(date +%s) - t5))s)"
+else
+  fail "within 240 s cluster-a's NodeUnstage and cluster-b's NodeStage failed on the 503"
+  window_unmet=1
+fi
+while [ $(($(date +%s) - t5)) -lt "$window_min" ]; do sleep 1; done
+t5_healthy=$(date +%s)
+check "the store proxy passes requests again, after $((t5_healthy - t5))s of 503 ($(($(proxy_seen error) - errors_before)) requests answered 503)" \
+  proxy_fault pass
+unstage_503=$(store_503s a NodeUnstageVolume "$t5")
+stage_503=$(store_503s b NodeStageVolume "$t5")
+say "  cluster-a: $(jq -r '"\(.method) \(.code): \(.error)"' <<<"$(head -1 <<<"$unstage_503")" | cut -c1-300)"
+say "  cluster-b: $(jq -r '"\(.method) \(.code): \(.error)"' <<<"$(head -1 <<<"$stage_503")" | cut -c1-300)"
+check "the plugins' logs show the 503s met: cluster-a's NodeUnstageVolume $(grep -c . <<<"$unstage_503") times, cluster-b's NodeStageVolume $(grep -c . <<<"$stage_503") times" \
+  eval '[ -n "$unstage_503" ] && [ -n "$stage_503" ]'
+[ -n "$window_unmet" ] && writer_failures
+if wait_writer_on b 420; then
+  pass "the writer runs on cluster-b (alloc ${alloc:0:8}), $(($(date +%s) - t5_healthy))s after the store answered again"
+else
+  fail "the writer runs on cluster-b within 420 s after the store answered again"
+  writer_failures
+fi
+check "Nomad's retried NodeUnstage on cluster-a succeeded once the store answered ($(calls_ok a NodeUnstageVolume "$t5_healthy" | grep -c .) OK)" \
+  eval '[ -n "$(calls_ok a NodeUnstageVolume "$t5_healthy")" ]'
+check "it read every file cluster-a had, /data/last-5 included: nothing lost ($(wc -l <<<"$expect5") files)" \
+  same "$expect5" "$(listed "$alloc" before)"
+check "the job runs on one node only: one running allocation, on cluster-b ($(running_writers))" \
+  same cluster-b "$(running_writers)"
+check_mounts "step 5" b a
+check "a clean move: cluster-a released the volume, cluster-b needed no takeover" \
+  clean_move a b "$released_a" "$taken_b"
+check "the store names cluster-b the holder, cluster-a's copy is read-only" eval '
+  [ "$(owner_field .holder)/$(owner_field .state)" = cluster-b/held ] &&
+  [ "$(zget readonly "${pool[a]}/nomad/$vol")" = on ]'
+check "nomad node drain -disable cluster-a" nomad node drain -disable -yes "${node_id[a]}"
+
+# ---------------------------------------------------------------------------------------------
+step "5b. cluster-b drained while the store accepts requests and answers none: the job ends on cluster-a only, nothing lost"
+
+# Nomad sends NodeUnstage with no deadline and frees the claim only once it answered, so the
+# other client's stage waits for it. A correct plugin answers it only once the final copy is
+# stored and the volume released (or fails it, and Nomad retries): never "released" while the
+# store cannot have recorded it. The hang lasts until cluster-b's NodeUnstage waits on it, and at
+# least $window_min s; then the held requests go on to versitygw, late.
+# calls_since node method since: that client's calls of that method that ended since that time,
+# as "start end code" (unix seconds, to the millisecond; the log's ts is toISOString's).
+calls_since() {
+  plugin_log "$1" | jq -r --arg m "$2" --argjson since "$3" 'select(.msg == "rpc" and
+    .method == $m) | ((.ts[0:19] + "Z" | fromdate) + (.ts[20:23] | tonumber) / 1000) as $t |
+    select($t >= $since) | "\($t - (.durationMs // 0) / 1000) \($t) \(.code)"' 2>/dev/null
+}
+stopped_on_b() {
+  nomad operator api "/v1/allocation/$1" 2>/dev/null |
+    jq -e '.ClientStatus == "complete" or .ClientStatus == "failed"' >/dev/null
+}
+
+check "the plugin is healthy on both clients" wait_until 180 plugin_healthy 2 2
+released_b=$(logged b "$msg_released")
+taken_a=$(logged a "$msg_taken")
+last5b=$(last_write 5b)
+expect5b=$(with "$(listed "$alloc" after)" "$last5b")
+alloc_b=$alloc
+held_before=$(proxy_seen hold)
+t5b=$(date +%s)
+check "the store proxy holds every request unanswered from now on" proxy_fault hold
+check "nomad node drain -enable cluster-b, right after the job wrote /data/last-5b (${last5b:0:12}...)" \
+  nomad node drain -enable -yes -detach "${drain_flags[@]}" "${node_id[b]}"
+# hung: the job's allocation on cluster-b ended, its staging mount is gone (the plugin unmounts
+# before it releases) and the proxy holds requests: the release waits on the store.
+hung() {
+  stopped_on_b "$alloc_b" && ! staged_rw b && [ "$(proxy_seen hold)" -gt "$held_before" ]
+}
+if wait_until 240 hung; then
+  t_hung=$(date +%s)
+  pass "cluster-b's job stopped and unstaged, its plugin's release waits on the store ($((t_hung - t5b))s)"
+else
+  t_hung=$(date +%s)
+  fail "within 240 s cluster-b's job stopped and unstaged while the store hung"
+fi
+while [ $(($(date +%s) - t5b)) -lt "$window_min" ]; do sleep 1; done
+held=$(($(proxy_seen hold) - held_before))
+t5b_healthy=$(date +%s)
+check "the store proxy forwards again, after $((t5b_healthy - t5b))s of holding requests ($held held)" \
+  proxy_fault pass
+if wait_writer_on a 420; then
+  pass "the writer runs on cluster-a (alloc ${alloc:0:8}), $(($(date +%s) - t5b_healthy))s after the store answered again"
+else
+  fail "the writer runs on cluster-a within 420 s after the store answered again"
+  writer_failures
+fi
+unstages=$(calls_since b NodeUnstageVolume "$t5b")
+say "$(sed 's/^/  cluster-b NodeUnstageVolume (start end code): /' <<<"$unstages")"
+# (t_hung is a whole second taken after the call began, so the call began before t_hung + 1.)
+check "the plugin met the hang: cluster-b's NodeUnstage began before it ($t_hung) and answered OK only after the store answered again ($t5b_healthy)" \
+  eval 'awk -v hung="$t_hung" -v h="$t5b_healthy" '\''NR == 1 && $1 < hung + 1 {began = 1}
+    $3 == "OK" && $2 >= h {ok = 1} $3 == "OK" && $2 < h {early = 1}
+    END {exit !(began && ok && !early)}'\'' <<<"$unstages"'
+check "it read every file cluster-b had, /data/last-5b included: nothing lost ($(wc -l <<<"$expect5b") files)" \
+  same "$expect5b" "$(listed "$alloc" before)"
+check "the job runs on one node only: one running allocation, on cluster-a ($(running_writers))" \
+  same cluster-a "$(running_writers)"
+check_mounts "step 5b" a b
+check "a clean move: cluster-b released the volume, cluster-a needed no takeover" \
+  clean_move b a "$released_b" "$taken_a"
+check "the store names cluster-a the holder, cluster-b's copy is read-only" eval '
+  [ "$(owner_field .holder)/$(owner_field .state)" = cluster-a/held ] &&
+  [ "$(zget readonly "${pool[b]}/nomad/$vol")" = on ]'
+check "nomad node drain -disable cluster-b" nomad node drain -disable -yes "${node_id[b]}"
+
+# ---------------------------------------------------------------------------------------------
+step "6. grown with Nomad, snapshot restored from the store, deleted: copies left behind swept"
+
+# h: the client that holds the volume now, o: the other one.
+h=a
+o=b
 
 # copy_of node: that client's follow copy of the volume (the live dataset, not a set-aside one).
 copy_of() { zfs list -H -o name -d 1 "${pool[$1]}/nomad" 2>/dev/null | grep -xF "${pool[$1]}/nomad/$vol"; }
@@ -633,35 +845,38 @@ set_aside_of() {
 capacity_of() { nomad volume status -json "$1" 2>/dev/null | jq -r .Capacity; }
 grown=402653184 # 384 MiB, from 256 MiB
 sed 's/^capacity_min = "256MiB"$/capacity_min = "384MiB"/' "$volume_spec" >"$tmp/volume-grown.hcl"
-check "cluster-a holds the volume, its copy ${pool[a]}/nomad/$vol at refquota 256 MiB" \
-  same "$(copy_of a) 268435456" "${pool[a]}/nomad/$vol $(zget refquota "$(copy_of a)")"
+check "${node_name[$h]} holds the volume, its copy ${pool[$h]}/nomad/$vol at refquota 256 MiB" \
+  same "$(copy_of "$h") 268435456" "${pool[$h]}/nomad/$vol $(zget refquota "$(copy_of "$h")")"
 out=$(nomad volume create "$tmp/volume-grown.hcl" 2>&1)
 code=$?
 say "$(sed 's/^/  /' <<<"$out")"
 check "nomad volume create again, capacity_min 384MiB: Nomad expands the volume (exit 0)" test "$code" -eq 0
-check "NodeExpandVolume on the holder: cluster-a's copy has refquota $grown (384 MiB)" \
-  same "$grown" "$(zget refquota "$(copy_of a)")"
+check "NodeExpandVolume on the holder: ${node_name[$h]}'s copy has refquota $grown (384 MiB)" \
+  same "$grown" "$(zget refquota "$(copy_of "$h")")"
 check "nomad volume status: capacity $grown (was 256 MiB)" same "$grown" "$(capacity_of "$vol")"
 check "the store's owner object records it (settings.capacityBytes)" \
   same "$grown" "$(owner_field .settings.capacityBytes)"
 
 check "the plugin is healthy on both clients" wait_until 180 plugin_healthy 2 2
-last5=$(last_write 5)
-expect5=$(with "$(listed "$alloc" after)" "$last5")
-drain_to a b "after the job wrote /data/last-5: the job moves to cluster-b"
-check "it read every file cluster-a had, /data/last-5 included ($(wc -l <<<"$expect5") files)" \
-  same "$expect5" "$(listed "$alloc" before)"
-after5=$(listed "$alloc" after)
-check "cluster-b's copy got the size at NodeStage: refquota $grown" \
-  same "$grown" "$(zget refquota "$(copy_of b)")"
-check_mounts "step 5, grown" b a
-nomad node drain -disable -yes "${node_id[a]}" >/dev/null 2>&1
+last6=$(last_write 6)
+expect6=$(with "$(listed "$alloc" after)" "$last6")
+drain_to "$h" "$o" "after the job wrote /data/last-6: the job moves to ${node_name[$o]}"
+check "it read every file ${node_name[$h]} had, /data/last-6 included ($(wc -l <<<"$expect6") files)" \
+  same "$expect6" "$(listed "$alloc" before)"
+after6=$(listed "$alloc" after)
+check "${node_name[$o]}'s copy got the size at NodeStage: refquota $grown" \
+  same "$grown" "$(zget refquota "$(copy_of "$o")")"
+check_mounts "step 6, grown" "$o" "$h"
+nomad node drain -disable -yes "${node_id[$h]}" >/dev/null 2>&1
 
 # A snapshot of a follow volume is its last copy in the store: stopping the job makes that copy
 # hold the last write (the release at NodeUnstage stores a final one).
-check "nomad job stop writer: cluster-b releases the volume" nomad job stop -purge writer
-check "no CSI mount left on either client, the store says released by cluster-b" wait_until 60 eval '
-  ! staged_rw a && ! staged_rw b && [ "$(owner_field .holder)/$(owner_field .state)" = cluster-b/released ]'
+check "nomad job stop writer: ${node_name[$o]} releases the volume" \
+  eval 'nomad job stop -purge writer >/dev/null'
+
+check "no CSI mount left on either client, the store says released by ${node_name[$o]}" wait_until 60 eval '
+  ! staged_rw a && ! staged_rw b &&
+  [ "$(owner_field .holder)/$(owner_field .state)" = "${node_name[$o]}/released" ]'
 out=$(nomad volume snapshot create "$vol" e2e-snap 2>&1)
 say "$(sed 's/^/  /' <<<"$out")"
 snap_id=$(awk '$1 ~ /^store:/ {print $1; exit}' <<<"$out")
@@ -701,8 +916,8 @@ if [ -n "$restored_ds" ] && [ "$(zget mounted "$restored_ds")" != yes ]; then
 fi
 check "$restored_ds: an ordinary volume, refquota 536870912 (512 MiB)" \
   same "536870912" "$(zget refquota "$restored_ds")"
-check "its files are the store's last copy: what the job on cluster-b listed last ($(wc -l <<<"$after5") files)" \
-  same "$after5" "$(files_at "$(zget mountpoint "$restored_ds")")"
+check "its files are the store's last copy: what the job on ${node_name[$o]} listed last ($(wc -l <<<"$after6") files)" \
+  same "$after6" "$(files_at "$(zget mountpoint "$restored_ds")")"
 [ -n "$mounted_here" ] && zfs unmount "$restored_ds"
 check "nomad volume delete $restored (retried while zfs-fuse calls it busy)" \
   wait_until 30 nomad volume delete "$restored"
@@ -741,10 +956,8 @@ swept=$(for n in "${nodes[@]}"; do [ "$(logged "$n" "$msg_swept")" -gt 0 ] && ec
 check "one client's copy went by the sweep: its plugin logged \"$msg_swept\" (${swept:-none})" \
   eval '[ "$(grep -c . <<<"$swept")" = 1 ]'
 
-fi
-
 # ---------------------------------------------------------------------------------------------
-step "6. throughout"
+step "7. throughout"
 
 check "never two clients with the volume staged read-write at once ($(samples) samples of the mount table)" \
   never_both

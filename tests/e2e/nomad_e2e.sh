@@ -18,7 +18,7 @@
 #     parent dataset, no store, S3 keys from its Nomad Variable); the job's
 #     binary_path is a small wrapper that runs main.ts with the production permission flags
 #     (src/permissions.ts) scoped to the agent's <data_dir>/client/csi, plus the store directory
-#     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts),
+#     given as a production build gets it (ZFS_CSI_EXTRA_DIRS, read by src/permissions.ts),
 #     since "deno compile" cannot run here;
 #   - the application job (tests/e2e/app.nomad.hcl) with the exec driver.
 # Environment: ZFS_CSI_NOMAD_VERSION (default 1.11.3, the newest the Go module proxy serves; also
@@ -123,7 +123,7 @@ say "pool: $pool on $tmp/pool.img, parents $pool/nomad (monolith) and $pool/node
 
 # -- the plugin "binary" for raw_exec: main.ts under the pinned Deno, with the production
 # permission flags scoped to this agent's CSI directory, and the store's directory granted as a
-# production build grants it: ZFS_CSI_EXTRA_DIRS, read by tools/compile_args.ts.
+# production build grants it: ZFS_CSI_EXTRA_DIRS, read by src/permissions.ts.
 mkdir -p "$tmp/bin"
 # write_wrapper extra-dirs: (re)writes the wrapper; extra-dirs is ZFS_CSI_EXTRA_DIRS ("" for none).
 write_wrapper() { plugin_wrapper "$tmp/bin/zfs-csi" "$plugin_root" "$csi_dir" "$1" ""; }

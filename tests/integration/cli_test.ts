@@ -16,11 +16,40 @@ Deno.test("cli: help, version and one-line errors", async (t) => {
     `${dir}/base`,
   ];
   try {
-    await t.step("--help prints usage and exits 0", async () => {
+    await t.step("--help prints usage and the operator subcommands, and exits 0", async () => {
       const r = await runZfsCsi(dir, ["--help"]);
       assert.equal(r.code, 0);
       assert.match(r.stdout, /--parent-dataset/);
       assert.match(r.stdout, /--topology KEY=VALUE/);
+      assert.match(r.stdout, /\nOperator subcommands \(zfs-csi <subcommand> --help shows one/);
+      for (const name of ["list", "backup", "snapshots", "restore", "verify", "takeover"]) {
+        assert.match(r.stdout, new RegExp(`\\n  ${name} +\\S`), name);
+      }
+    });
+    await t.step("a subcommand's flag typo: exit 2, one line naming the flag meant", async () => {
+      const r = await runZfsCsi(dir, ["list", ...ok, "--jsn"]);
+      assert.equal(r.code, 2);
+      assert.equal(
+        r.stderr,
+        "zfs-csi list: unknown flag --jsn; did you mean --json? (see --help)\n",
+      );
+    });
+    await t.step("the demo without a running plugin names the socket, no gRPC text", async () => {
+      await Deno.mkdir(`${dir}/base`, { recursive: true });
+      const r = await runZfsCsi(dir, [
+        "demo",
+        "--endpoint",
+        `unix://${dir}/nothing/csi.sock`,
+        "--stage-publish-base-dir",
+        `${dir}/base`,
+      ]);
+      assert.equal(r.code, 1);
+      assert.equal(
+        r.stderr,
+        `zfs-csi demo: cannot reach the plugin at ${dir}/nothing/csi.sock: there is no socket ` +
+          `there: the plugin is not running; start it (deno task dev), or give --endpoint as ` +
+          `the plugin has it\n`,
+      );
     });
     await t.step("--version prints name and version", async () => {
       const r = await runZfsCsi(dir, ["--version"]);

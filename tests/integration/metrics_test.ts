@@ -5,7 +5,8 @@
  * second on loopback, and the test reads the values back through Prometheus's query API and
  * checks them against the pool: a volume's used and referenced bytes after 8 MiB of random data,
  * its quotas, snapshots and mount state, the pool's health and space, the call and process
- * counters after known calls, and a scheduled backup to a file store. promtool checks a scrape.
+ * counters after known calls (at 0 before them), a scheduled backup to a file store, the
+ * store's reachability and a failed backup's time. promtool checks a scrape.
  *
  * zfs-fuse cannot show: `zpool list -p` (its sizes are rounded, e.g. "1.48G"; the test compares
  * with zpool's own rounded figure), OpenZFS's "zfs" mount type (unit tests, src/metrics/).
@@ -85,6 +86,25 @@ Deno.test("metrics: a real Prometheus scrapes the plugin and its values match th
     const [target] = await prometheus.targets();
     assert.equal(target?.scrapeUrl, `http://${listen}/metrics`);
     assert.equal(target?.health, "up", target?.lastError);
+  });
+
+  await t.step("counters are there at 0 from the start, and the store is up", async () => {
+    // Before any CreateVolume or zfs send: a counter that appeared at 1 would hide its first rise.
+    assert.equal(
+      single(await prometheus.query('zfs_csi_grpc_calls_total{method="CreateVolume",code="OK"}')),
+      0,
+    );
+    assert.equal(
+      single(await prometheus.query('zfs_csi_commands_total{program="zfs",subcommand="send"}')),
+      0,
+    );
+    assert.equal(
+      single(
+        await prometheus.query('zfs_csi_command_failures_total{program="zfs",subcommand="send"}'),
+      ),
+      0,
+    );
+    await prometheus.waitFor("zfs_csi_store_up", (s) => single(s) === 1);
   });
 
   await t.step(
@@ -223,6 +243,27 @@ Deno.test("metrics: a real Prometheus scrapes the plugin and its values match th
     );
   });
 
+  await t.step(
+    "a volume's backup counters and failure time are at 0 before its first backup",
+    async () => {
+      await prometheus.waitFor(
+        `zfs_csi_backups_total{${sel},result="failed"}`,
+        (s) => single(s) === 0,
+      );
+      assert.equal(
+        single(await prometheus.query(`zfs_csi_backups_total{${sel},result="stored"}`)),
+        0,
+      );
+      assert.equal(single(await prometheus.query(`zfs_csi_backup_sent_bytes_total{${sel}}`)), 0);
+      assert.equal(
+        single(
+          await prometheus.query(`zfs_csi_volume_last_failed_backup_timestamp_seconds{${sel}}`),
+        ),
+        0,
+      );
+    },
+  );
+
   await t.step("a scheduled backup shows its time and bytes sent", async () => {
     // The operator turns backups on for the volume (the scheduler looks every 30 s).
     await sh("zfs", "set", "org.zfs-csi:backup-interval=1h", dataset);
@@ -246,6 +287,31 @@ Deno.test("metrics: a real Prometheus scrapes the plugin and its values match th
       await prometheus.query('zfs_csi_commands_total{program="zfs",subcommand="send"}'),
     );
     assert.equal(sends, 1, "the streamed zfs send is counted too");
+  });
+
+  await t.step("a store that does not answer, and a backup that fails, show", async () => {
+    // The store's directory replaced by a file: every request to it fails.
+    await Deno.rename(store, `${store}.away`);
+    await Deno.writeTextFile(store, "not a directory\n");
+    try {
+      await prometheus.waitFor("zfs_csi_store_up", (s) => single(s) === 0, 60_000);
+      // Due at once: the scheduler tries within its 30 s, and the backup fails.
+      await sh("zfs", "set", "org.zfs-csi:backup-interval=5s", dataset);
+      await prometheus.waitFor(
+        `zfs_csi_backups_total{${sel},result="failed"}`,
+        (s) => (single(s) ?? 0) >= 1,
+        90_000,
+      );
+      const failed = single(
+        await prometheus.query(`zfs_csi_volume_last_failed_backup_timestamp_seconds{${sel}}`),
+      )!;
+      assert.ok(Math.abs(failed - Date.now() / 1000) < 120, `failure time ${failed} is recent`);
+    } finally {
+      await sh("zfs", "set", "org.zfs-csi:backup-interval=1h", dataset);
+      await Deno.remove(store);
+      await Deno.rename(`${store}.away`, store);
+    }
+    await prometheus.waitFor("zfs_csi_store_up", (s) => single(s) === 1, 60_000);
   });
 
   await t.step("unpublish and unstage show in the mount gauges", async () => {

@@ -214,7 +214,7 @@ Deno.test("permissions: deno compile bakes in exactly the runtime flags the test
       `--allow-read=${[...PRODUCTION_DIRS, ...PRODUCTION_READ_FILES, ...ALLOWED_PROGRAMS]}`,
     ),
   );
-  assert.ok(flags.includes("--allow-sys=statfs"));
+  assert.ok(flags.includes("--allow-sys=statfs,osUptime"));
   for (const broad of ["-A", "--allow-all", "--allow-net", "--allow-ffi", "--allow-import"]) {
     assert.ok(!flags.some((f) => f === broad || f.startsWith(`${broad}=`)), broad);
   }

@@ -12,6 +12,7 @@ import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
 import { S3Server, signedFetch } from "../support/s3_server.ts";
 import { assertRejectsKind, storeContract } from "../support/store_contract.ts";
+import { checkDeletedRetentionOnStoreClock } from "../support/deleted_retention.ts";
 
 const MiB = 1024 * 1024;
 const encoder = new TextEncoder();
@@ -68,6 +69,13 @@ Deno.test("S3Store passes the store contract against versitygw", async (t) => {
   assert.deepEqual(await pendingUploads(server), [], "no multipart upload left behind");
 });
 
+Deno.test("S3Store: the store pruner ages a deleted volume by the server's LastModified, not by nodes' clocks", async () => {
+  await using server = await S3Server.start();
+  await checkDeletedRetentionOnStoreClock(
+    storeOn(server, { prefix: `retention-${crypto.randomUUID()}` }),
+  );
+});
+
 /** A body of `size` bytes that calls `onStall` once `stallAt` bytes are out, then waits forever. */
 function stallingAt(
   size: number,
@@ -116,7 +124,8 @@ Deno.test("S3Store writes a 40 MiB stream as a multipart upload with the right b
   }
   assert.equal(got, size);
   assert.equal(received.digest("hex"), sent.digest("hex"));
-  assert.deepEqual(await store.list("v1/"), [{ key, size, etag: put.etag }]);
+  const listed = (await store.list("v1/")).map(({ lastModifiedMs: _, ...o }) => o);
+  assert.deepEqual(listed, [{ key, size, etag: put.etag }]);
   // On disk, under the prefix: what an operator would find in the bucket.
   const stat = await Deno.stat(`${server.dir}/${server.bucket}/backups/zfs-csi/${key}`);
   assert.equal(stat.size, size);

@@ -138,6 +138,44 @@ Deno.test("store: the manual restore recipe of docs/backups.md restores without 
       );
     });
 
+    await t.step(
+      "the newest is the highest sequence, whatever the nodes' clocks said",
+      async () => {
+        // s3 as a node whose clock was a day behind would have stamped it: the oldest createdAt.
+        const copy = `${b!.dir}/store-skewed`;
+        await sh("cp", "-a", storeDir, copy);
+        const s3 = manifests.get("s3")!;
+        assert.ok(
+          typeof s3.sequence === "number" && s3.sequence > manifests.get("s2")!.sequence!,
+          "the plugin numbers its manifests",
+        );
+        const path = `${copy}/v1/volumes/${VOLUME}/snapshots/${
+          BigInt(s3.guid).toString(16).padStart(16, "0")
+        }.json`;
+        const text = await Deno.readTextFile(path);
+        const skewed = text.replace(
+          `"createdAt": "${s3.createdAt}"`,
+          `"createdAt": "2000-01-01T00:00:00Z"`,
+        );
+        assert.notEqual(skewed, text, "s3's createdAt rewritten");
+        await Deno.writeTextFile(path, skewed);
+        const target = `${b!.pool}/restored-skewed`;
+        const run = await runRecipe(script, {
+          STORE_DIR: copy,
+          VOLUME,
+          SNAPSHOT: "",
+          TARGET: target,
+          PATH: pathDir,
+        });
+        assert.equal(run.code, 0, run.output);
+        assert.equal(
+          await mountedHash(target, `${b!.mountRoot}/restored-skewed`),
+          hashes.get("s3"),
+          `the tree at s3; the recipe said:\n${run.output}`,
+        );
+      },
+    );
+
     await t.step("the recipe refuses a damaged stream before receiving anything", async () => {
       const copy = `${b!.dir}/store-copy`;
       await sh("cp", "-a", storeDir, copy);

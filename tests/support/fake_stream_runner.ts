@@ -21,6 +21,11 @@ export interface StreamScript {
    * cut short (the default: code 1, "invalid backup stream"), or "hang" until killed.
    */
   readonly cutShort?: { readonly code: number; readonly stderr: string } | "hang";
+  /**
+   * How it exits once its stdin is closed, decided from every byte it read (a model's `zfs
+   * receive` applying the stream); without it, with `code` and `stderr`.
+   */
+  readonly onStdinEnd?: (stdin: Uint8Array) => { readonly code: number; readonly stderr: string };
 }
 
 /** How zfs receive ends when its input stops before the stream's end. */
@@ -148,7 +153,8 @@ export class FakeStreamRunner implements StreamRunner {
         close() {
           if (proc.ended) throw brokenPipe();
           proc.events.push("close");
-          proc.end(code, stderr, false);
+          const end = script.onStdinEnd?.(proc.stdinBytes) ?? { code, stderr };
+          proc.end(end.code, end.stderr, false);
         },
         abort() {
           proc.events.push("abort");

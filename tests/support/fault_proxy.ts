@@ -27,6 +27,12 @@ export type Fault =
   | { readonly kind: "lose"; readonly count: number }
   /** Waits `ms` before forwarding each request. */
   | { readonly kind: "delay"; readonly ms: number }
+  /**
+   * Accepts each request and answers nothing until the fault is changed (`set`), then forwards
+   * it: a server that hangs for a while, whose requests take effect late (or, when the client
+   * gave up meanwhile, with the body it managed to send).
+   */
+  | { readonly kind: "hold" }
   /** Forwards the next `count` requests but drops the connection after `afterBytes` of the body. */
   | { readonly kind: "cut"; readonly afterBytes: number; readonly count: number }
   /**
@@ -62,6 +68,9 @@ export class FaultProxy implements AsyncDisposable {
   readonly seen: SeenRequest[] = [];
   #fault: Fault = { kind: "pass" };
   #match: (r: Request) => boolean = () => true;
+  /** Lets the held requests go on; replaced at every `set`. */
+  #unhold: () => void = () => {};
+  #holdGate: Promise<void> = Promise.resolve();
   readonly #server: Deno.HttpServer<Deno.NetAddr>;
   readonly #target: URL;
   /** Ends each request a "hang" fault holds. */
@@ -80,6 +89,8 @@ export class FaultProxy implements AsyncDisposable {
   set(fault: Fault, match: (r: Request) => boolean = () => true): void {
     this.#fault = fault;
     this.#match = match;
+    this.#unhold();
+    this.#holdGate = new Promise((resolve) => this.#unhold = resolve);
   }
 
   /** Takes one use of a counted fault; back to passing when used up. */
@@ -111,6 +122,7 @@ export class FaultProxy implements AsyncDisposable {
       return await this.#forward(r, target, withoutConditions(r, fault.keys, fault.region));
     }
     if (fault.kind === "delay") await new Promise((res) => setTimeout(res, fault.ms));
+    if (fault.kind === "hold") await this.#holdGate;
     const answer = await this.#forward(r, target);
     if (fault.kind === "lose") {
       // The request took effect; the client never learns it.
@@ -192,6 +204,7 @@ export class FaultProxy implements AsyncDisposable {
   /** Stops listening: the store behind it is unreachable from now on. */
   async stop(): Promise<void> {
     for (const end of [...this.#held]) end();
+    this.#unhold();
     await this.#server.shutdown().catch(() => {});
   }
 

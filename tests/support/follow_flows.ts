@@ -403,6 +403,8 @@ export async function followFlows(t: Deno.TestContext, store: StoreUnderTest): P
             "node-b",
             ...store.plugin.extraArgs ?? [],
             VOLUME,
+            // A dry run without it; A's lease went silent when A was killed, so no --force.
+            "--yes",
           ],
           {
             ...(store.plugin.scope ? { scope: store.plugin.scope } : {}),

@@ -23,12 +23,16 @@ import {
 interface Stored {
   readonly bytes: Uint8Array;
   readonly etag: string;
+  /** The store clock when it was written, if the store has one. */
+  readonly modifiedMs: number | undefined;
 }
 
 /** Options of a {@linkcode MemoryStore}. */
 export interface MemoryStoreOptions {
   /** Size of the chunks a download is cut into (default 4096). */
   readonly chunkSize?: number;
+  /** See {@linkcode MemoryStore.clock}. */
+  readonly clock?: () => number;
 }
 
 /** A store held in a Map; see the module doc. */
@@ -41,9 +45,16 @@ export class MemoryStore implements Store {
   pendingWrites = 0;
   /** Keys of every streamed write that succeeded, oldest first (deleted or not). */
   readonly streamed: string[] = [];
+  /**
+   * The store's own clock (ms), stamping each write's `lastModifiedMs` as S3 and a file system
+   * do: the test's to set, apart from any node's clock. Without one, listings carry no times,
+   * as a store that does not give them.
+   */
+  clock: (() => number) | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.#chunkSize = options.chunkSize ?? 4096;
+    this.clock = options.clock;
   }
 
   /** Every visible key, sorted (for tests). */
@@ -58,7 +69,12 @@ export class MemoryStore implements Store {
 
   /** Replaces an object's bytes unconditionally, as a damaged or tampered store would. */
   poke(key: string, bytes: Uint8Array): void {
-    this.#objects.set(key, { bytes, etag: this.#etag() });
+    this.#objects.set(key, this.#stored(bytes));
+  }
+
+  /** A new version of an object, with a fresh etag and the store clock's time. */
+  #stored(bytes: Uint8Array): Stored {
+    return { bytes, etag: this.#etag(), modifiedMs: this.clock?.() };
   }
 
   #etag(): string {
@@ -102,10 +118,10 @@ export class MemoryStore implements Store {
       bytes.set(c, at);
       at += c.length;
     }
-    const etag = this.#etag();
-    this.#objects.set(key, { bytes, etag });
+    const stored = this.#stored(bytes);
+    this.#objects.set(key, stored);
     this.streamed.push(key);
-    return { etag, size };
+    return { etag: stored.etag, size };
   }
 
   // deno-lint-ignore require-await
@@ -126,9 +142,9 @@ export class MemoryStore implements Store {
         throw new StoreError("precondition_failed", `"${key}" in ${this.description} changed`);
       }
     }
-    const etag = this.#etag();
-    this.#objects.set(key, { bytes: bytes.slice(), etag });
-    return { etag, size: bytes.length };
+    const stored = this.#stored(bytes.slice());
+    this.#objects.set(key, stored);
+    return { etag: stored.etag, size: bytes.length };
   }
 
   // deno-lint-ignore require-await
@@ -175,7 +191,8 @@ export class MemoryStore implements Store {
     options.signal?.throwIfAborted();
     return this.keys().filter((k) => k.startsWith(prefix)).map((key) => {
       const o = this.#objects.get(key)!;
-      return { key, size: o.bytes.length, etag: o.etag };
+      const time = o.modifiedMs === undefined ? {} : { lastModifiedMs: o.modifiedMs };
+      return { key, size: o.bytes.length, etag: o.etag, ...time };
     });
   }
 

@@ -13,9 +13,11 @@ import { createHash } from "node:crypto";
 import {
   MAX_OBJECT_BYTES,
   type Store,
+  type StoredObject,
   StoreError,
   type StoreErrorKind,
 } from "../../src/store/store.ts";
+import { clockProbeKey, readStoreClock } from "../../src/store/store_clock.ts";
 import { joinChunks } from "./fake_stream_runner.ts";
 
 const MiB = 1024 * 1024;
@@ -24,6 +26,12 @@ const BIG_STREAM_BYTES = 9 * MiB + 12_345;
 /** A step that takes longer than this hangs (an abort that is never noticed, say). */
 const STEP_TIMEOUT_MS = 30_000;
 const WRITERS = 8;
+/**
+ * How far an object's listed time may be from the test's clock when written: the store runs
+ * on this machine, so on the same clock, but S3 gives whole seconds and a file system's clock
+ * ticks coarsely. A time in seconds read as ms, or in another zone, is far outside.
+ */
+const CLOCK_WINDOW_MS = 10_000;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -67,6 +75,7 @@ const CHECKS: ReadonlyArray<readonly [string, Check]> = [
   ["a missing key: getBytes undefined, getStream not_found", missingKey],
   ["getBytes refuses an object over MAX_OBJECT_BYTES, naming the key", tooLargeForBytes],
   ["list filters by prefix and sorts by key", listPrefixAndOrder],
+  ["list gives each object's time on the store's clock, as the clock probe reads it", listTimes],
   ["delete removes and is idempotent", deleteIdempotent],
   ["invalid keys and prefixes are refused as invalid", invalidKeys],
 ];
@@ -82,7 +91,7 @@ async function streamRoundTrip(store: Store, base: string): Promise<void> {
   assert.ok(got !== undefined, "getBytes finds the streamed object");
   assert.deepEqual(got.bytes, expected);
   assert.equal(got.etag, put.etag, "getBytes gives the etag putStream returned");
-  const listed = await store.list(base);
+  const listed = await listUntimed(store, base);
   assert.deepEqual(listed, [{ key, size: expected.length, etag: put.etag }]);
 }
 
@@ -97,7 +106,7 @@ async function bytesRoundTrip(store: Store, base: string): Promise<void> {
   assert.equal(got.etag, put.etag);
   assert.equal((await store.getBytes(key))?.etag, put.etag, "the etag is stable across reads");
   assert.deepEqual(await readAll(await store.getStream(key)), bytes);
-  assert.deepEqual(await store.list(base), [{ key, size: bytes.length, etag: put.etag }]);
+  assert.deepEqual(await listUntimed(store, base), [{ key, size: bytes.length, etag: put.etag }]);
 }
 
 async function emptyObject(store: Store, base: string): Promise<void> {
@@ -130,7 +139,9 @@ async function bigStream(store: Store, base: string): Promise<void> {
   }
   assert.equal(size, BIG_STREAM_BYTES);
   assert.equal(received.digest("hex"), sent.digest("hex"));
-  assert.deepEqual(await store.list(base), [{ key, size: BIG_STREAM_BYTES, etag: put.etag }]);
+  assert.deepEqual(await listUntimed(store, base), [
+    { key, size: BIG_STREAM_BYTES, etag: put.etag },
+  ]);
 }
 
 async function bodyErrorLeavesNothing(store: Store, base: string): Promise<void> {
@@ -309,6 +320,37 @@ async function listPrefixAndOrder(store: Store, base: string): Promise<void> {
   for (const o of sizes) assert.equal(o.size, keys.indexOf(o.key.slice(base.length)), o.key);
 }
 
+async function listTimes(store: Store, base: string): Promise<void> {
+  const timeOf = (o: StoredObject | undefined): number => {
+    assert.ok(o?.lastModifiedMs !== undefined, `"${o?.key}" is listed without a time`);
+    return o.lastModifiedMs;
+  };
+  const near = (ms: number, from: number, to: number, what: string) =>
+    assert.ok(
+      ms >= from - CLOCK_WINDOW_MS && ms <= to + CLOCK_WINDOW_MS,
+      `${what}: ${new Date(ms).toISOString()} is not between ${new Date(from).toISOString()} ` +
+        `and ${new Date(to).toISOString()} (the test's clock, give or take ${CLOCK_WINDOW_MS} ms)`,
+    );
+  const before = Date.now();
+  await store.putBytes(`${base}v/volume.json`, encoder.encode("{}"));
+  await store.putStream(`${base}v/streams/s.zfs`, streamOf([encoder.encode("stream")]));
+  const listed = await store.list(base);
+  const after = Date.now();
+  assert.equal(listed.length, 2);
+  for (const o of listed) near(timeOf(o), before, after, o.key);
+  // The clock probe: on the same clock, never before what was written before it, and gone.
+  const node = `contract-${crypto.randomUUID()}`;
+  const now = await readStoreClock(store, node);
+  assert.ok(now !== undefined, "the clock probe read no time");
+  near(now, before, Date.now(), "the store's clock");
+  assert.ok(now >= Math.max(...listed.map(timeOf)), "the probe is older than what came before");
+  assert.deepEqual(await store.list(clockProbeKey(node)), []);
+  // A rewrite is stamped again, never earlier.
+  await store.putBytes(`${base}v/volume.json`, encoder.encode("{ }"));
+  const [again] = await store.list(`${base}v/volume.json`);
+  assert.ok(timeOf(again) >= timeOf(listed.find((o) => o.key === again?.key)));
+}
+
 async function deleteIdempotent(store: Store, base: string): Promise<void> {
   const key = `${base}v/snapshots/gone.json`;
   const other = `${base}v/volume.json`;
@@ -408,6 +450,11 @@ async function oneWinner(
     }
   }
   return won[0]!;
+}
+
+/** A listing without its times (listTimes looks at those). */
+async function listUntimed(store: Store, prefix: string): Promise<StoredObject[]> {
+  return (await store.list(prefix)).map(({ lastModifiedMs: _, ...o }) => o);
 }
 
 function streamOf(chunks: readonly Uint8Array[]): ReadableStream<Uint8Array> {

@@ -552,6 +552,25 @@ export async function storeCsiFlows(t: Deno.TestContext, store: StoreUnderTest):
         assert.ok(listed, "node b lists the stored snapshot");
         assert.equal(listed.ready_to_use, true);
         assert.equal(listed.source_volume_id, "data@node-a");
+        // Its size, on either node, is the volume's referenced at the snapshot (recorded in the
+        // manifest; zfs-fuse has no logicalreferenced), never its stream's bytes.
+        const referenced = Number(
+          await sh(
+            "zfs",
+            "get",
+            "-Hp",
+            "-o",
+            "value",
+            "referenced",
+            `${a.parent}/data@.stored-data-snap-1`,
+          ),
+        );
+        assert.ok(referenced >= 2 * MiB, `referenced ${referenced}`);
+        assert.equal(m.referencedBytes, referenced);
+        assert.deepEqual([made.size_bytes, listed.size_bytes], [
+          String(referenced),
+          String(referenced),
+        ]);
         const one = await cb().controller("ListSnapshots", { snapshot_id: made.snapshot_id });
         assert.equal(one.entries.length, 1, "ListSnapshots by id on node b");
 

@@ -11,6 +11,14 @@ capability {
   attachment_mode = "file-system"
 }
 
+# Step 6 grows the volume with "nomad volume create" while the job uses it: Nomad refuses that
+# unless the spec states mount_options (it stores empty ones for a spec without the block, and a
+# spec without the block then differs: "can not update mount options while volume is in use",
+# nomad/structs/csi.go, CSIVolume.Merge).
+mount_options {
+  fs_type = "zfs"
+}
+
 parameters {
   follow          = "true"
   backup_interval = "10s"
