@@ -160,6 +160,24 @@ export function poolHealthArgs(pool: string): string[] {
   return ["list", "-H", "-o", "name,health", pool];
 }
 
+/** `zfs version` (OpenZFS 0.8 and later; zfs-fuse does not know it). */
+export function versionArgs(): string[] {
+  return ["version"];
+}
+
+/**
+ * `zpool get all <pool>`, in the table form every zpool prints (zfs-fuse's takes no `-H`, `-p`
+ * or `-o`): its version and, on OpenZFS, each `feature@` state.
+ */
+export function poolPropertiesArgs(pool: string): string[] {
+  // A pool's name begins with a letter (and may hold spaces): never an option.
+  // deno-lint-ignore no-control-regex
+  if (!/^[A-Za-z][^\u0000-\u001f\u007f/@]*$/.test(pool)) {
+    throw new TypeError(`"${pool}" is not a pool name`);
+  }
+  return ["get", "all", pool];
+}
+
 /** What `zfs send` sends. */
 export interface SendSpec {
   /** The snapshot to send, `<dataset>@<name>`. */
@@ -202,24 +220,6 @@ export function sendArgs(spec: SendSpec): string[] {
     ...(base !== undefined ? ["-i", base] : []),
     snapshot,
   ];
-}
-
-/** `zfs version` (OpenZFS 0.8 and later; zfs-fuse does not know it). */
-export function versionArgs(): string[] {
-  return ["version"];
-}
-
-/**
- * `zpool get all <pool>`, in the table form every zpool prints (zfs-fuse's takes no `-H`, `-p`
- * or `-o`): its version and, on OpenZFS, each `feature@` state.
- */
-export function poolPropertiesArgs(pool: string): string[] {
-  // A pool's name begins with a letter (and may hold spaces): never an option.
-  // deno-lint-ignore no-control-regex
-  if (!/^[A-Za-z][^\u0000-\u001f\u007f/@]*$/.test(pool)) {
-    throw new TypeError(`"${pool}" is not a pool name`);
-  }
-  return ["get", "all", pool];
 }
 
 /** How `zfs receive` lands a stream. */
