@@ -10,18 +10,23 @@
  *   `zfs receive -u ds < file` of the plugin's own stored stream, and (with openssl on PATH) each
  *   with `openssl dgst -sha256` hashing as many bytes beside it: what any backup or restore that
  *   hashes the stream costs on this machine's cores, with no plugin;
- * - S3: one PutObject of the same bytes (the zfs send output, already on disk) by curl
- *   `--aws-sigv4 -T file`, a plain client that is not the plugin's; and a plain download
- *   `curl … | zfs receive -u ds`.
+ * - S3: the same work with plain tools, `zfs send ds@snap | tee >(openssl dgst -sha256) | curl
+ *   --aws-sigv4 -T -` (the length given in advance: versitygw refuses a chunked body) and
+ *   `curl … | tee >(openssl dgst -sha256) | zfs receive -u ds`; and for context one PutObject of
+ *   the stream already on disk (`curl -T file`), a script's `zfs send > file` then that curl, and
+ *   a download piped into zfs receive with no hash.
  *
  * The same engine (send.ts, receive.ts) run from this process, without gRPC or the plugin's
  * process, gets its own rows. Also: an incremental backup of a small change (time and the
- * manifest's size), the plugin's RSS sampled every 100 ms during backups and restores, and the
- * latency of NodeStage+NodePublish of another volume while a backup runs.
+ * manifest's size), the plugin's RSS sampled every 100 ms during backups and restores, the
+ * latency of NodeStage+NodePublish of another volume while a backup runs (to the file store and
+ * to S3), CPU-seconds per GiB of the S3 transfers and their floors, and the stored bytes of a
+ * compressed volume of text against what the pool holds (bench/stream_bytes.ts).
  *
  *   deno run --frozen --allow-all bench/store_bench.ts   # this section alone
  *   ZFS_CSI_BENCH_QUICK=1 …                              # 64 MiB, one trial
  *   ZFS_CSI_BENCH_STORE=file …                           # the directory store's rows only
+ *   ZFS_CSI_BENCH_STORE=s3 …                             # S3's and the stored bytes' only
  *   ZFS_CSI_BENCH_TRIALS=9 …                             # 9 trials a row instead of 3
  */
 
@@ -34,12 +39,13 @@ import { parseManifest } from "../src/store/chain.ts";
 import { FileStore } from "../src/store/file_store.ts";
 import { manifestKey, type SnapshotManifest, streamKey } from "../src/store/layout.ts";
 import { parseStoredSnapshotId } from "../src/store/snapshot_ids.ts";
+import { formFlags } from "../src/zfs/stream_form.ts";
 import { Zfs } from "../src/zfs/zfs.ts";
 import type { CallError, CsiClient } from "../tests/support/csi_client.ts";
 import { claimPaths, createVolumeRequest, mountCapability } from "../tests/support/nomad.ts";
 import { PluginProcess } from "../tests/support/plugin_process.ts";
 import { S3Server, signedFetch } from "../tests/support/s3_server.ts";
-import { sh, TestPool } from "../tests/support/zfs_pool.ts";
+import { sh, TestPool, tryRun } from "../tests/support/zfs_pool.ts";
 import {
   checkCurl,
   destroyTree,
@@ -56,6 +62,7 @@ import {
   timedBash,
 } from "./bench_io.ts";
 import { shellQuote } from "./commands.ts";
+import { streamBytesRows } from "./stream_bytes.ts";
 import { which } from "./shims.ts";
 import { formatMs, median, percentile, ratio, type Row } from "./stats.ts";
 
@@ -79,6 +86,11 @@ export interface StoreBenchOptions {
   readonly trials?: number;
   /** Only the directory store's rows (ZFS_CSI_BENCH_STORE=file when run alone). */
   readonly fileOnly?: boolean;
+  /**
+   * Only the S3 rows and the stored bytes (ZFS_CSI_BENCH_STORE=s3 when run alone): the file
+   * store's plugin only sets the volume up.
+   */
+  readonly s3Only?: boolean;
 }
 
 interface Config {
@@ -386,359 +398,372 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   await stagePublishCycle(c, other);
   const fileIdle = await idleRss(pf.pid);
 
-  // The plugin's added latency: stage+publish of another volume without a backup, during one
-  // through the plugin, and during a plain zfs send > file (what the disk and zfs alone cost).
-  progress("store: stage+publish while a backup runs");
-  const lat = { idle: [] as number[], plugin: [] as number[], floor: [] as number[] };
-  await interleave(cfg.trials, [
-    async () => {
-      await syncDisks();
-      for (let i = 0; i < cfg.idleCycles; i++) lat.idle.push(await stagePublishCycle(c, other));
-    },
-    async (t) => {
-      await syncDisks();
-      let id = "";
-      lat.plugin.push(
-        ...await cyclesDuring(c, other, file.backup(srcId, `bench-lat-${t}`).then((x) => id = x)),
-      );
-      await file.deleteSnapshot(id);
-    },
-    async () => {
-      await syncDisks();
-      const send = timedBash(
-        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
-      );
-      lat.floor.push(...await cyclesDuring(c, other, send));
-      await Deno.remove(`${floorDir}/lat.zfs`);
-    },
-  ]);
-
-  // 1. Backup to the file store: the plugin, the floor, and the engine in this process.
-  progress(`store: ${size} backups to the file store`);
-  const fileStore = new FileStore(storeDir);
-  const zfs = new Zfs(new DenoCommandRunner(), {
-    zfsPath: "zfs",
-    zpoolPath: "zpool",
-    timeoutMs: 120_000,
-    log: silent,
-  });
-  const engine = {
-    streams: new DenoStreamRunner(),
-    zfsPath: "zfs",
-    zfs,
-    store: fileStore,
-    log: silent,
-  };
-  const floorGuid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", floorSnap)).trim();
-  let keptFile = "";
   let streamBytes = 0;
-  await interleave(cfg.trials, [
-    async (t) => {
-      await syncDisks();
-      const idle = await idleRss(pf.pid);
-      const sampler = new RssSampler(pf.pid);
-      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-file-${t}`));
-      addRss("file backup", { idle, samples: await sampler.stop() });
-      times.push("file plugin", ms);
-      if (t === cfg.trials - 1) keptFile = id;
-      else await file.deleteSnapshot(id);
-    },
-    async () => {
-      // A new file, as the store writes: overwriting the last trial's 1 GiB file made the
-      // floor free its blocks while timed (about 250 ms here).
-      await Deno.remove(floorFile).catch(() => {});
-      await syncDisks();
-      times.push(
-        "file floor",
-        await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
-      );
-      streamBytes = (await Deno.stat(floorFile)).size;
-    },
-    async () => {
-      if (!hashTool) return;
-      const out = `${floorDir}/checked.zfs`;
-      await syncDisks();
-      times.push(
-        "file hashed floor",
-        await timedBash(checkedSendScript(hashTool, floorSnap, out, besideFile)),
-      );
-      await Deno.remove(out);
-    },
-    async () => {
-      await syncDisks();
-      const key = streamKey("bench-engine", floorGuid, crypto.randomUUID().replaceAll("-", ""));
-      const { ms } = await timed(() =>
-        sendToStore(engine, { snapshot: floorSnap, raw: false, key })
-      );
-      times.push("file engine", ms);
-      await fileStore.delete(key);
-    },
-  ]);
-  const keptFileManifest = await fileManifest(fileStore, keptFile);
-  rows.push(
-    times.row(
-      `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
-      "file plugin",
-      "file floor",
-      {
-        target: 1.1,
-        note: `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
-          `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
-          `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
-          `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
-          `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
-            cfg.trials === 1 ? "" : "s"
-          } each`,
+  if (options.s3Only) {
+    // The S3 floors upload this file of the stream too.
+    await sh("bash", "-c", `zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)}`);
+    streamBytes = (await Deno.stat(floorFile)).size;
+  } else {
+    // The plugin's added latency: stage+publish of another volume without a backup, during one
+    // through the plugin, and during a plain zfs send > file (what the disk and zfs alone cost).
+    progress("store: stage+publish while a backup runs");
+    const lat = { idle: [] as number[], plugin: [] as number[], floor: [] as number[] };
+    await interleave(cfg.trials, [
+      async () => {
+        await syncDisks();
+        for (let i = 0; i < cfg.idleCycles; i++) lat.idle.push(await stagePublishCycle(c, other));
       },
-    ),
-    times.row(
-      "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
-      "file engine",
-      "file floor",
-      {
-        target: 1.1,
-        note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+      async (t) => {
+        await syncDisks();
+        let id = "";
+        lat.plugin.push(
+          ...await cyclesDuring(c, other, file.backup(srcId, `bench-lat-${t}`).then((x) => id = x)),
+        );
+        await file.deleteSnapshot(id);
       },
-    ),
-  );
-  if (hashTool) {
+      async () => {
+        await syncDisks();
+        const send = timedBash(
+          `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
+        );
+        lat.floor.push(...await cyclesDuring(c, other, send));
+        await Deno.remove(`${floorDir}/lat.zfs`);
+      },
+    ]);
+
+    // 1. Backup to the file store: the plugin, the floor, and the engine in this process.
+    progress(`store: ${size} backups to the file store`);
+    const fileStore = new FileStore(storeDir);
+    const zfs = new Zfs(new DenoCommandRunner(), {
+      zfsPath: "zfs",
+      zpoolPath: "zpool",
+      timeoutMs: 120_000,
+      log: silent,
+    });
+    const engine = {
+      streams: new DenoStreamRunner(),
+      zfsPath: "zfs",
+      zfs,
+      store: fileStore,
+      log: silent,
+    };
+    const floorGuid = (await sh("zfs", "get", "-Hp", "-o", "value", "guid", floorSnap)).trim();
+    let keptFile = "";
+    await interleave(cfg.trials, [
+      async (t) => {
+        await syncDisks();
+        const idle = await idleRss(pf.pid);
+        const sampler = new RssSampler(pf.pid);
+        const { ms, value: id } = await timed(() => file.backup(srcId, `bench-file-${t}`));
+        addRss("file backup", { idle, samples: await sampler.stop() });
+        times.push("file plugin", ms);
+        if (t === cfg.trials - 1) keptFile = id;
+        else await file.deleteSnapshot(id);
+      },
+      async () => {
+        // A new file, as the store writes: overwriting the last trial's 1 GiB file made the
+        // floor free its blocks while timed (about 250 ms here).
+        await Deno.remove(floorFile).catch(() => {});
+        await syncDisks();
+        times.push(
+          "file floor",
+          await timedBash(`zfs send ${shellQuote(floorSnap)} > ${shellQuote(floorFile)} && sync`),
+        );
+        streamBytes = (await Deno.stat(floorFile)).size;
+      },
+      async () => {
+        if (!hashTool) return;
+        const out = `${floorDir}/checked.zfs`;
+        await syncDisks();
+        times.push(
+          "file hashed floor",
+          await timedBash(checkedSendScript(hashTool, floorSnap, out, besideFile)),
+        );
+        await Deno.remove(out);
+      },
+      async () => {
+        await syncDisks();
+        const key = streamKey("bench-engine", floorGuid, crypto.randomUUID().replaceAll("-", ""));
+        const { ms } = await timed(() =>
+          sendToStore(engine, { snapshot: floorSnap, raw: false, key })
+        );
+        times.push("file engine", ms);
+        await fileStore.delete(key);
+      },
+    ]);
+    const keptFileManifest = await fileManifest(fileStore, keptFile);
     rows.push(
       times.row(
-        "  zfs send > file with as many bytes hashed beside it by openssl vs the same",
-        "file hashed floor",
+        `backup of a ${size} volume to the file store (plugin) vs zfs send > file`,
+        "file plugin",
         "file floor",
         {
-          note: "no plugin: `openssl dgst -sha256` of a file of the stream's size (in the page " +
-            "cache) in its own process while zfs send writes: what any backup that hashes its " +
-            "stream costs on this machine's cores, without even waiting for the bytes",
+          target: 1.1,
+          note:
+            `CreateSnapshot until ready, through the plugin process; floor: zfs send ds@snap > ` +
+            `DIR/file && sync, same disk; ${mib(keptFileManifest.size)} stream: ` +
+            `${rate(keptFileManifest.size, times.median("file plugin"))} vs ` +
+            `${rate(streamBytes, times.median("file floor"))}; the send itself (plugin's log) ` +
+            `${formatMs(loggedMs(pf, "send stored", "@.stored-bench-file-"))}; ${cfg.trials} trial${
+              cfg.trials === 1 ? "" : "s"
+            } each`,
         },
       ),
-      times.row("  backup (plugin) vs that checked floor", "file plugin", "file hashed floor", {
-        note: "the plugin's cost above a hash made beside the send",
+      times.row(
+        "  same engine in this process (sendToStore to a FileStore) vs zfs send > file",
+        "file engine",
+        "file floor",
+        {
+          target: 1.1,
+          note: "send.ts without gRPC or the plugin's process: the engine's own cost",
+        },
+      ),
+    );
+    if (hashTool) {
+      rows.push(
+        times.row(
+          "  zfs send > file with as many bytes hashed beside it by openssl vs the same",
+          "file hashed floor",
+          "file floor",
+          {
+            note: "no plugin: `openssl dgst -sha256` of a file of the stream's size (in the page " +
+              "cache) in its own process while zfs send writes: what any backup that hashes its " +
+              "stream costs on this machine's cores, without even waiting for the bytes",
+          },
+        ),
+        times.row("  backup (plugin) vs that checked floor", "file plugin", "file hashed floor", {
+          note: "the plugin's cost above a hash made beside the send",
+        }),
+      );
+    }
+
+    // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
+    // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
+    // same file piped by cat, and the check alone: where the time goes.
+    progress(`store: ${size} restores from the file store`);
+    const storedFile = `${storeDir}/${keptFileManifest.stream}`;
+    await interleave(cfg.trials, [
+      async (t) => {
+        await syncDisks();
+        const idle = await idleRss(pf.pid);
+        const sampler = new RssSampler(pf.pid);
+        const { ms, value: id } = await timed(() => file.restore(`restore-file-${t}`, keptFile));
+        addRss("file restore", { idle, samples: await sampler.stop() });
+        times.push("file restore plugin", ms);
+        await file.deleteVolume(id);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/floor-recv`;
+        times.push(
+          "file restore floor",
+          await timedBash(`zfs receive -u ${shellQuote(target)} < ${shellQuote(storedFile)}`),
+        );
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/engine-recv`;
+        const { ms } = await timed(() =>
+          receiveFromStore(engine, { manifest: keptFileManifest, target, readFile: true })
+        );
+        times.push("file restore engine", ms);
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/engine-pipe-recv`;
+        const { ms } = await timed(() =>
+          receiveFromStore(engine, { manifest: keptFileManifest, target })
+        );
+        times.push("file restore engine pipe", ms);
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const target = `${parent}/cat-recv`;
+        times.push(
+          "file restore cat",
+          await timedBash(`cat ${shellQuote(storedFile)} | zfs receive -u ${shellQuote(target)}`),
+        );
+        await destroyTree(target);
+      },
+      async () => {
+        await syncDisks();
+        const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
+        times.push("file restore check", ms);
+      },
+      async () => {
+        if (!hashTool) return;
+        await syncDisks();
+        const target = `${parent}/hashed-recv`;
+        times.push(
+          "file restore hashed floor",
+          await timedBash(checkedReceiveScript(hashTool, storedFile, target)),
+        );
+        await destroyTree(target);
+      },
+    ]);
+    rows.push(
+      times.row(
+        `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
+        "file restore plugin",
+        "file restore floor",
+        {
+          target: 1.1,
+          note:
+            `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
+            `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
+            `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
+            `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
+            `itself (plugin's log) ${
+              formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))
+            }`,
+        },
+      ),
+      times.row(
+        "  same engine in this process (receiveFromStore) vs zfs receive < file",
+        "file restore engine",
+        "file restore floor",
+        {
+          target: 1.1,
+          note:
+            "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
+            "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
+        },
+      ),
+      times.row(
+        "  the check alone (SHA-256 of the stored file, in this process) vs the same",
+        "file restore check",
+        "file restore floor",
+        {
+          note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
+            `from the page cache (${
+              rate(keptFileManifest.size, times.median("file restore check"))
+            })`,
+        },
+      ),
+      times.row(
+        "  same engine through a pipe (as from S3) vs the same",
+        "file restore engine pipe",
+        "file restore floor",
+        {
+          note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
+        },
+      ),
+      times.row("  cat file | zfs receive vs the same", "file restore cat", "file restore floor", {
+        note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
       }),
     );
-  }
-
-  // 3. Restore from the file store: the plugin, zfs receive < the stored file, the engine (as
-  // the plugin runs it: the file checked, then read by zfs; and through a pipe, as for S3), the
-  // same file piped by cat, and the check alone: where the time goes.
-  progress(`store: ${size} restores from the file store`);
-  const storedFile = `${storeDir}/${keptFileManifest.stream}`;
-  await interleave(cfg.trials, [
-    async (t) => {
-      await syncDisks();
-      const idle = await idleRss(pf.pid);
-      const sampler = new RssSampler(pf.pid);
-      const { ms, value: id } = await timed(() => file.restore(`restore-file-${t}`, keptFile));
-      addRss("file restore", { idle, samples: await sampler.stop() });
-      times.push("file restore plugin", ms);
-      await file.deleteVolume(id);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/floor-recv`;
-      times.push(
-        "file restore floor",
-        await timedBash(`zfs receive -u ${shellQuote(target)} < ${shellQuote(storedFile)}`),
-      );
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/engine-recv`;
-      const { ms } = await timed(() =>
-        receiveFromStore(engine, { manifest: keptFileManifest, target, readFile: true })
-      );
-      times.push("file restore engine", ms);
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/engine-pipe-recv`;
-      const { ms } = await timed(() =>
-        receiveFromStore(engine, { manifest: keptFileManifest, target })
-      );
-      times.push("file restore engine pipe", ms);
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const target = `${parent}/cat-recv`;
-      times.push(
-        "file restore cat",
-        await timedBash(`cat ${shellQuote(storedFile)} | zfs receive -u ${shellQuote(target)}`),
-      );
-      await destroyTree(target);
-    },
-    async () => {
-      await syncDisks();
-      const { ms } = await timed(() => sha256Of(fileStore, keptFileManifest.stream));
-      times.push("file restore check", ms);
-    },
-    async () => {
-      if (!hashTool) return;
-      await syncDisks();
-      const target = `${parent}/hashed-recv`;
-      times.push(
-        "file restore hashed floor",
-        await timedBash(checkedReceiveScript(hashTool, storedFile, target)),
-      );
-      await destroyTree(target);
-    },
-  ]);
-  rows.push(
-    times.row(
-      `restore of a ${size} volume from the file store (plugin) vs zfs receive < file`,
-      "file restore plugin",
-      "file restore floor",
-      {
-        target: 1.1,
-        note: `CreateVolume from the store: id until it answers (receive with size, SHA-256 and ` +
-          `guid checks, properties, rename); floor: zfs receive -u ds < the stored stream; ` +
-          `${rate(keptFileManifest.size, times.median("file restore plugin"))} vs ` +
-          `${rate(keptFileManifest.size, times.median("file restore floor"))}; the receive ` +
-          `itself (plugin's log) ${formatMs(loggedMs(pf, "receive done", ".stored-bench-file-"))}`,
-      },
-    ),
-    times.row(
-      "  same engine in this process (receiveFromStore) vs zfs receive < file",
-      "file restore engine",
-      "file restore floor",
-      {
-        target: 1.1,
-        note: "receive.ts as restores run it (the file's size and SHA-256 checked, then the open " +
-          "file given to zfs receive as stdin; guid) without gRPC or temp dataset",
-      },
-    ),
-    times.row(
-      "  the check alone (SHA-256 of the stored file, in this process) vs the same",
-      "file restore check",
-      "file restore floor",
-      {
-        note: `what checking before receiving adds: 4 MiB reads by position (as receive.ts) ` +
-          `from the page cache (${
-            rate(keptFileManifest.size, times.median("file restore check"))
-          })`,
-      },
-    ),
-    times.row(
-      "  same engine through a pipe (as from S3) vs the same",
-      "file restore engine pipe",
-      "file restore floor",
-      {
-        note: "the download hashed as it is written to zfs receive's stdin, last chunk held back",
-      },
-    ),
-    times.row("  cat file | zfs receive vs the same", "file restore cat", "file restore floor", {
-      note: "what a pipe alone costs zfs receive (zfs-fuse reads a pipe slowly)",
-    }),
-  );
-  if (hashTool) {
-    rows.push(
-      times.row(
-        "  zfs receive < file with the file hashed beside it by openssl vs the same",
-        "file restore hashed floor",
-        "file restore floor",
-        {
-          note: "no plugin: `openssl dgst -sha256 file` in its own process while zfs receive " +
-            "reads the same file, what any restore that checks the SHA-256 while zfs reads costs " +
-            "on this machine's cores",
-        },
-      ),
-      times.row(
-        "  restore (plugin) vs that checked floor",
-        "file restore plugin",
-        "file restore hashed floor",
-        { note: "the plugin's cost above a check made beside the receive" },
-      ),
-    );
-  } else {
-    progress("store: no openssl on PATH: the checked floor's rows are left out");
-  }
-
-  // 4. Incremental: a small change, stored on top of the kept full backup.
-  progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
-  let fileBase = keptFileManifest;
-  const incBytes: number[] = [];
-  const incFloorBytes: number[] = [];
-  for (let t = 0; t < cfg.trials; t++) {
-    await changeData(dataFile, cfg, t);
-    const pluginSide = async () => {
-      await syncDisks();
-      const { ms, value: id } = await timed(() => file.backup(srcId, `bench-inc-file-${t}`));
-      times.push("file inc plugin", ms);
-      const m = await fileManifest(fileStore, id);
-      if (m.baseGuid !== fileBase.guid) {
-        throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
-      }
-      incBytes.push(m.size);
-      return m;
-    };
-    const floorSide = async () => {
-      await syncDisks();
-      const snap = `${dataset}@bench-inc-floor-${t}`;
-      await sh("zfs", "snapshot", snap);
-      const out = `${floorDir}/inc.zfs`;
-      const base = `${dataset}@${fileBase.snapshot}`;
-      times.push(
-        "file inc floor",
-        await timedBash(
-          `zfs send -i ${shellQuote(base)} ${shellQuote(snap)} > ${shellQuote(out)} && sync`,
+    if (hashTool) {
+      rows.push(
+        times.row(
+          "  zfs receive < file with the file hashed beside it by openssl vs the same",
+          "file restore hashed floor",
+          "file restore floor",
+          {
+            note: "no plugin: `openssl dgst -sha256 file` in its own process while zfs receive " +
+              "reads the same file, what any restore that checks the SHA-256 while zfs reads costs " +
+              "on this machine's cores",
+          },
+        ),
+        times.row(
+          "  restore (plugin) vs that checked floor",
+          "file restore plugin",
+          "file restore hashed floor",
+          { note: "the plugin's cost above a check made beside the receive" },
         ),
       );
-      incFloorBytes.push((await Deno.stat(out)).size);
-      await Deno.remove(out);
-      await destroyTree(snap);
-    };
-    // Alternating which goes first; both send the same change from the same base.
-    if (t % 2 === 0) {
-      const m = await pluginSide();
-      await floorSide();
-      fileBase = m;
     } else {
-      await floorSide();
-      fileBase = await pluginSide();
+      progress("store: no openssl on PATH: the checked floor's rows are left out");
     }
-  }
-  rows.push(
-    times.row(
-      `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
-      "file inc plugin",
-      "file inc floor",
+
+    // 4. Incremental: a small change, stored on top of the kept full backup.
+    progress(`store: incremental backups of ${cfg.changedMiB} MiB changed`);
+    let fileBase = keptFileManifest;
+    const incBytes: number[] = [];
+    const incFloorBytes: number[] = [];
+    for (let t = 0; t < cfg.trials; t++) {
+      await changeData(dataFile, cfg, t);
+      const pluginSide = async () => {
+        await syncDisks();
+        const { ms, value: id } = await timed(() => file.backup(srcId, `bench-inc-file-${t}`));
+        times.push("file inc plugin", ms);
+        const m = await fileManifest(fileStore, id);
+        if (m.baseGuid !== fileBase.guid) {
+          throw new Error(`store bench: "${m.snapshot}" was not sent incrementally`);
+        }
+        incBytes.push(m.size);
+        return m;
+      };
+      const floorSide = async () => {
+        await syncDisks();
+        const snap = `${dataset}@bench-inc-floor-${t}`;
+        await sh("zfs", "snapshot", snap);
+        const out = `${floorDir}/inc.zfs`;
+        const base = `${dataset}@${fileBase.snapshot}`;
+        times.push(
+          "file inc floor",
+          await timedBash(
+            `zfs send -i ${shellQuote(base)} ${shellQuote(snap)} > ${shellQuote(out)} && sync`,
+          ),
+        );
+        incFloorBytes.push((await Deno.stat(out)).size);
+        await Deno.remove(out);
+        await destroyTree(snap);
+      };
+      // Alternating which goes first; both send the same change from the same base.
+      if (t % 2 === 0) {
+        const m = await pluginSide();
+        await floorSide();
+        fileBase = m;
+      } else {
+        await floorSide();
+        fileBase = await pluginSide();
+      }
+    }
+    rows.push(
+      times.row(
+        `incremental backup, ${cfg.changedMiB} MiB changed of ${size}, file store (plugin)`,
+        "file inc plugin",
+        "file inc floor",
+        {
+          note:
+            `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
+            `sync, ${mib(median(incFloorBytes))}`,
+        },
+      ),
+    );
+    rows.push(
+      rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
+      rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
+    );
+    const during = median(lat.plugin);
+    const without = median(lat.idle);
+    const plain = median(lat.floor);
+    rows.push(
       {
-        note: `bytes moved (manifest size) ${mib(median(incBytes))}; floor zfs send -i > file && ` +
-          `sync, ${mib(median(incFloorBytes))}`,
+        section: SECTION,
+        what: `stage+publish of another volume during a ${size} backup vs without`,
+        plugin: formatMs(during),
+        base: formatMs(without),
+        ratio: ratio(during, without),
+        note: `medians ${formatMs(during)} during, ${formatMs(without)} without (p90 ` +
+          `${formatMs(percentile(lat.plugin, 90))} / ${formatMs(percentile(lat.idle, 90))}); ` +
+          `${lat.plugin.length} / ${lat.idle.length} calls; target: none measurable`,
       },
-    ),
-  );
-  rows.push(
-    rssRow(`RSS during ${size} backups to the file store`, fileIdle, rss.get("file backup")!),
-    rssRow(`RSS during ${size} restores from the file store`, fileIdle, rss.get("file restore")!),
-  );
-  const during = median(lat.plugin);
-  const without = median(lat.idle);
-  const plain = median(lat.floor);
-  rows.push(
-    {
-      section: SECTION,
-      what: `stage+publish of another volume during a ${size} backup vs without`,
-      plugin: formatMs(during),
-      base: formatMs(without),
-      ratio: ratio(during, without),
-      note: `medians ${formatMs(during)} during, ${formatMs(without)} without (p90 ` +
-        `${formatMs(percentile(lat.plugin, 90))} / ${formatMs(percentile(lat.idle, 90))}); ` +
-        `${lat.plugin.length} / ${lat.idle.length} calls; target: none measurable`,
-    },
-    {
-      section: SECTION,
-      what: "  same, during the backup vs during a plain zfs send > file",
-      plugin: formatMs(during),
-      base: formatMs(plain),
-      ratio: ratio(during, plain),
-      note: `${lat.floor.length} calls during zfs send ds@snap > file && sync: what a busy disk ` +
-        `and zfs cost without the plugin; ${navigator.hardwareConcurrency} cores`,
-    },
-  );
+      {
+        section: SECTION,
+        what: "  same, during the backup vs during a plain zfs send > file",
+        plugin: formatMs(during),
+        base: formatMs(plain),
+        ratio: ratio(during, plain),
+        note:
+          `${lat.floor.length} calls during zfs send ds@snap > file && sync: what a busy disk ` +
+          `and zfs cost without the plugin; ${navigator.hardwareConcurrency} cores`,
+      },
+    );
+  }
   await pf.stop();
   if (options.fileOnly) return rows;
 
@@ -773,19 +798,75 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   const floorUrl = shellQuote(`${bucketUrl}/bench-floor/full.zfs`);
   if (streamBytes === 0) throw new Error("store bench: the file floor wrote no stream");
 
-  // 2. Backup to S3: the plugin against one PutObject of the zfs send output by curl.
+  // The piped floors hash with openssl where it is there: coreutils' sha256sum uses no SHA
+  // instructions here (1.64 against 0.20 CPU-seconds for 256 MiB), node:crypto does.
+  const hasher = hashTool ? `${shellQuote(hashTool)} dgst -sha256` : "sha256sum";
+  const sgw = await s3Pid(s3);
+  const fusePid = await zfsFusePid();
+  /** CPU-seconds of the plugin, its floor's processes, zfs-fuse and versitygw over a trial. */
+  const cpu = new Map<string, number[]>();
+  const addCpu = (key: string, seconds: number) => cpu.set(key, [...cpu.get(key) ?? [], seconds]);
+  const cpuTrial = async <T>(side: string, pid: number | "self", fn: () => Promise<T>) => {
+    const before = [
+      await cpuSeconds(pid, pid === "self"),
+      await cpuSeconds(fusePid),
+      await cpuSeconds(sgw),
+    ];
+    const value = await fn();
+    const after = [
+      await cpuSeconds(pid, pid === "self"),
+      await cpuSeconds(fusePid),
+      await cpuSeconds(sgw),
+    ];
+    addCpu(side, after[0]! - before[0]!);
+    addCpu(`${side} zfs-fuse`, after[1]! - before[1]!);
+    addCpu(`${side} versitygw`, after[2]! - before[2]!);
+    return value;
+  };
+  // What the floor streams: the plugin's own form of the same data (plain on zfs-fuse), as
+  // an untimed first backup to S3 shows it.
+  const warmUp = await s3Calls.backup(srcId, "bench-s3-form");
+  const s3Form = formFlags(
+    (await s3Manifest(s3, warmUp)).form ??
+      { compressed: false, largeBlocks: false, embedded: false },
+  );
+  await s3Calls.deleteSnapshot(warmUp);
+  const floorSend = `zfs send ${s3Form === "" ? "" : `${s3Form} `}${shellQuote(floorSnap)}`;
+  const pipedBytes = Number(
+    (await sh("bash", "-c", `set -o pipefail; ${floorSend} | wc -c`)).trim(),
+  );
+
+  // 2. Backup to S3: the plugin against the floor doing the same work with plain tools: zfs
+  // send, hashed beside the upload, streamed into one PutObject by curl. versitygw answers 411
+  // to a body without a length (curl -T - sends it chunked), so the floor tells curl the length
+  // in advance (the stream's size, measured before), which no real backup knows: the nearest
+  // curl can do.
   progress(`store: ${size} backups to S3`);
+  const pipedFloor = `f=$(mktemp -u); mkfifo "$f"; ${hasher} < "$f" > /dev/null & h=$!\n` +
+    `${floorSend} | tee "$f" | ${curlS3} -T - -H 'Content-Length: ${pipedBytes}' ` +
+    `-H 'Transfer-Encoding:' ${floorUrl} -o /dev/null\nwait "$h"; rm "$f"`;
   let keptS3 = "";
   await interleave(cfg.trials, [
     async (t) => {
       await syncDisks();
       const idle = await idleRss(ps.pid);
       const sampler = new RssSampler(ps.pid);
-      const { ms, value: id } = await timed(() => s3Calls.backup(srcId, `bench-s3-${t}`));
+      const { ms, value: id } = await cpuTrial(
+        "s3 plugin",
+        ps.pid,
+        () => timed(() => s3Calls.backup(srcId, `bench-s3-${t}`)),
+      );
       addRss("s3 backup", { idle, samples: await sampler.stop() });
       times.push("s3 plugin", ms);
       if (t === cfg.trials - 1) keptS3 = id;
       else await s3Calls.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      times.push(
+        "s3 piped floor",
+        await cpuTrial("s3 piped floor", "self", () => timedBash(pipedFloor, curlEnv)),
+      );
     },
     async () => {
       await syncDisks();
@@ -810,19 +891,39 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   const keptS3Manifest = await s3Manifest(s3, keptS3);
   rows.push(
     times.row(
-      `backup of a ${size} volume to S3 (plugin) vs one PutObject by curl`,
+      `backup of a ${size} volume to S3 (plugin) vs zfs send | tee >(${
+        hasher.split(" ")[0]!.split("/").at(-1)
+      } dgst) | curl -T -`,
+      "s3 plugin",
+      "s3 piped floor",
+      {
+        target: 1.25,
+        note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload (8 MiB ` +
+          `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback, by its own HTTP/1.1 client on ` +
+          `Deno.connect), SHA-256 on its main thread; floor: ${floorSend} | tee fifo | ${curl} ` +
+          `--aws-sigv4 -T - with Content-Length given in advance (versitygw answers 411 to a ` +
+          `chunked body), ${hasher} reading the fifo; ` +
+          `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
+          `${rate(pipedBytes, times.median("s3 piped floor"))}; the send itself (plugin's log) ` +
+          `${formatMs(loggedMs(ps, "send stored", "@.stored-bench-s3-"))}`,
+      },
+    ),
+    cpuRow(
+      `CPU-seconds per GiB of a ${size} backup to S3: plugin vs that floor`,
+      cpu,
+      "s3 plugin",
+      "s3 piped floor",
+      keptS3Manifest.size,
+      "plugin: its process and the zfs commands it ran (/proc utime+stime, children reaped); " +
+        "floor: every process of its pipeline (bash's children)",
+    ),
+    times.row(
+      "  same vs one PutObject by curl -T of the stream, on disk already",
       "s3 plugin",
       "s3 floor",
       {
-        target: 1.1,
-        note: `versitygw on 127.0.0.1; plugin: zfs send streamed as a multipart upload (8 MiB ` +
-          `parts, 2 in flight, UNSIGNED-PAYLOAD over loopback, by its own HTTP/1.1 client on ` +
-          `Deno.connect); floor: ` +
-          `${curl} --aws-sigv4 -T file of the zfs send output already on disk (upload only; ` +
-          `versitygw refuses a body without Content-Length, so no pipe); ` +
-          `${rate(keptS3Manifest.size, times.median("s3 plugin"))} vs ` +
-          `${rate(streamBytes, times.median("s3 floor"))}; the send itself (plugin's log) ` +
-          `${formatMs(loggedMs(ps, "send stored", "@.stored-bench-s3-"))}`,
+        note: `${curl} --aws-sigv4 -T file: the upload alone (no zfs send, no hash); ` +
+          `${rate(streamBytes, times.median("s3 floor"))}`,
       },
     ),
     times.row("  same vs zfs send > file, then curl -T file", "s3 plugin", "s3 script", {
@@ -830,7 +931,59 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     }),
   );
 
-  // 3. Restore from S3: the plugin against curl's download piped into zfs receive.
+  // Stage+publish of another volume while the plugin backs up to S3, against during a plain
+  // zfs send > file: faster uploads must not starve volume calls.
+  progress("store: stage+publish while a backup to S3 runs");
+  const otherS3Res = await ps.client.controller(
+    "CreateVolume",
+    createVolumeRequest("store-other-s3"),
+  );
+  const otherS3: Claim = {
+    volumeId: otherS3Res.volume.volume_id,
+    context: otherS3Res.volume.volume_context,
+    ...await claimPaths(ps.baseDir, {
+      volumeId: "store-other-s3",
+      allocId: "alloc-store-other-s3",
+    }),
+  };
+  await stagePublishCycle(ps.client, otherS3);
+  const latS3 = { plugin: [] as number[], floor: [] as number[] };
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      let id = "";
+      latS3.plugin.push(
+        ...await cyclesDuring(
+          ps.client,
+          otherS3,
+          s3Calls.backup(srcId, `bench-s3-lat-${t}`).then((x) => id = x),
+        ),
+      );
+      await s3Calls.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      const send = timedBash(
+        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
+      );
+      latS3.floor.push(...await cyclesDuring(ps.client, otherS3, send));
+      await Deno.remove(`${floorDir}/lat.zfs`);
+    },
+  ]);
+  rows.push({
+    section: SECTION,
+    what:
+      `stage+publish of another volume during a ${size} backup to S3 vs during a plain zfs send`,
+    plugin: formatMs(median(latS3.plugin)),
+    base: formatMs(median(latS3.floor)),
+    ratio: ratio(median(latS3.plugin), median(latS3.floor)),
+    target: 1.1,
+    note:
+      `p90 ${formatMs(percentile(latS3.plugin, 90))} / ${formatMs(percentile(latS3.floor, 90))}; ` +
+      `${latS3.plugin.length} / ${latS3.floor.length} calls; floor: zfs send ds@snap > file && sync`,
+  });
+
+  // 3. Restore from S3: the plugin against curl's download hashed beside zfs receive.
   progress(`store: ${size} restores from S3`);
   const streamUrl = shellQuote(`${bucketUrl}/${keptS3Manifest.stream}`);
   await interleave(cfg.trials, [
@@ -838,10 +991,29 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       await syncDisks();
       const idle = await idleRss(ps.pid);
       const sampler = new RssSampler(ps.pid);
-      const { ms, value: id } = await timed(() => s3Calls.restore(`restore-s3-${t}`, keptS3));
+      const { ms, value: id } = await cpuTrial(
+        "s3 restore plugin",
+        ps.pid,
+        () => timed(() => s3Calls.restore(`restore-s3-${t}`, keptS3)),
+      );
       addRss("s3 restore", { idle, samples: await sampler.stop() });
       times.push("s3 restore plugin", ms);
       await s3Calls.deleteVolume(id);
+    },
+    async () => {
+      await syncDisks();
+      const target = `${parent}/floor-recv`;
+      times.push(
+        "s3 restore piped floor",
+        await cpuTrial("s3 restore piped floor", "self", () =>
+          timedBash(
+            `f=$(mktemp -u); mkfifo "$f"; ${hasher} < "$f" > /dev/null & h=$!\n` +
+              `${curlS3} ${streamUrl} | tee "$f" | zfs receive -u ${shellQuote(target)}\n` +
+              `wait "$h"; rm "$f"`,
+            curlEnv,
+          )),
+      );
+      await destroyTree(target);
     },
     async () => {
       await syncDisks();
@@ -855,16 +1027,31 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   ]);
   rows.push(
     times.row(
-      `restore of a ${size} volume from S3 (plugin) vs curl piped into zfs receive`,
+      `restore of a ${size} volume from S3 (plugin) vs curl | tee >(dgst) | zfs receive`,
+      "s3 restore plugin",
+      "s3 restore piped floor",
+      {
+        target: 1.15,
+        note: `floor: ${curl} --aws-sigv4 GET of the stored stream | tee fifo | zfs receive -u ` +
+          `ds, ${hasher} reading the fifo; ` +
+          `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
+          `${rate(keptS3Manifest.size, times.median("s3 restore piped floor"))}; the receive ` +
+          `itself (plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,
+      },
+    ),
+    cpuRow(
+      `CPU-seconds per GiB of a ${size} restore from S3: plugin vs that floor`,
+      cpu,
+      "s3 restore plugin",
+      "s3 restore piped floor",
+      keptS3Manifest.size,
+      "plugin: its process and the zfs commands it ran; floor: every process of its pipeline",
+    ),
+    times.row(
+      "  same vs curl | zfs receive (no hash)",
       "s3 restore plugin",
       "s3 restore floor",
-      {
-        target: 1.1,
-        note: `floor: ${curl} --aws-sigv4 GET of the stored stream piped into zfs receive -u ds; ` +
-          `${rate(keptS3Manifest.size, times.median("s3 restore plugin"))} vs ` +
-          `${rate(keptS3Manifest.size, times.median("s3 restore floor"))}; the receive itself ` +
-          `(plugin's log) ${formatMs(loggedMs(ps, "receive done", ".stored-bench-s3-"))}`,
-      },
+      { note: "the download piped into zfs receive, nothing checked" },
     ),
   );
 
@@ -894,7 +1081,72 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     rssRow(`RSS during ${size} restores from S3`, s3Idle, rss.get("s3 restore")!),
   );
   await ps.stop();
+  // 5. Stored bytes against the pool's, on a pool and plugin of their own.
+  rows.push(
+    ...await streamBytesRows({ dataMiB: quick ? 32 : 256, section: SECTION, progress }),
+  );
   return rows;
+}
+
+/** Clock ticks per second of /proc/<pid>/stat's times (USER_HZ: 100 on Linux). */
+const TICKS = 100;
+
+/**
+ * CPU-seconds of a process from /proc/<pid>/stat: its own and those of its children it has
+ * waited for (zfs commands the plugin ran), or with `childrenOnly` those children's alone
+ * ("self": a floor's bash and its pipeline, waited for by this process); 0 without a pid.
+ */
+async function cpuSeconds(pid: number | "self" | undefined, childrenOnly = false): Promise<number> {
+  if (pid === undefined) return 0;
+  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+  // utime, stime, cutime, cstime: fields 14 to 17, here 11 to 14.
+  const own = f[11]! + f[12]!;
+  const children = f[13]! + f[14]!;
+  return (childrenOnly ? children : own + children) / TICKS;
+}
+
+/** The pid of this bench's versitygw (by its unique access key), or undefined. */
+async function s3Pid(s3: S3Server): Promise<number | undefined> {
+  const r = await tryRun("pgrep", "-f", "--", `--access ${s3.accessKeyId} `);
+  const pid = Number(r.stdout.trim().split("\n")[0]);
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+}
+
+/** The zfs-fuse daemon's pid; undefined on OpenZFS (zfs runs in the kernel). */
+async function zfsFusePid(): Promise<number | undefined> {
+  const r = await tryRun("pgrep", "-x", "zfs-fuse");
+  const pid = Number(r.stdout.trim().split("\n")[0]);
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+}
+
+/**
+ * A row of CPU-seconds per GiB moved: the median over trials of `side`'s processes against the
+ * floor's, with zfs-fuse's and versitygw's in the note (they serve both alike).
+ */
+function cpuRow(
+  what: string,
+  cpu: ReadonlyMap<string, number[]>,
+  side: string,
+  floor: string,
+  bytes: number,
+  note: string,
+): Row {
+  const perGiB = (key: string) => median(cpu.get(key) ?? [NaN]) / (bytes / (1024 * MiB));
+  const [plugin, base] = [perGiB(side), perGiB(floor)];
+  const others = (key: string) =>
+    `zfs-fuse ${perGiB(`${key} zfs-fuse`).toFixed(2)}, versitygw ${
+      perGiB(`${key} versitygw`).toFixed(2)
+    }`;
+  return {
+    section: SECTION,
+    what,
+    plugin: `${plugin.toFixed(2)} CPU-s/GiB`,
+    base: `${base.toFixed(2)} CPU-s/GiB`,
+    ratio: ratio(plugin, base),
+    note: `${note}; beside them, per GiB: plugin's trials ${others(side)}; floor's ` +
+      `${others(floor)} (0 where not running: OpenZFS sends in the kernel)`,
+  };
 }
 
 /** The manifest of a stored snapshot in the file store. */
@@ -972,6 +1224,7 @@ if (import.meta.main) {
     storeBench({
       ...o,
       fileOnly: Deno.env.get("ZFS_CSI_BENCH_STORE") === "file",
+      s3Only: Deno.env.get("ZFS_CSI_BENCH_STORE") === "s3",
       ...Number.isInteger(trials) && trials > 0 ? { trials } : {},
     })
   );

@@ -69,7 +69,7 @@ export function storeParts(
     ? new ObservedStreamRunner(new DenoStreamRunner(), (e) => activity.observeCommand(e))
     : new DenoStreamRunner();
   const send: BackupDeps["send"] = (spec) =>
-    sendToStore({ streams, zfsPath: config.zfsPath, store, log }, spec);
+    sendToStore({ streams, zfsPath: config.zfsPath, store, log, zfs: deps.zfs }, spec);
   const backup: BackupDeps = {
     zfs: deps.zfs,
     store,

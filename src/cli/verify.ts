@@ -14,6 +14,7 @@ import { Code, CsiError } from "../errors.ts";
 import { openStore } from "../store/open.ts";
 import { storeGrants } from "../permissions.ts";
 import { randomHex } from "../replicate/local.ts";
+import { checkReceivable } from "../replicate/receivable.ts";
 import { type ReceiveDeps, restoreChain } from "../replicate/receive.ts";
 import { DenoStreamRunner } from "../run.ts";
 import { chainTo, latest, parseManifest } from "../store/chain.ts";
@@ -22,6 +23,7 @@ import { storedSnapshotId } from "../store/snapshot_ids.ts";
 import type { Store } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
 import { parseBytes } from "../zfs/parse.ts";
+import { describeForm, PLAIN_FORM } from "../zfs/stream_form.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { type CliIo, humanBytes, printJson, Progress } from "./io.ts";
 import {
@@ -54,6 +56,11 @@ export interface VerifyReport {
   /** Streams received, the full one first, and their bytes. */
   readonly streams: number;
   readonly bytes: number;
+  /**
+   * Each stream's form, the full one first ("plain stream (zfs send)", "compressed, large-block,
+   * embedded-data stream (zfs send -c -L -e)"; src/zfs/stream_form.ts describeForm).
+   */
+  readonly forms: readonly string[];
   readonly seconds: number;
   /** Bytes the restored snapshot refers to. */
   readonly referencedBytes: number;
@@ -230,7 +237,8 @@ export const usage =
 
 Restores a stored backup of VOLUME (the newest, or --snapshot: its id store:<volume>:<hex> or
 the 16 hex digits) into a hidden scratch dataset below the parent (${VERIFY_PREFIX}<hex>, marked
-${VERIFY_PROPERTY}), checking each stream's size, SHA-256 and guid as a restore does, then
+${VERIFY_PROPERTY}), checking first that this node's pool can receive each stream's form
+(compressed, large blocks, ...), then each stream's size, SHA-256 and guid as a restore does, then
 checks the result (every snapshot of the chain there; and whether this node has the volume's
 own snapshot of that guid) and destroys the scratch dataset. Needs room in the pool for the
 restored data. Shows progress on stderr. Ctrl-C (SIGINT) or SIGTERM stops it and removes the
@@ -275,6 +283,8 @@ export async function run(
   const chain = chainTo(manifests.filter((m) => m.volumeUid === target.volumeUid), target.guid);
   const bytes = chain.reduce((n, m) => n + m.size, 0);
   const scratch = `${config.parentDataset}/${VERIFY_PREFIX}${randomHex(8)}`;
+  // A form this node's pool cannot receive fails here, naming it, before any download.
+  await checkReceivable(tools.zfs, scratch, chain);
   // Ctrl-C reaches zfs receive too (one process group); SIGTERM only this process: both abort.
   const stop = new AbortController();
   let interrupted = 0;
@@ -334,10 +344,12 @@ async function verifyInto(
 ): Promise<number> {
   const { io, volume, chain, target, bytes, scratch, signal } = v;
   const config = tools.config;
+  const forms = chain.map((m) => describeForm(m.form ?? PLAIN_FORM, m.raw));
   const progress = new Progress(io, `verify ${volume}`, bytes);
   io.err(
     `verify: receiving ${chain.length} stream(s), ${humanBytes(bytes)}, of ${target.snapshot} ` +
-      `(${target.createdAt}) from ${v.store.description} into ${scratch}`,
+      `(${target.createdAt}) from ${v.store.description} into ${scratch}; ` +
+      `${[...new Set(forms)].join(" and ")}`,
   );
   const deps: ReceiveDeps = {
     streams: new DenoStreamRunner(),
@@ -376,6 +388,7 @@ async function verifyInto(
     createdAt: target.createdAt,
     streams: chain.length,
     bytes,
+    forms,
     seconds: Math.round((performance.now() - started) / 100) / 10,
     referencedBytes: checked.referencedBytes,
     localSnapshot: checked.localSnapshot,

@@ -33,6 +33,7 @@ import {
 } from "../store/layout.ts";
 import { pruneOrder, retained } from "../store/policy.ts";
 import { type Store, StoreError } from "../store/store.ts";
+import { PLAIN_FORM } from "../zfs/stream_form.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { backupSequenceOf } from "../volume/backup_names.ts";
 import {
@@ -367,7 +368,10 @@ async function sendOnce(
   const started = now();
   const sent = await deps.send({
     snapshot: snap.name,
-    ...(base ? { base: base.name } : {}),
+    // An incremental keeps its chain's -L (src/zfs/stream_form.ts); no form: a plain stream.
+    ...(base
+      ? { base: base.name, baseForm: mine.find((m) => m.guid === base.guid)?.form ?? PLAIN_FORM }
+      : {}),
     raw: volume.raw,
     key,
     ...(options.signal ? { signal: options.signal } : {}),
@@ -387,6 +391,7 @@ async function sendOnce(
     size: sent.size,
     sha256: sent.sha256,
     raw: volume.raw,
+    ...(sent.form ? { form: sent.form } : {}),
     node: deps.node,
     capacityBytes,
     ...(snap.referenced === undefined ? {} : { referencedBytes: snap.referenced }),

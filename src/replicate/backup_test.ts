@@ -10,7 +10,8 @@ import {
   joinChunks,
   patternChunks,
 } from "../../tests/support/fake_stream_runner.ts";
-import { sendToStore } from "./send.ts";
+import { sendToStore, type SendToStoreSpec } from "./send.ts";
+import { PLAIN_FORM } from "../zfs/stream_form.ts";
 import { releaseStored } from "./records.ts";
 import {
   type BackupHarness,
@@ -388,6 +389,34 @@ Deno.test("backupVolume drives the real sendToStore: zfs send -i <base>, the byt
   assert.equal(out.manifest.size, 50_000);
   const digest = createHash("sha256").update(joinChunks(chunks)).digest("hex");
   assert.equal(out.manifest.sha256, digest);
+});
+
+Deno.test("backupVolume records each stream's form and hands an incremental its base's form", async () => {
+  const compressed = {
+    compressed: true,
+    largeBlocks: true,
+    embedded: true,
+    features: ["compressed", "lz4"],
+  };
+  const h = backupHarness();
+  const deps = {
+    ...h.deps,
+    send: async (spec: SendToStoreSpec) => ({ ...await h.deps.send(spec), form: compressed }),
+  };
+  const ds = h.volume("pg");
+  const full = stored(await backupVolume(deps, ds));
+  assert.deepEqual(full.manifest.form, compressed);
+  assert.equal(h.sends[0]?.baseForm, undefined, "a full stream has no base form");
+  h.clock.ms += HOUR;
+  await backupVolume(deps, ds);
+  assert.deepEqual(h.sends[1]?.baseForm, compressed);
+  // A send that says no form (an older send) leaves the field out: the stream is plain.
+  h.clock.ms += HOUR;
+  const plain = stored(await backupVolume(h.deps, ds));
+  assert.equal(plain.manifest.form, undefined);
+  h.clock.ms += HOUR;
+  await backupVolume(h.deps, ds);
+  assert.deepEqual(h.sends[3]?.baseForm, PLAIN_FORM, "a base without a form is plain");
 });
 
 Deno.test("backupVolume bases on a snapshot stored by CreateSnapshot (.stored-*), as after a restore", async () => {

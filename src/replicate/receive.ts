@@ -20,6 +20,7 @@ import { type Properties, receiveArgs, type ReceiveOptions } from "../zfs/args.t
 import type { Zfs } from "../zfs/zfs.ts";
 import { ReplicateError } from "../replicate_errors.ts";
 import { checkStreamProperties, receiveExclusions } from "./stream_properties.ts";
+import { checkReceivable } from "./receivable.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
 
 /** What {@linkcode receiveFromStore} works with. */
@@ -99,6 +100,8 @@ class StdinClosed extends Error {}
 export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Promise<void> {
   const { manifest, target, signal } = spec;
   signal?.throwIfAborted();
+  // A form this pool cannot receive is refused before anything is downloaded (receivable.ts).
+  await checkReceivable(deps.zfs, target, [manifest]);
   const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
   const started = performance.now();
   const exclude = await receiveExclusions(deps.zfs, target, manifest.raw);
@@ -531,6 +534,7 @@ export interface RestoreSpec {
  */
 export async function restoreChain(deps: ReceiveDeps, spec: RestoreSpec): Promise<void> {
   checkChain(spec.chain);
+  await checkReceivable(deps.zfs, spec.target, spec.chain);
   for (const manifest of spec.chain) {
     await receiveFromStore(deps, {
       manifest,

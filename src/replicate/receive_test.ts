@@ -710,3 +710,29 @@ Deno.test("receiveFromStore with readFile answers a damaged file that zfs refuse
   );
   assert.ok(refused instanceof ZfsError && /exists/.test(refused.message), String(refused));
 });
+
+Deno.test("receiveFromStore and restoreChain refuse a form the pool lacks before any receive", async () => {
+  const bytes = joinChunks(patternChunks(10_000, CHUNK));
+  const { store, runner, deps, streams } = setup();
+  // zfs-fuse: no zfs version, a pool of version 23.
+  runner
+    .onExact(["zfs", "version"], { code: 2, stderr: "unrecognized command 'version'\n" })
+    .onExact(["zpool", "get", "all", "tank"], {
+      stdout: "NAME  PROPERTY  VALUE  SOURCE\ntank  version  23  default\n",
+    });
+  const form = { compressed: true, largeBlocks: false, embedded: true, features: ["compressed"] };
+  const full = manifest(bytes, { guid: "1001" });
+  const inc = manifest(bytes, { guid: "1002", baseGuid: "1001", form });
+  await stored(store, full, bytes);
+  await stored(store, inc, bytes);
+  await assert.rejects(
+    receiveFromStore(deps, { manifest: inc, target: TARGET }),
+    /cannot receive stored snapshot "\.backup-1002".*compressed, embedded-data stream/,
+  );
+  // The chain is refused as a whole: not even its plain full stream is received.
+  await assert.rejects(
+    restoreChain(deps, { chain: [full, inc], target: TARGET }),
+    /pool "tank" lacks pool feature flags/,
+  );
+  assert.deepEqual(streams.processes, []);
+});

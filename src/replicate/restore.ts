@@ -46,6 +46,7 @@ import { reasonText } from "../zfs/zfs.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import { ReplicateError } from "../replicate_errors.ts";
+import { checkReceivable } from "./receivable.ts";
 import { checkChain, checkStoredFile, type ReceiveDeps, receiveFromStore } from "./receive.ts";
 import { RESTORE_TOKEN_PROPERTY } from "./stream_properties.ts";
 
@@ -109,6 +110,8 @@ type TempState =
  */
 export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec): Promise<void> {
   checkChain(spec.chain);
+  // The whole chain's form, before anything is received (receivable.ts).
+  await checkReceivable(deps.zfs, spec.parentDataset, spec.chain);
   const temp = restoreTempDataset(spec.parentDataset, spec.target);
   const log = deps.log.child({ target: spec.target, temp });
   const { chain, signal } = spec;

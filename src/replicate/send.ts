@@ -14,6 +14,15 @@ import type { StreamRunner } from "../run.ts";
 import { followFile } from "../store/file_stream.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { sendArgs } from "../zfs/args.ts";
+import {
+  PLAIN_FORM,
+  type RecordedForm,
+  sendFormFor,
+  STREAM_HEADER_BYTES,
+  type StreamForm,
+  streamHeaderFeatures,
+} from "../zfs/stream_form.ts";
+import type { Zfs } from "../zfs/zfs.ts";
 import { streamedZfsError } from "./zfs_stream.ts";
 
 /** What {@linkcode sendToStore} works with. */
@@ -22,6 +31,11 @@ export interface SendDeps {
   readonly zfsPath: string;
   readonly store: Store;
   readonly log: Logger;
+  /**
+   * What each pool's zfs can send (read once per pool): streams go `-c -L -e` where it can
+   * (src/zfs/stream_form.ts). Without it every stream is plain, as before forms existed.
+   */
+  readonly zfs?: Pick<Zfs, "streamSupport">;
 }
 
 /** One stream to send and where it goes. */
@@ -32,16 +46,57 @@ export interface SendToStoreSpec {
   readonly base?: string;
   /** `zfs send -w` (an encrypted dataset, OpenZFS). */
   readonly raw: boolean;
+  /**
+   * For an incremental, the form of its base's stream (PLAIN_FORM for a manifest without one):
+   * the chain's `-L` is kept (see stream_form.ts sendFormFor).
+   */
+  readonly baseForm?: StreamForm;
   /** The stream's store key (layout.ts streamKey: unique to this upload). */
   readonly key: string;
   /** Stops zfs send and the upload; nothing becomes visible in the store. */
   readonly signal?: AbortSignal;
 }
 
-/** The stored stream's size and SHA-256 (lowercase hex), as the manifest records them. */
+/** The stored stream's size, SHA-256 (lowercase hex) and form, as the manifest records them. */
 export interface SentStream {
   readonly size: number;
   readonly sha256: string;
+  /** The flags it was sent with, and the feature flags its header states. */
+  readonly form?: RecordedForm;
+}
+
+/** The first bytes of a stream, kept as they pass, for its header's feature flags. */
+class StreamHead {
+  readonly #bytes = new Uint8Array(STREAM_HEADER_BYTES);
+  #length = 0;
+
+  add(chunk: Uint8Array): void {
+    if (this.#length === this.#bytes.length) return;
+    const n = Math.min(chunk.length, this.#bytes.length - this.#length);
+    this.#bytes.set(chunk.subarray(0, n), this.#length);
+    this.#length += n;
+  }
+
+  /** The form the stream was sent with, and its header's feature flags where it has one. */
+  form(sent: StreamForm): RecordedForm {
+    const features = streamHeaderFeatures(this.#bytes.subarray(0, this.#length));
+    return { ...sent, ...(features ? { features } : {}) };
+  }
+}
+
+/** The pool of a dataset or snapshot name. */
+function poolOf(name: string): string {
+  return name.split(/[/@]/, 1)[0]!;
+}
+
+/** The flags to send `spec` with on this node (plain without a way to ask zfs). */
+async function formFor(deps: SendDeps, spec: SendToStoreSpec): Promise<StreamForm> {
+  if (!deps.zfs) return PLAIN_FORM;
+  const support = await deps.zfs.streamSupport(poolOf(spec.snapshot));
+  return sendFormFor(support, {
+    raw: spec.raw,
+    ...(spec.base === undefined ? {} : { base: spec.baseForm ?? PLAIN_FORM }),
+  });
 }
 
 /**
@@ -54,23 +109,31 @@ export interface SentStream {
 export async function sendToStore(deps: SendDeps, spec: SendToStoreSpec): Promise<SentStream> {
   const { signal } = spec;
   signal?.throwIfAborted();
+  const form = await formFor(deps, spec);
   const argv = [
     deps.zfsPath,
-    ...sendArgs({ snapshot: spec.snapshot, raw: spec.raw, ...(spec.base && { base: spec.base }) }),
+    ...sendArgs({
+      snapshot: spec.snapshot,
+      raw: spec.raw,
+      form,
+      ...(spec.base && { base: spec.base }),
+    }),
   ];
   const log = deps.log.child({ snapshot: spec.snapshot, key: spec.key });
   const started = performance.now();
   log.debug("send started", { argv });
   if (deps.store.putWritten) {
-    const sent = await sendToFile(deps, argv, spec);
+    const sent = await sendToFile(deps, argv, spec, form);
     log.info("send stored", { ...sent, ms: Math.round(performance.now() - started) });
     return sent;
   }
   const child = deps.streams.spawn(argv, { stdout: "piped", ...(signal && { signal }) });
   const hash = createHash("sha256");
+  const head = new StreamHead();
   let size = 0;
   let zfsFailure: ZfsError | undefined;
   const counted = counting(child.stdout!, (chunk) => {
+    head.add(chunk);
     hash.update(chunk);
     size += chunk.length;
   }, async () => {
@@ -100,8 +163,9 @@ export async function sendToStore(deps: SendDeps, spec: SendToStoreSpec): Promis
     );
   }
   const sha256 = hash.digest("hex");
-  log.info("send stored", { size, sha256, ms: Math.round(performance.now() - started) });
-  return { size, sha256 };
+  const sent = { size, sha256, form: head.form(form) };
+  log.info("send stored", { ...sent, ms: Math.round(performance.now() - started) });
+  return sent;
 }
 
 /** Bytes a reader of {@linkcode counting} gets per read when it brings no buffer of its own. */
@@ -172,6 +236,7 @@ async function sendToFile(
   deps: SendDeps,
   argv: readonly string[],
   spec: SendToStoreSpec,
+  form: StreamForm,
 ): Promise<SentStream> {
   const { signal } = spec;
   const put = await deps.store.putWritten!(spec.key, async (file) => {
@@ -189,7 +254,7 @@ async function sendToFile(
     // Only a zfs send that exited 0 wrote a whole stream; the store then drops the file. A
     // write that failed (a full store) is the store's failure, as with a piped send.
     if (exit.code !== 0) throw file.writerError(exit.stderr) ?? streamedZfsError(argv, exit);
-    return digest;
+    return { ...digest, form: await readForm(file.path, form) };
   }, signal ? { signal } : {});
   if (put.size !== put.value.size) {
     // Something else wrote the file: the manifest could not describe what is stored.
@@ -201,4 +266,22 @@ async function sendToFile(
     );
   }
   return put.value;
+}
+
+/** The form a written stream file was sent with, with its header's feature flags. */
+async function readForm(path: string, sent: StreamForm): Promise<RecordedForm> {
+  const head = new StreamHead();
+  const bytes = new Uint8Array(STREAM_HEADER_BYTES);
+  const file = await Deno.open(path, { read: true });
+  try {
+    for (let at = 0; at < bytes.length;) {
+      const n = await file.read(bytes.subarray(at));
+      if (n === null) break;
+      head.add(bytes.subarray(at, at + n));
+      at += n;
+    }
+  } finally {
+    file.close();
+  }
+  return head.form(sent);
 }

@@ -14,6 +14,7 @@ import { sendToStore } from "./send.ts";
 import { write } from "node:fs";
 import type { SpawnOptions, StreamedCommand, StreamedExit, StreamRunner } from "../run.ts";
 import { FileStore } from "../store/file_store.ts";
+import type { Zfs } from "../zfs/zfs.ts";
 
 const KEY = "v1/volumes/v/streams/00000000000000ff-0123abcd.zfs";
 const log = new Logger("error", {}, () => {});
@@ -37,7 +38,9 @@ Deno.test("sendToStore stores exactly zfs send's bytes and returns their size an
     key: KEY,
   });
   const bytes = joinChunks(chunks);
-  assert.deepEqual(sent, { size: 100_003, sha256: sha256(bytes) });
+  // A pattern is no zfs stream: its form has no header features, and no zfs was asked.
+  const form = { compressed: false, largeBlocks: false, embedded: false };
+  assert.deepEqual(sent, { size: 100_003, sha256: sha256(bytes), form });
   assert.deepEqual(store.peek(KEY), bytes);
   assert.deepEqual(streams.processes[0]!.argv, ["zfs", "send", "-i", "tank/v@s1", "tank/v@s2"]);
   assert.equal(streams.processes[0]!.options.stdout, "piped");
@@ -162,6 +165,7 @@ Deno.test("sendToStore reads zfs send no faster than the store takes the stream"
  */
 class FileWritingRunner implements StreamRunner {
   readonly spawned: SpawnOptions[] = [];
+  readonly argvs: (readonly string[])[] = [];
   readonly #chunks: readonly Uint8Array[];
   readonly #code: number;
   readonly #stderr: string;
@@ -172,8 +176,9 @@ class FileWritingRunner implements StreamRunner {
     this.#stderr = stderr;
   }
 
-  spawn(_argv: readonly string[], options: SpawnOptions = {}): StreamedCommand {
+  spawn(argv: readonly string[], options: SpawnOptions = {}): StreamedCommand {
     this.spawned.push(options);
+    this.argvs.push(argv);
     const out = options.stdout;
     if (typeof out !== "object") throw new TypeError("this zfs send writes only to a file");
     let killed = false;
@@ -217,7 +222,8 @@ Deno.test("sendToStore has zfs send write a file store's file itself, and hashes
   const deps = { streams, zfsPath: "zfs", store: dir.store, log };
   const sent = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY });
   const bytes = joinChunks(chunks);
-  assert.deepEqual(sent, { size: 300_001, sha256: sha256(bytes) });
+  const form = { compressed: false, largeBlocks: false, embedded: false };
+  assert.deepEqual(sent, { size: 300_001, sha256: sha256(bytes), form });
   assert.deepEqual((await dir.store.getBytes(KEY))?.bytes, bytes);
   assert.equal(typeof streams.spawned[0]?.stdout, "object", "stdout was the file, not a pipe");
   assert.deepEqual(await tempNames(dir.root), []);
@@ -262,4 +268,103 @@ Deno.test("sendToStore to a full file store fails as the store's no_space, namin
   assert.match(err.message, /full.*No space left on device/);
   assert.deepEqual(await dir.store.list(""), []);
   assert.deepEqual(await tempNames(dir.root), []);
+});
+
+/** A zfs stream's first bytes (DRR_BEGIN, little-endian) stating `flags`, then a pattern. */
+function streamChunks(flags: number, size: number): Uint8Array[] {
+  const head = new Uint8Array(312);
+  const view = new DataView(head.buffer);
+  view.setBigUint64(8, 0x2f5bacbacn, true);
+  view.setBigUint64(16, (BigInt(flags) << 2n) | 1n, true);
+  // The header arrives split over reads, as a pipe may hand it over.
+  return [head.subarray(0, 10), head.subarray(10), ...patternChunks(size - head.length, 4096)];
+}
+
+/** What zfs send and zpool say of a pool, as Zfs.streamSupport gives it. */
+function support(kind: "openzfs" | "zfs-fuse"): Pick<Zfs, "streamSupport"> {
+  const features = kind === "zfs-fuse" ? new Map() : new Map([
+    ["lz4_compress", "active"],
+    ["large_blocks", "enabled"],
+    ["embedded_data", "active"],
+  ]);
+  const asked: string[] = [];
+  return {
+    streamSupport: (pool: string) => {
+      asked.push(pool);
+      return Promise.resolve({
+        pool,
+        zfsVersion: kind === "zfs-fuse" ? undefined : "2.1.11",
+        poolVersion: kind === "zfs-fuse" ? "23" : "-",
+        features,
+      });
+    },
+  };
+}
+
+const COMPRESSED_FLAGS = (1 << 2) | (1 << 16) | (1 << 17) | (1 << 22);
+
+Deno.test("sendToStore sends -c -L -e where the pool has them, and records the header's features", async () => {
+  const streams = new FakeStreamRunner(() => ({ stdout: streamChunks(COMPRESSED_FLAGS, 50_000) }));
+  const store = new MemoryStore();
+  const deps = { streams, zfsPath: "zfs", store, log, zfs: support("openzfs") };
+  const sent = await sendToStore(deps, { snapshot: "tank/nomad/v@s1", raw: false, key: KEY });
+  assert.deepEqual(streams.processes[0]!.argv, [
+    "zfs",
+    "send",
+    "-c",
+    "-L",
+    "-e",
+    "tank/nomad/v@s1",
+  ]);
+  assert.deepEqual(sent.form, {
+    compressed: true,
+    largeBlocks: true,
+    embedded: true,
+    features: ["compressed", "embed_data", "lz4", "sa_spill"],
+  });
+});
+
+Deno.test("sendToStore keeps a plain chain's -L off, and a raw send takes only -w", async () => {
+  const streams = new FakeStreamRunner(() => ({ stdout: streamChunks(1 << 24, 5000) }));
+  const deps = { streams, zfsPath: "zfs", store: new MemoryStore(), log, zfs: support("openzfs") };
+  const plain = { compressed: false, largeBlocks: false, embedded: false };
+  await sendToStore(deps, {
+    snapshot: "tank/v@s2",
+    base: "tank/v@s1",
+    baseForm: plain,
+    raw: false,
+    key: KEY,
+  });
+  // A base without a recorded form is plain too.
+  await sendToStore(deps, { snapshot: "tank/v@s2", base: "tank/v@s1", raw: false, key: KEY });
+  const raw = await sendToStore(deps, { snapshot: "tank/v@s2", raw: true, key: KEY });
+  assert.deepEqual(streams.processes.map((p) => p.argv), [
+    ["zfs", "send", "-c", "-e", "-i", "tank/v@s1", "tank/v@s2"],
+    ["zfs", "send", "-c", "-e", "-i", "tank/v@s1", "tank/v@s2"],
+    ["zfs", "send", "-w", "tank/v@s2"],
+  ]);
+  assert.deepEqual(raw.form, { ...plain, features: ["raw"] });
+});
+
+Deno.test("sendToStore on zfs-fuse sends plain streams and records so", async () => {
+  // zfs-fuse 0.7.0's header: no feature flags.
+  const streams = new FakeStreamRunner(() => ({ stdout: streamChunks(0, 20_000) }));
+  const deps = { streams, zfsPath: "zfs", store: new MemoryStore(), log, zfs: support("zfs-fuse") };
+  const sent = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY });
+  assert.deepEqual(streams.processes[0]!.argv, ["zfs", "send", "tank/v@s1"]);
+  assert.deepEqual(sent.form, {
+    compressed: false,
+    largeBlocks: false,
+    embedded: false,
+    features: [],
+  });
+});
+
+Deno.test("sendToStore to a file store reads the form's features from the written file", async () => {
+  await using dir = await fileStoreIn();
+  const streams = new FileWritingRunner(streamChunks(COMPRESSED_FLAGS, 100_000));
+  const deps = { streams, zfsPath: "zfs", store: dir.store, log, zfs: support("openzfs") };
+  const sent = await sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY });
+  assert.deepEqual(streams.argvs[0], ["zfs", "send", "-c", "-L", "-e", "tank/v@s1"]);
+  assert.deepEqual(sent.form?.features, ["compressed", "embed_data", "lz4", "sa_spill"]);
 });

@@ -8,6 +8,7 @@
  */
 
 import { encodeComponent } from "../zfs/names.ts";
+import type { RecordedForm } from "../zfs/stream_form.ts";
 import {
   guidHex,
   type KeepPolicy,
@@ -197,6 +198,7 @@ export function parseManifest(
     );
   }
   const csiName = f.optionalText("csiName");
+  const form = obj.form === undefined ? undefined : readForm(f.object("form"), `${what}: form`);
   const referencedBytes = f.optionalCount("referencedBytes");
   const manifest: SnapshotManifest = {
     ...obj,
@@ -213,11 +215,43 @@ export function parseManifest(
     size: f.count("size"),
     sha256: f.matching("sha256", SHA256, "64 lowercase hex digits"),
     raw: f.boolean("raw"),
+    ...(form === undefined ? {} : { form }),
     node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
     ...(referencedBytes === undefined ? {} : { referencedBytes }),
   };
   return manifest;
+}
+
+/** A stream feature's name as stream_form.ts writes them ("lz4", "embed_data", "bit29"). */
+const FEATURE_NAME = /^[a-z][a-z0-9_]{0,31}$/;
+/** More feature names than a stream header has bits means the field was not written by zfs-csi. */
+const MAX_FEATURES = 30;
+
+/**
+ * Reads a manifest's `form`: three booleans, and `features` when present (a short list of
+ * feature names); fields a later version adds are kept.
+ */
+function readForm(obj: Json, what: string): RecordedForm {
+  const f: Fields = new Fields(obj, what);
+  let features: string[] | undefined;
+  if (obj.features !== undefined) {
+    const v = obj.features;
+    if (
+      !Array.isArray(v) || v.length > MAX_FEATURES ||
+      !v.every((x) => typeof x === "string" && FEATURE_NAME.test(x)) || new Set(v).size !== v.length
+    ) {
+      f.fail("features", `a list of at most ${MAX_FEATURES} distinct feature names (a-z, 0-9, _)`);
+    }
+    features = v as string[];
+  }
+  return {
+    ...obj,
+    compressed: f.boolean("compressed"),
+    largeBlocks: f.boolean("largeBlocks"),
+    embedded: f.boolean("embedded"),
+    ...(features === undefined ? {} : { features }),
+  };
 }
 
 /** Reads a keep policy object (each count a non-negative integer). */

@@ -125,6 +125,46 @@ Deno.test("parseManifest refuses each malformed field, naming it", () => {
   }
 });
 
+Deno.test("parseManifest reads a stream's form back, and takes a manifest without one", () => {
+  const form = {
+    compressed: true,
+    largeBlocks: true,
+    embedded: true,
+    features: ["compressed", "embed_data", "lz4"],
+  };
+  assert.deepEqual(parseManifest(encodeJson(manifest({ form }))).form, form);
+  const noFeatures = { compressed: true, largeBlocks: false, embedded: false };
+  assert.deepEqual(parseManifest(encodeJson(manifest({ form: noFeatures }))).form, noFeatures);
+  // Written before forms existed: a plain stream, and no form is made up for it.
+  assert.equal(parseManifest(withField("form", undefined)).form, undefined);
+  const later = parseManifest(withField("form", { ...noFeatures, checksum: "blake3" }));
+  assert.equal((later.form as unknown as Record<string, unknown>).checksum, "blake3");
+});
+
+Deno.test("parseManifest refuses a malformed form, naming the field", () => {
+  const plain = { compressed: false, largeBlocks: false, embedded: false };
+  const cases: [unknown, RegExp][] = [
+    ["-c -L -e", /"form" must be an object/],
+    [null, /"form" must be an object/],
+    [[], /"form" must be an object/],
+    [{ ...plain, compressed: "yes" }, /form: field "compressed" must be true or false/],
+    [{ compressed: true, embedded: false }, /form: field "largeBlocks" must be true or false/],
+    [{ ...plain, features: "lz4" }, /form: field "features" must be a list/],
+    [{ ...plain, features: ["lz4", "lz4"] }, /form: field "features" must be a list/],
+    [{ ...plain, features: ["LZ4"] }, /form: field "features" must be a list/],
+    [{ ...plain, features: ["lz4\n"] }, /form: field "features" must be a list/],
+    [{ ...plain, features: [1] }, /form: field "features" must be a list/],
+    [{ ...plain, features: Array.from({ length: 31 }, (_, i) => `f${i}`) }, /at most 30/],
+  ];
+  for (const [value, message] of cases) {
+    assert.throws(
+      () => parseManifest(withField("form", value)),
+      (err: unknown) => err instanceof SyntaxError && message.test(err.message),
+      JSON.stringify(value),
+    );
+  }
+});
+
 Deno.test("parseManifest takes every snapshot name the plugin makes", () => {
   for (
     const snapshot of [".backup-1700000000", ".stored-nightly:2f1", "s_1.a-b:c", "x".repeat(255)]

@@ -60,8 +60,15 @@ export interface Http1Init {
 /** The most an answer's status line and headers may take. */
 export const MAX_HEAD_BYTES = 64 * 1024;
 const MAX_HEADERS = 128;
-/** Bytes read from the socket at a time (and the largest chunk a body stream gives). */
+/** Bytes read from the socket at a time into a connection's buffer (heads, chunk sizes). */
 const READ_BYTES = 256 * 1024;
+/**
+ * The most read from the socket at once for a body (and the largest chunk a body stream gives).
+ * A download of 256 MiB from versitygw on loopback, hashed as it came, took 0.38 CPU-seconds
+ * in 1 MiB reads against 0.41 in 256 KiB reads (0.40 against 0.43 with the plugin's V8 flags;
+ * 7 trials each, medians): fewer reads, fewer buffers to allocate and collect.
+ */
+const BODY_READ_BYTES = 1024 * 1024;
 /** Bodies up to this size go out in one write with the head. */
 const SMALL_BODY_BYTES = 64 * 1024;
 
@@ -538,7 +545,10 @@ class Connection {
       this.#start += n;
       return chunk;
     }
-    return await this.#read(new Uint8Array(Math.min(max, READ_BYTES)));
+    const read = await this.#read(new Uint8Array(Math.min(max, BODY_READ_BYTES)));
+    // A short read keeps only its bytes: a chunk its reader holds on to (a restore holds back
+    // the last one) or queues never holds a read buffer many times its size.
+    return read !== null && read.length < read.buffer.byteLength / 2 ? read.slice() : read;
   }
 }
 
@@ -599,7 +609,7 @@ class BodyStream {
       case "chunked":
         return await this.#nextChunk();
       default:
-        return await this.#conn.readSome(READ_BYTES);
+        return await this.#conn.readSome(BODY_READ_BYTES);
     }
   }
 

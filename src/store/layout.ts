@@ -15,6 +15,8 @@
  * and removed by the pruner once it is older than a day.
  */
 
+import type { RecordedForm } from "../zfs/stream_form.ts";
+
 /** The layout's version, the first key segment. */
 export const LAYOUT_PREFIX = "v1";
 
@@ -99,6 +101,13 @@ export interface SnapshotManifest {
   readonly sha256: string;
   /** Sent with `zfs send --raw` (an encrypted dataset: the store holds ciphertext only). */
   readonly raw: boolean;
+  /**
+   * How the stream was sent besides `-w` (`-c`, `-L`, `-e`) and the feature flags its header
+   * states, which a receiving pool needs (src/zfs/stream_form.ts). Absent in manifests written
+   * before it existed: those streams are plain (`zfs send` with none of them). Untrusted like
+   * every field: it lets a node refuse before receiving, zfs still checks the stream itself.
+   */
+  readonly form?: RecordedForm;
   /** The node that sent it. */
   readonly node: string;
   /** The volume's size when the snapshot was taken. */

@@ -379,8 +379,10 @@ async function readSome(response: Response, limit: number): Promise<string> {
 }
 
 /**
- * The download as the caller reads it, pulled one chunk at a time (nothing is buffered ahead):
- * the time limit runs only while a read waits, and a failure becomes a StoreError.
+ * The download as the caller reads it, pulled one chunk at a time (nothing is buffered ahead:
+ * the socket's receive buffer already holds what arrives while the caller is busy, and a queue
+ * of our own cost CPU and memory without making restores faster; see docs/benchmarks.md): the
+ * time limit runs only while a read waits, and a failure becomes a StoreError.
  */
 function idleLimited(
   body: ReadableStream<Uint8Array>,

@@ -3,8 +3,9 @@
  * PutObject; anything larger is a multipart upload (CreateMultipartUpload, UploadPart per part,
  * CompleteMultipartUpload) that is aborted (AbortMultipartUpload) on any failure, so nothing
  * becomes visible. Up to {@linkcode DEFAULT_PARTS_IN_FLIGHT} parts upload at once while the next
- * is read; their buffers are reused, and a byte stream (zfs send's stdout) is read straight into
- * them, so a stream of any size allocates a few parts' worth of memory and nothing per chunk.
+ * is read; their buffers are reused, and a byte stream (zfs send's stdout) is read through one
+ * reused 1 MiB buffer into them, so a stream of any size allocates a few parts' worth of memory
+ * and nothing per chunk.
  */
 
 import { answerError, badAnswerError, S3StoreError } from "./s3_errors.ts";
@@ -34,12 +35,24 @@ export function partSizeFor(base: number, n: number): number {
   return Math.min(MAX_PART_BYTES, base * 2 ** Math.floor((n - 1) / PARTS_PER_STEP));
 }
 
-/** Reads a byte stream into caller-given buffers, whole buffers until the stream ends. */
+/**
+ * Bytes of one read from a byte stream (zfs send's stdout): it is read into one buffer of this
+ * size, used again for every read, and copied into the part. Reading straight into an 8 MiB part
+ * cost more: each layer of streams between zfs send and the upload (send.ts's count, the store
+ * wait's watch) hands the reader's buffer over and back on every read, at a cost that grows with
+ * the buffer. 256 MiB through a pipe into an 8 MiB buffer in place took 0.43-0.58 main-thread
+ * CPU-seconds; into a 1 MiB buffer copied into the part, 0.22 (with the plugin's V8 flags).
+ */
+const READ_BYTES = 1024 * 1024;
+
+/** Reads a stream into caller-given buffers, whole buffers until the stream ends. */
 class PartReader {
-  /** Reads straight into the part's buffer (a byte stream, such as a command's stdout). */
+  /** A byte stream (a command's stdout): read into {@linkcode #readBuffer}, then copied. */
   readonly #byob: ReadableStreamBYOBReader | undefined;
-  /** Copies chunks into it (any other stream). */
+  /** Any other stream: its chunks are copied. */
   readonly #chunks: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  #readBuffer: Uint8Array<ArrayBuffer> | undefined;
+  /** What the last read brought and a buffer had no room for. */
   #carry: Uint8Array | undefined;
   #ended = false;
 
@@ -52,61 +65,47 @@ class PartReader {
   }
 
   /**
-   * Fills `buffer`. A byte stream reads into it in place, which hands its memory over: use the
-   * returned buffer (the same memory) from then on, never the one given.
-   * @returns the buffer and the bytes filled, fewer than its length only at the end
+   * Fills `buffer` from the start.
+   * @returns the bytes filled, fewer than its length only at the end
    */
-  async fill(buffer: Uint8Array<ArrayBuffer>): Promise<Filled> {
-    return this.#byob
-      ? await this.#fillInPlace(this.#byob, buffer)
-      : await this.#fillByCopy(buffer);
+  async fill(buffer: Uint8Array): Promise<number> {
+    let at = 0;
+    while (at < buffer.length) {
+      const chunk = this.#carry ?? await this.#next();
+      this.#carry = undefined;
+      if (chunk === undefined) break;
+      const n = Math.min(chunk.length, buffer.length - at);
+      buffer.set(chunk.subarray(0, n), at);
+      at += n;
+      if (n < chunk.length) this.#carry = chunk.subarray(n);
+    }
+    return at;
   }
 
   cancel(reason: unknown): Promise<void> {
     return (this.#byob ?? this.#chunks)!.cancel(reason);
   }
 
-  async #fillInPlace(reader: ReadableStreamBYOBReader, given: Uint8Array<ArrayBuffer>) {
-    let buffer = given;
-    let at = 0;
-    while (at < buffer.length && !this.#ended) {
-      const r = await reader.read(new Uint8Array(buffer.buffer, at, buffer.length - at));
-      // A cancelled stream gives no view back; it is at its end all the same.
-      if (r.value === undefined) throw new TypeError("The body was cancelled while being read");
-      buffer = new Uint8Array(r.value.buffer);
-      at += r.value.length;
+  /**
+   * The next bytes, or undefined at the end. From a byte stream they live in the read buffer,
+   * which the read after this one fills again: the caller copies them out (or carries them)
+   * before reading again.
+   */
+  async #next(): Promise<Uint8Array | undefined> {
+    if (this.#ended) return undefined;
+    if (this.#chunks) {
+      const r = await this.#chunks.read();
       if (r.done) this.#ended = true;
+      return r.done ? undefined : r.value;
     }
-    return { buffer, length: at };
+    const r = await this.#byob!.read(this.#readBuffer ?? new Uint8Array(READ_BYTES));
+    // A cancelled stream gives no view back; it is at its end all the same.
+    if (r.value === undefined) throw new TypeError("The body was cancelled while being read");
+    // The read hands the buffer's memory over and back: keep what came back.
+    this.#readBuffer = new Uint8Array(r.value.buffer);
+    if (r.done) this.#ended = true;
+    return r.value.length > 0 ? r.value : r.done ? undefined : r.value;
   }
-
-  async #fillByCopy(buffer: Uint8Array<ArrayBuffer>): Promise<Filled> {
-    let at = 0;
-    while (at < buffer.length) {
-      let chunk = this.#carry;
-      this.#carry = undefined;
-      if (chunk === undefined) {
-        if (this.#ended) break;
-        const r = await this.#chunks!.read();
-        if (r.done) {
-          this.#ended = true;
-          break;
-        }
-        chunk = r.value;
-      }
-      const n = Math.min(chunk.length, buffer.length - at);
-      buffer.set(chunk.subarray(0, n), at);
-      at += n;
-      if (n < chunk.length) this.#carry = chunk.subarray(n);
-    }
-    return { buffer, length: at };
-  }
-}
-
-/** A part's buffer and how much of it holds the part. */
-interface Filled {
-  readonly buffer: Uint8Array<ArrayBuffer>;
-  readonly length: number;
 }
 
 /** Buffers of finished parts, given out again: a stream of any length allocates only a few. */
@@ -175,28 +174,31 @@ export async function uploadStream(
   // One connection per part in flight, used again for the next parts.
   using _connections = target.client.hold();
   try {
-    let filled = await parts.fill(pool.take(partSizeFor(t.partSizeBytes, 1)));
+    let buffer = pool.take(partSizeFor(t.partSizeBytes, 1));
+    let length = await parts.fill(buffer);
     signal.throwIfAborted();
-    if (filled.length < filled.buffer.length) {
-      return await putObject(t, filled.buffer.subarray(0, filled.length));
-    }
+    if (length < buffer.length) return await putObject(t, buffer.subarray(0, length));
     await upload.create();
     let size = 0;
     for (let n = 1;; n++) {
       if (n > MAX_PARTS) throw new RangeError("The stream needs more than 10,000 parts");
-      const { buffer, length } = filled;
-      const uploading: Promise<void> = upload.part(n, buffer.subarray(0, length)).then(() => {
+      const part = buffer;
+      const uploading: Promise<void> = upload.part(n, part.subarray(0, length)).then(() => {
         inFlight.delete(uploading);
-        pool.give(buffer);
+        pool.give(part);
       });
       // A failed part stops the others and ends the read of the next one at once.
       uploading.catch((e) => stop.abort(e));
       inFlight.add(uploading);
       size += length;
       // The next part is read while up to the limit upload; it starts once one of them ended.
-      filled = await parts.fill(pool.take(partSizeFor(t.partSizeBytes, n + 1)));
+      buffer = pool.take(partSizeFor(t.partSizeBytes, n + 1));
+      length = await parts.fill(buffer);
       signal.throwIfAborted();
-      if (filled.length === 0) break;
+      if (length === 0) {
+        pool.give(buffer);
+        break;
+      }
       while (inFlight.size >= maxInFlight) await Promise.race(inFlight);
     }
     await Promise.all(inFlight);

@@ -3,6 +3,8 @@
  * argument list (without the program name). No shell, no joined strings.
  */
 
+import { PLAIN_FORM, type StreamForm } from "./stream_form.ts";
+
 /** ZFS properties to set, by name. */
 export type Properties = Readonly<Record<string, string>>;
 
@@ -167,6 +169,24 @@ export function poolHealthArgs(pool: string): string[] {
   return ["list", "-H", "-o", "name,health", pool];
 }
 
+/** `zfs version` (OpenZFS 0.8 and later; zfs-fuse does not know it). */
+export function versionArgs(): string[] {
+  return ["version"];
+}
+
+/**
+ * `zpool get all <pool>`, in the table form every zpool prints (zfs-fuse's takes no `-H`, `-p`
+ * or `-o`): its version and, on OpenZFS, each `feature@` state.
+ */
+export function poolPropertiesArgs(pool: string): string[] {
+  // A pool's name begins with a letter (and may hold spaces): never an option.
+  // deno-lint-ignore no-control-regex
+  if (!/^[A-Za-z][^\u0000-\u001f\u007f/@]*$/.test(pool)) {
+    throw new TypeError(`"${pool}" is not a pool name`);
+  }
+  return ["get", "all", pool];
+}
+
 /** What `zfs send` sends. */
 export interface SendSpec {
   /** The snapshot to send, `<dataset>@<name>`. */
@@ -178,22 +198,34 @@ export interface SendSpec {
   readonly base?: string;
   /** Send an encrypted dataset's blocks as they are on disk (`-w`, OpenZFS only). */
   readonly raw: boolean;
+  /**
+   * `-c` (blocks as compressed on disk), `-L` (large blocks whole), `-e` (embedded blocks as
+   * such), OpenZFS only (src/zfs/stream_form.ts chooses them); none when absent.
+   */
+  readonly form?: StreamForm;
 }
 
 /**
- * `zfs send [-w] [-i <base>] <snapshot>`, the stream on stdout.
- * @throws {TypeError} when a name is not a snapshot or the base is of another dataset
+ * `zfs send [-w | -c -L -e] [-i <base>] <snapshot>`, the stream on stdout.
+ * @throws {TypeError} when a name is not a snapshot, the base is of another dataset, or a raw
+ *   send is given a form (`-w` already sends blocks as they are on disk)
  */
 export function sendArgs(spec: SendSpec): string[] {
-  const { snapshot, base } = spec;
+  const { snapshot, base, form = PLAIN_FORM } = spec;
   if (!snapshot.includes("@")) throw new TypeError(`"${snapshot}" is not a snapshot name`);
   const dataset = snapshot.slice(0, snapshot.indexOf("@"));
   if (base !== undefined && !base.startsWith(`${dataset}@`) && !base.startsWith(`${dataset}#`)) {
     throw new TypeError(`Base "${base}" is not a snapshot of the dataset of "${snapshot}"`);
   }
+  if (spec.raw && (form.compressed || form.largeBlocks || form.embedded)) {
+    throw new TypeError(`A raw send of "${snapshot}" takes no -c, -L or -e`);
+  }
   return [
     "send",
     ...(spec.raw ? ["-w"] : []),
+    ...(form.compressed ? ["-c"] : []),
+    ...(form.largeBlocks ? ["-L"] : []),
+    ...(form.embedded ? ["-e"] : []),
     ...(base !== undefined ? ["-i", base] : []),
     snapshot,
   ];

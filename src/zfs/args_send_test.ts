@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { getBySourceArgs, receiveArgs, rollbackArgs, sendArgs } from "./args.ts";
+import {
+  getBySourceArgs,
+  poolPropertiesArgs,
+  receiveArgs,
+  rollbackArgs,
+  sendArgs,
+} from "./args.ts";
 
 Deno.test("sendArgs of a full stream names only the snapshot", () => {
   assert.deepEqual(sendArgs({ snapshot: "tank/v@s1", raw: false }), ["send", "tank/v@s1"]);
@@ -107,4 +113,36 @@ Deno.test("getBySourceArgs asks for what a stream decided on a dataset and a sna
 Deno.test("rollbackArgs rolls back to a snapshot, never past later ones", () => {
   assert.deepEqual(rollbackArgs("tank/v@s1"), ["rollback", "tank/v@s1"]);
   assert.throws(() => rollbackArgs("tank/v"), /not a snapshot name/);
+});
+
+Deno.test("sendArgs puts -c, -L and -e before -i, each only when asked", () => {
+  const form = { compressed: true, largeBlocks: true, embedded: true };
+  assert.deepEqual(
+    sendArgs({ snapshot: "tank/v@s2", base: "tank/v@s1", raw: false, form }),
+    ["send", "-c", "-L", "-e", "-i", "tank/v@s1", "tank/v@s2"],
+  );
+  assert.deepEqual(
+    sendArgs({ snapshot: "tank/v@s1", raw: false, form: { ...form, largeBlocks: false } }),
+    ["send", "-c", "-e", "tank/v@s1"],
+  );
+  const plain = { compressed: false, largeBlocks: false, embedded: false };
+  assert.deepEqual(sendArgs({ snapshot: "tank/v@s1", raw: false, form: plain }), [
+    "send",
+    "tank/v@s1",
+  ]);
+  // -w sends blocks as they are on disk already: a form with it is a caller's mistake.
+  assert.throws(() => sendArgs({ snapshot: "tank/v@s1", raw: true, form }), /raw send .* no -c/);
+  assert.deepEqual(sendArgs({ snapshot: "tank/v@s1", raw: true, form: plain }), [
+    "send",
+    "-w",
+    "tank/v@s1",
+  ]);
+});
+
+Deno.test("poolPropertiesArgs asks zpool for the table every zpool prints", () => {
+  assert.deepEqual(poolPropertiesArgs("tank"), ["get", "all", "tank"]);
+  assert.deepEqual(poolPropertiesArgs("my pool"), ["get", "all", "my pool"]);
+  assert.throws(() => poolPropertiesArgs("-o"), /not a pool name/);
+  assert.throws(() => poolPropertiesArgs("tank/v"), /not a pool name/);
+  assert.throws(() => poolPropertiesArgs(""), /not a pool name/);
 });

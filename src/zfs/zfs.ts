@@ -19,6 +19,7 @@ import {
   loadKeyArgs,
   mountArgs,
   poolHealthArgs,
+  poolPropertiesArgs,
   type Properties,
   type PropertyList,
   type PropertySource,
@@ -29,8 +30,10 @@ import {
   setManyArgs,
   snapshotArgs,
   unmountArgs,
+  versionArgs,
 } from "./args.ts";
 import { parseGet, parsePoolHealth, type PropertyMap } from "./parse.ts";
+import { parsePoolStreamSupport, parseZfsVersion, type PoolStreamSupport } from "./stream_form.ts";
 
 /** Where the zfs and zpool programs are, how long one call may take, and what to trust. */
 export interface ZfsOptions {
@@ -129,6 +132,10 @@ export class Zfs {
   #receiveOverrides: Promise<boolean> | undefined;
   /** Properties found known (true) or unknown (false) to this zfs by {@linkcode knownProperties}. */
   readonly #knows = new Map<string, boolean>();
+  /** What each pool's zfs send and receive can do, read once per pool (streamSupport). */
+  readonly #streamSupport = new Map<string, Promise<PoolStreamSupport>>();
+  /** zfs's userland version, read once (undefined: a zfs without `zfs version`). */
+  #version: Promise<string | undefined> | undefined;
 
   constructor(runner: CommandRunner, opts: ZfsOptions) {
     this.#runner = runner;
@@ -448,6 +455,50 @@ export class Zfs {
         await this.#zfs(loadKeyArgs(dataset));
         await this.#zfs(mountArgs(dataset));
         return;
+      }
+      throw err;
+    }
+  }
+
+  // --- What zfs send and receive can do on a pool -------------------------------------------
+
+  /**
+   * What `pool`'s zfs can send and receive (src/zfs/stream_form.ts): the zfs version and the
+   * pool's version and feature states, read once per pool and remembered (a failed read is
+   * not). `fresh` reads them again, for a refusal that an upgrade since may have lifted.
+   * @throws {ZfsError} classified, when zpool cannot read the pool; SyntaxError for output of
+   *   another shape
+   */
+  streamSupport(
+    pool: string,
+    options: { readonly fresh?: boolean } = {},
+  ): Promise<PoolStreamSupport> {
+    let support = options.fresh ? undefined : this.#streamSupport.get(pool);
+    if (!support) {
+      support = this.#readStreamSupport(pool);
+      this.#streamSupport.set(pool, support);
+      support.catch(() => {
+        if (this.#streamSupport.get(pool) === support) this.#streamSupport.delete(pool);
+      });
+    }
+    return support;
+  }
+
+  async #readStreamSupport(pool: string): Promise<PoolStreamSupport> {
+    const version = this.#version ??= this.#readVersion();
+    version.catch(() => this.#version = undefined);
+    const res = await this.#exec(this.#opts.zpoolPath, poolPropertiesArgs(pool));
+    return parsePoolStreamSupport(pool, res.stdout, await version);
+  }
+
+  /** `zfs version`'s userland version; undefined for a zfs that does not know the command. */
+  async #readVersion(): Promise<string | undefined> {
+    try {
+      return parseZfsVersion((await this.#zfs(versionArgs())).stdout);
+    } catch (err) {
+      // zfs-fuse and OpenZFS before 0.8: "unrecognized command 'version'".
+      if (err instanceof ZfsError && /unrecognized command|unknown command/i.test(err.stderr)) {
+        return undefined;
       }
       throw err;
     }

@@ -960,3 +960,65 @@ Deno.test("Zfs.knownProperties asks zfs about each name once", async () => {
   assert.equal(runner.calls.length, 3, "only setuid was asked the second time");
   runner.assertNoUnexpected();
 });
+
+/** `zpool get all tank` of an OpenZFS pool, in the table form. */
+const OPENZFS_POOL = [
+  "NAME  PROPERTY                     VALUE    SOURCE",
+  "tank  version                      -        default",
+  "tank  feature@lz4_compress         active   local",
+  "tank  feature@large_blocks         enabled  local",
+  "tank  feature@embedded_data        active   local",
+  "",
+].join("\n");
+
+Deno.test("Zfs.streamSupport reads zfs version and the pool's features once per pool", async () => {
+  const { runner, zfs } = setup();
+  runner
+    .onExact(["/sbin/zfs", "version"], { stdout: "zfs-2.1.11-1\nzfs-kmod-2.1.11-1\n" })
+    .onExact(["/sbin/zpool", "get", "all", "tank"], { stdout: OPENZFS_POOL })
+    .onExact(["/sbin/zpool", "get", "all", "other"], {
+      stdout: OPENZFS_POOL.replaceAll("tank", "other"),
+    });
+  const first = await zfs.streamSupport("tank");
+  assert.equal(first.zfsVersion, "2.1.11");
+  assert.equal(first.features.get("large_blocks"), "enabled");
+  assert.equal(await zfs.streamSupport("tank"), first, "remembered");
+  assert.equal((await zfs.streamSupport("other")).pool, "other");
+  assert.deepEqual(runner.argvs, [
+    ["/sbin/zfs", "version"],
+    ["/sbin/zpool", "get", "all", "tank"],
+    ["/sbin/zpool", "get", "all", "other"],
+  ]);
+  // Asked afresh (a refusal an upgrade may have lifted): read again.
+  await zfs.streamSupport("tank", { fresh: true });
+  assert.equal(runner.argvs.filter((a) => a.includes("tank")).length, 2);
+});
+
+Deno.test("Zfs.streamSupport of zfs-fuse: no zfs version, pool version 23", async () => {
+  const { runner, zfs } = setup();
+  runner
+    .onExact(["/sbin/zfs", "version"], fails("unrecognized command 'version'\nusage: ...\n", 2))
+    .onExact(["/sbin/zpool", "get", "all", "tpool"], {
+      stdout: await fixture("zpool_get_all.txt"),
+    });
+  const support = await zfs.streamSupport("tpool");
+  assert.equal(support.zfsVersion, undefined);
+  assert.equal(support.poolVersion, "23");
+  assert.equal(support.features.size, 0);
+});
+
+Deno.test("Zfs.streamSupport remembers no failure: the next call reads again", async () => {
+  const { runner, zfs } = setup();
+  runner
+    .onExact(["/sbin/zfs", "version"], { stdout: "zfs-2.3.2-2\n" })
+    .onExact(
+      ["/sbin/zpool", "get", "all", "tank"],
+      fails(await fixture("stderr_daemon_down.txt")),
+      {
+        times: 1,
+      },
+    )
+    .onExact(["/sbin/zpool", "get", "all", "tank"], { stdout: OPENZFS_POOL });
+  await assertRejectsZfs(zfs.streamSupport("tank"), "unavailable");
+  assert.equal((await zfs.streamSupport("tank")).features.get("lz4_compress"), "active");
+});

@@ -587,3 +587,31 @@ Deno.test("Http1Client does not reuse a connection idle for longer than maxIdleM
   assert.equal(server.connections, 2, "a new connection after the idle limit");
   assert.equal(client.idleConnections, 1);
 });
+
+Deno.test("Http1Client: a body that comes in small pieces gives chunks holding only their bytes", async () => {
+  // A slow network hands a download over in small segments; a chunk its reader holds on to (a
+  // restore holds back the last one) must not keep a large read buffer.
+  const pieces = 50;
+  const rest = 2 * 1024 * 1024;
+  await using server = new RawServer(async (side) => {
+    await side.next();
+    await side.write(`HTTP/1.1 200 OK\r\ncontent-length: ${pieces * 100 + rest}\r\n\r\n`);
+    for (let i = 0; i < pieces; i++) {
+      await side.write(new Uint8Array(100).fill(i));
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    await side.write(new Uint8Array(rest));
+    await side.next();
+  });
+  const client = new Http1Client();
+  const r = await client.fetch(`${server.url}/x`);
+  let bytes = 0;
+  for await (const chunk of r.body!) {
+    bytes += chunk.length;
+    assert.ok(
+      chunk.buffer.byteLength <= Math.max(2 * chunk.length, 64 * 1024),
+      `a chunk of ${chunk.length} bytes holds a buffer of ${chunk.buffer.byteLength}`,
+    );
+  }
+  assert.equal(bytes, pieces * 100 + rest);
+});
