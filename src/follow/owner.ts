@@ -477,6 +477,20 @@ export function release(
 }
 
 /**
+ * The owner record after an operator's takeover of `r` by `by` at `nowMs`: released in the
+ * next generation (so the old holder is fenced), naming who took it from whom.
+ */
+export function takenOver(r: OwnerRecord, opts: { by: string; nowMs: number }): OwnerRecord {
+  return {
+    ...r,
+    state: "released",
+    generation: r.generation + 1,
+    renewedAt: new Date(opts.nowMs).toISOString(),
+    releasedBy: `takeover by ${opts.by} from node "${r.holder}"`,
+  };
+}
+
+/**
  * Releases the volume on behalf of its holder, which is gone (an operator's explicit takeover):
  * the generation is bumped, so the old holder, should it come back, is fenced on its next
  * write and its copy is stale. `head` stays: the next holder receives the last copy the store
@@ -500,13 +514,7 @@ export async function forceRelease(
     }
     const r = current.record;
     if (r.state !== "held") return { before: r, after: r };
-    const next: OwnerRecord = {
-      ...r,
-      state: "released",
-      generation: r.generation + 1,
-      renewedAt: new Date(opts.nowMs).toISOString(),
-      releasedBy: `takeover by ${opts.by} from node "${r.holder}"`,
-    };
+    const next = takenOver(r, opts);
     try {
       await store.putBytes(ownerKey(volumeKey), encodeOwner(next), { ifMatch: current.etag });
       return { before: r, after: next };

@@ -19,7 +19,7 @@ import { Code, CsiError } from "../errors.ts";
 import { ownerKey } from "../store/layout.ts";
 import { type Store, StoreError } from "../store/store.ts";
 import { encodeComponent } from "../zfs/names.ts";
-import { encodeOwner, type Holding, type OwnerRecord, readOwner } from "./owner.ts";
+import { encodeOwner, type Holding, type OwnerRecord, readOwner, takenOver } from "./owner.ts";
 import { ageText } from "./rule.ts";
 
 /** Why a takeover would be refused without `--force`. */
@@ -263,13 +263,7 @@ export async function takeover(
         `. Nothing was changed. If node "${r.holder}" is truly lost, run again with --force`,
     );
   }
-  const next: OwnerRecord = {
-    ...r,
-    state: "released",
-    generation: r.generation + 1,
-    renewedAt: new Date(opts.nowMs).toISOString(),
-    releasedBy: `takeover by ${opts.by} from node "${r.holder}"`,
-  };
+  const next = takenOver(r, opts);
   try {
     await store.putBytes(plan.key, encodeOwner(next), { ifMatch: plan.seen.etag });
   } catch (err) {
