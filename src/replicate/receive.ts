@@ -219,8 +219,8 @@ const HASH_READ_BYTES = 4 * 1024 * 1024;
  * checks the file again before keeping a snapshot some earlier receive completed
  * ({@linkcode checkStoredFile}). After a failed check zfs receive is left to end by itself (it
  * reads a file, which ends), so that what it made is there to clean up when it exits; killed only
- * after {@linkcode ReceiveDeps.stopWaitMs}. The store never changes a file in place (a temporary file renamed over the key), so the bytes hashed are the bytes zfs
- * reads.
+ * after {@linkcode ReceiveDeps.stopWaitMs}. The store never changes a file in place (a
+ * temporary file renamed over the key), so the bytes hashed are the bytes zfs reads.
  */
 async function receiveFile(
   deps: ReceiveDeps,
