@@ -24,7 +24,7 @@ import type { CreateVolumeRequest } from "./types.ts";
 const PARENT = "tank/nomad";
 
 /** A controller with a store holding one full snapshot of "pg", `raw` or not. */
-async function setup(raw: boolean) {
+async function setup(raw: boolean, referencedBytes?: number) {
   const parts = fakeServices({
     parent: PARENT,
     flags: ["--store", "file:///srv/backups", "--key-dir", "/etc/zfs/keys"],
@@ -48,6 +48,7 @@ async function setup(raw: boolean) {
     raw,
     node: "node-a",
     capacityBytes: 1 << 30,
+    ...(referencedBytes !== undefined ? { referencedBytes } : {}),
   };
   await store.putBytes(manifestKey("pg", guid), encodeJson(manifest));
   await store.putBytes(manifest.stream, new Uint8Array([1, 2, 3]));
@@ -195,4 +196,25 @@ Deno.test("StoredSnapshots.volumeDeleted and volumeRestored mark only the record
   await h.stored.volumeRestored("pg", uid);
   assert.equal(record().deletedAt, undefined, "restored under its own name: the mark goes");
   assert.equal(record().uid, uid);
+});
+
+Deno.test("ControllerService.CreateVolume from a stored snapshot refuses a capacity below what the snapshot holds, before any receive", async () => {
+  const h = await setup(false, 300 << 20);
+  const sized = (bytes: number): CreateVolumeRequest => ({
+    ...restoreReq(h.id, {}),
+    capacity_range: { required_bytes: String(bytes), limit_bytes: "0" },
+  });
+  await assertRejectsCsi(
+    h.controller.CreateVolume(sized(100 << 20)),
+    Code.OUT_OF_RANGE,
+    `Snapshot "${h.id}" holds ${300 << 20} bytes, more than the requested capacity of ` +
+      `${100 << 20} bytes`,
+  );
+  assert.equal(h.streams.processes.length, 0, "nothing received");
+  // Enough room: it goes on to receive (the fake stream fails it later, not the size).
+  await assert.rejects(
+    h.controller.CreateVolume(sized(400 << 20)),
+    (err: Error) => !/requested capacity/.test(err.message),
+  );
+  assert.ok(h.streams.processes.length > 0, "received");
 });

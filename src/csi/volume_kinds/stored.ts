@@ -88,6 +88,15 @@ export class StoredKind {
     const refquotaOf = (capacity: number) => (size > 0 ? size : capacity);
     const manifest = await this.storeFor(ref.id).restore(ref, dataset, (m) => {
       checkRestoredKey(ref.id, m.raw, params);
+      // CSI: a volume made from a snapshot holds at least the snapshot. Manifests from before
+      // referencedBytes say nothing of it; the refquota then refuses what does not fit.
+      if (size > 0 && m.referencedBytes !== undefined && size < m.referencedBytes) {
+        throw new CsiError(
+          Code.OUT_OF_RANGE,
+          `Snapshot "${ref.id}" holds ${m.referencedBytes} bytes, more than the requested ` +
+            `capacity of ${size} bytes`,
+        );
+      }
       const refquota = refquotaOf(m.capacityBytes);
       const all = { ...props };
       // Restored under its own name (a delete undone), the volume continues its history in the
