@@ -299,7 +299,10 @@ Deno.test("cli: backup set, snapshots, restore and an interrupted verify, with a
     await t.step("backup set gives the volume a schedule, and list shows it", async () => {
       const r = await cli(["backup", "set", ...flags, "data", "--interval", "6h"]);
       assert.equal(r.code, 0, r.stderr);
-      assert.match(r.stdout, /^Volume "data": backups every 6h \(was none\)/);
+      assert.match(
+        r.stdout,
+        /^Volume "data": backups every 6h \(was none of its own: the plugin's --backup-interval\)/,
+      );
       assert.equal(await pool.get(dataset, "org.zfs-csi:backup-interval"), "21600");
       const list = await cli(["list", ...flags]);
       assert.match(list.stdout, /\ndata +csi +node-a +256 MiB +\S+ MiB +\S.* +every 6h +/);
