@@ -412,10 +412,15 @@ async function newestGuid(dataset: string): Promise<string | undefined> {
 }
 
 /** Waits until `check` returns true, failing with `what` after `ms`. */
-async function until(what: string, ms: number, check: () => Promise<boolean>): Promise<void> {
+async function until(
+  what: string,
+  ms: number,
+  check: () => Promise<boolean>,
+  more: () => string = () => "",
+): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await check())) {
-    if (Date.now() > deadline) assert.fail(`Waited ${ms} ms for ${what}`);
+    if (Date.now() > deadline) assert.fail(`Waited ${ms} ms for ${what}${more()}`);
     await new Promise((r) => setTimeout(r, 250));
   }
 }
@@ -518,13 +523,14 @@ Deno.test("follow: a head moved to a zfs send -p incremental is refused by the s
     // B, the standby: its next background receive is that incremental, refused (before issue
     // 21 it was received, and the copy kept what the stream decided). The refusal is logged
     // before what the stream set is overridden; the tick's end after.
-    await until("B's standby to take the new head", 60_000, () =>
+    // Under TCG (the OpenZFS VM) one standby tick of zfs commands can take most of a minute.
+    await until("B's standby to take the new head", 180_000, () =>
       Promise.resolve(
         b.plugin!.records().some((r) =>
           r.msg === "standby copy could not be brought to the store's head" ||
           (r.msg === "standby copy received" && r.head === guid)
         ),
-      ));
+      ), () => logTail(b, 40));
     await nothingDecided();
     assert.ok(
       b.plugin!.records().some((r) => r.msg === "a stored stream decided properties: refused"),
