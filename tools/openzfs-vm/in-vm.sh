@@ -78,8 +78,10 @@ if [ -s "$vm/test-files.txt" ]; then mapfile -t files <"$vm/test-files.txt"; fi
 rc=0
 if [ "${#files[@]}" -gt 0 ]; then
   step "./tools/deno test (integration permissions) ${files[*]}"
+  # ZFS_CSI_VM_TEST_FILTER (from ZFS_CSI_VM_TEST_ENV): only the tests whose name it matches.
   NO_COLOR=1 ./tools/deno test --frozen --allow-run --allow-read --allow-write --allow-env \
-    --allow-sys --allow-net=127.0.0.1 "${files[@]}" 2>&1 | tee "$out/test.log" || rc=$?
+    --allow-sys --allow-net=127.0.0.1 ${ZFS_CSI_VM_TEST_FILTER:+--filter "$ZFS_CSI_VM_TEST_FILTER"} \
+    "${files[@]}" 2>&1 | tee "$out/test.log" || rc=$?
   # The summary line tools/test.sh prints, so the host reads both runs alike.
   awk '/^(ok|FAILED) \| [0-9]+ passed/ {
     for (i = 1; i <= NF; i++) { if ($i == "passed") p += $(i-1); if ($i == "failed") f += $(i-1) }
