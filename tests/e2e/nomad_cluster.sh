@@ -330,8 +330,17 @@ node_ready() {
   nomad operator api /v1/nodes 2>/dev/null | jq -e --arg n "$1" '.[] | select(.Name == $n) |
     .Status == "ready" and .Drivers.raw_exec.Healthy and .Drivers.exec.Healthy' >/dev/null
 }
-wait_until 90 eval 'node_ready cluster-a && node_ready cluster-b' ||
-  abort "server and both clients up, raw_exec and exec healthy (logs in $tmp/{server,a,b})"
+# 180 s: three agents fingerprinting at once on a loaded 2-core machine can take over 90 s.
+if ! wait_until 180 eval 'node_ready cluster-a && node_ready cluster-b'; then
+  # The logs go with the cleanup: their ends here, so a failed run says why.
+  for n in server a b; do
+    echo "-- $n: last lines of $tmp/$n/agent.log"
+    tail -n 20 "$tmp/$n/agent.log" 2>/dev/null
+  done
+  nomad operator api /v1/nodes 2>/dev/null |
+    jq -c '.[] | {Name, Status, raw_exec: .Drivers.raw_exec.Healthy, exec: .Drivers.exec.Healthy}'
+  abort "server and both clients up, raw_exec and exec healthy"
+fi
 for n in "${nodes[@]}"; do
   node_id[$n]=$(nomad operator api /v1/nodes | jq -r --arg n "${node_name[$n]}" '.[] | select(.Name == $n) | .ID')
 done
