@@ -39,8 +39,8 @@ export const WIRING_FILES: readonly string[] = ["main.ts", "src/plugin.ts", "src
 /** The unit an import table counts: a folder of src/, `src` for its loose files, or wiring. */
 export function unitOf(path: string): string | undefined {
   if (WIRING_FILES.includes(path)) return "wiring";
-  const m = /^src\/(?:([^/]+)\/)?[^/]+\.ts$/.exec(path) ??
-    /^src\/([^/]+)\/.+\.ts$/.exec(path);
+  // src/<folder>/…/x.ts names its folder; src/x.ts is one of the loose files.
+  const m = /^src\/(?:([^/]+)\/.+|[^/]+)\.ts$/.exec(path);
   if (!m) return undefined;
   return m[1] ?? "src";
 }
