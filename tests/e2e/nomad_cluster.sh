@@ -477,6 +477,22 @@ clean_move() {
     [ "$(logged "$2" "$msg_taken")" -eq "$4" ]
 }
 owner_field() { jq -r "$1" "$store_vol/owner.json" 2>/dev/null; }
+# moved_cleanly step from to released taken: the checks that end a drain from client `from` to
+# `to` (steps 5 and 5b): one running allocation, on `to`; mounts only there; a clean move (the
+# counts `released` and `taken` from before it, see clean_move); `to` holds the volume in the
+# store and `from`'s copy is read-only; then `from` is taken out of drain.
+moved_cleanly() {
+  local step=$1 from=$2 to=$3 released=$4 taken=$5
+  check "the job runs on one node only: one running allocation, on ${node_name[$to]} ($(running_writers))" \
+    same "${node_name[$to]}" "$(running_writers)"
+  check_mounts "$step" "$to" "$from"
+  check "a clean move: ${node_name[$from]} released the volume, ${node_name[$to]} needed no takeover" \
+    clean_move "$from" "$to" "$released" "$taken"
+  check "the store names ${node_name[$to]} the holder, ${node_name[$from]}'s copy is read-only" eval '
+    [ "$(owner_field .holder)/$(owner_field .state)" = "${node_name[$to]}/held" ] &&
+    [ "$(zget readonly "${pool[$from]}/nomad/$vol")" = on ]'
+  check "nomad node drain -disable ${node_name[$from]}" nomad node drain -disable -yes "${node_id[$from]}"
+}
 # head_after time: the store's head (its last copy) was taken after that unix time.
 head_after() { [ "$(date -d "$(owner_field .headAt)" +%s 2>/dev/null || echo 0)" -gt "$1" ]; }
 # Store objects of the volume (key size), to tell what moved.
@@ -757,15 +773,7 @@ check "Nomad's retried NodeUnstage on cluster-a succeeded once the store answere
   eval '[ -n "$(calls_ok a NodeUnstageVolume "$t5_healthy")" ]'
 check "it read every file cluster-a had, /data/last-5 included: nothing lost ($(wc -l <<<"$expect5") files)" \
   same "$expect5" "$(listed "$alloc" before)"
-check "the job runs on one node only: one running allocation, on cluster-b ($(running_writers))" \
-  same cluster-b "$(running_writers)"
-check_mounts "step 5" b a
-check "a clean move: cluster-a released the volume, cluster-b needed no takeover" \
-  clean_move a b "$released_a" "$taken_b"
-check "the store names cluster-b the holder, cluster-a's copy is read-only" eval '
-  [ "$(owner_field .holder)/$(owner_field .state)" = cluster-b/held ] &&
-  [ "$(zget readonly "${pool[a]}/nomad/$vol")" = on ]'
-check "nomad node drain -disable cluster-a" nomad node drain -disable -yes "${node_id[a]}"
+moved_cleanly "step 5" a b "$released_a" "$taken_b"
 
 # ---------------------------------------------------------------------------------------------
 step "5b. cluster-b drained while the store accepts requests and answers none: the job ends on cluster-a only, nothing lost"
@@ -830,15 +838,7 @@ check "the plugin met the hang: cluster-b's NodeUnstage began before it ($t_hung
     END {exit !(began && ok && !early)}'\'' <<<"$unstages"'
 check "it read every file cluster-b had, /data/last-5b included: nothing lost ($(wc -l <<<"$expect5b") files)" \
   same "$expect5b" "$(listed "$alloc" before)"
-check "the job runs on one node only: one running allocation, on cluster-a ($(running_writers))" \
-  same cluster-a "$(running_writers)"
-check_mounts "step 5b" a b
-check "a clean move: cluster-b released the volume, cluster-a needed no takeover" \
-  clean_move b a "$released_b" "$taken_a"
-check "the store names cluster-a the holder, cluster-b's copy is read-only" eval '
-  [ "$(owner_field .holder)/$(owner_field .state)" = cluster-a/held ] &&
-  [ "$(zget readonly "${pool[b]}/nomad/$vol")" = on ]'
-check "nomad node drain -disable cluster-b" nomad node drain -disable -yes "${node_id[b]}"
+moved_cleanly "step 5b" b a "$released_b" "$taken_a"
 
 # ---------------------------------------------------------------------------------------------
 step "6. grown with Nomad, snapshot restored from the store, deleted: copies left behind swept"
