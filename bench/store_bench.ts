@@ -99,6 +99,8 @@ interface Config {
   readonly trials: number;
   /** Stage+publish cycles per trial without a backup. */
   readonly idleCycles: number;
+  /** Volumes staged and published, one after another, during each S3 latency trial. */
+  readonly latVolumes: number;
 }
 
 /** A volume of the plugin, claimed on this node. */
@@ -281,6 +283,51 @@ async function cyclesDuring(c: CsiClient, v: Claim, work: Promise<unknown>): Pro
 }
 
 /**
+ * Stage+publish of each of `claims` in turn while `work` runs (at least one), timed; then, after
+ * `work`, the unpublish and unstage of each one staged, their times pushed to `release`.
+ */
+async function stagedDuring(
+  c: CsiClient,
+  claims: readonly Claim[],
+  work: Promise<unknown>,
+  release: number[],
+): Promise<number[]> {
+  let running = true;
+  const done = work.finally(() => running = false);
+  const times: number[] = [];
+  const staged: Claim[] = [];
+  try {
+    for (const v of claims) {
+      const common = {
+        volume_id: v.volumeId,
+        volume_capability: mountCapability(),
+        volume_context: v.context,
+      };
+      const t0 = performance.now();
+      staged.push(v);
+      await c.node("NodeStageVolume", { ...common, staging_target_path: v.staging });
+      await c.node("NodePublishVolume", {
+        ...common,
+        staging_target_path: v.staging,
+        target_path: v.target,
+        readonly: false,
+      });
+      times.push(performance.now() - t0);
+      if (!running) break;
+    }
+    await done;
+  } finally {
+    for (const v of staged) {
+      const t0 = performance.now();
+      await c.node("NodeUnpublishVolume", { volume_id: v.volumeId, target_path: v.target });
+      await c.node("NodeUnstageVolume", { volume_id: v.volumeId, staging_target_path: v.staging });
+      release.push(performance.now() - t0);
+    }
+  }
+  return times;
+}
+
+/**
  * The median `ms` the plugin logged for its `msg` lines ("send stored", "receive done") whose
  * snapshot field holds `part`: the transfer's own time inside the plugin.
  */
@@ -333,8 +380,8 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   const { quick, progress } = options;
   const cfg: Config = {
     ...quick
-      ? { volumeMiB: 64, changedMiB: 4, trials: 1, idleCycles: 10 }
-      : { volumeMiB: 1024, changedMiB: 16, trials: 3, idleCycles: 40 },
+      ? { volumeMiB: 64, changedMiB: 4, trials: 1, idleCycles: 10, latVolumes: 8 }
+      : { volumeMiB: 1024, changedMiB: 16, trials: 3, idleCycles: 40, latVolumes: 40 },
     ...options.volumeMiB === undefined ? {} : { volumeMiB: options.volumeMiB },
     ...options.trials === undefined ? {} : { trials: options.trials },
   };
@@ -931,32 +978,35 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     }),
   );
 
-  // Stage+publish of another volume while the plugin backs up to S3, against during a plain
-  // zfs send > file: faster uploads must not starve volume calls.
+  // Stage+publish of other volumes while the plugin backs up to S3, against during a plain
+  // zfs send > file: faster uploads must not starve volume calls. Each volume is staged and
+  // published once and released after the transfer: an unpublish during a backup here waited up
+  // to 2 s (zfs-fuse answers for its mounts through its daemon, which the backup keeps busy), so
+  // a cycle per call left a backup of a few seconds with 2 samples.
   progress("store: stage+publish while a backup to S3 runs");
-  const otherS3Res = await ps.client.controller(
-    "CreateVolume",
-    createVolumeRequest("store-other-s3"),
-  );
-  const otherS3: Claim = {
-    volumeId: otherS3Res.volume.volume_id,
-    context: otherS3Res.volume.volume_context,
-    ...await claimPaths(ps.baseDir, {
-      volumeId: "store-other-s3",
-      allocId: "alloc-store-other-s3",
-    }),
-  };
-  await stagePublishCycle(ps.client, otherS3);
-  const latS3 = { plugin: [] as number[], floor: [] as number[] };
+  const others: Claim[] = [];
+  for (let i = 0; i < cfg.latVolumes; i++) {
+    const name = `store-other-s3-${i}`;
+    const res = await ps.client.controller("CreateVolume", createVolumeRequest(name));
+    others.push({
+      volumeId: res.volume.volume_id,
+      context: res.volume.volume_context,
+      ...await claimPaths(ps.baseDir, { volumeId: name, allocId: `alloc-${name}` }),
+    });
+  }
+  // Each staged once before: no trial pays a volume's first mount.
+  for (const v of others) await stagePublishCycle(ps.client, v);
+  const latS3 = { plugin: [] as number[], floor: [] as number[], release: [] as number[] };
   await interleave(cfg.trials, [
     async (t) => {
       await syncDisks();
       let id = "";
       latS3.plugin.push(
-        ...await cyclesDuring(
+        ...await stagedDuring(
           ps.client,
-          otherS3,
+          others,
           s3Calls.backup(srcId, `bench-s3-lat-${t}`).then((x) => id = x),
+          latS3.release,
         ),
       );
       await s3Calls.deleteSnapshot(id);
@@ -966,7 +1016,7 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       const send = timedBash(
         `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
       );
-      latS3.floor.push(...await cyclesDuring(ps.client, otherS3, send));
+      latS3.floor.push(...await stagedDuring(ps.client, others, send, latS3.release));
       await Deno.remove(`${floorDir}/lat.zfs`);
     },
   ]);
@@ -980,7 +1030,11 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     target: 1.1,
     note:
       `p90 ${formatMs(percentile(latS3.plugin, 90))} / ${formatMs(percentile(latS3.floor, 90))}; ` +
-      `${latS3.plugin.length} / ${latS3.floor.length} calls; floor: zfs send ds@snap > file && sync`,
+      `${latS3.plugin.length} / ${latS3.floor.length} calls (each of ${cfg.latVolumes} volumes ` +
+      `once a trial, released after it: unpublish+unstage median ${
+        formatMs(median(latS3.release))
+      }); ` +
+      `floor: zfs send ds@snap > file && sync`,
   });
 
   // 3. Restore from S3: the plugin against curl's download hashed beside zfs receive.

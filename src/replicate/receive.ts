@@ -387,8 +387,15 @@ async function checkReceivedGuid(deps: ReceiveDeps, spec: ReceiveSpec): Promise<
 }
 
 /**
- * A download, chunk by chunk. A byte stream (a file store's file) is read into two buffers of
- * ours taken in turn, so a restore of any size allocates two buffers, not one per chunk.
+ * Chunks a restore holds at once: the one being read, the one held back, and the one before it,
+ * still being written to zfs receive (see pump).
+ */
+const CHUNKS_HELD = 3;
+
+/**
+ * A download, chunk by chunk. A byte stream (a file store's file) is read into buffers of ours
+ * taken in turn, so a restore of any size allocates {@linkcode CHUNKS_HELD} buffers, not one per
+ * chunk.
  */
 class Chunks {
   readonly #byob: ReadableStreamBYOBReader | undefined;
@@ -405,15 +412,15 @@ class Chunks {
   }
 
   /**
-   * The next chunk, or undefined at the end. From a byte stream it lives in a buffer the read
-   * after the next one fills again: a chunk must be used (written) before that.
+   * The next chunk, or undefined at the end. From a byte stream it lives in a buffer that the
+   * read {@linkcode CHUNKS_HELD} reads later fills again: a chunk must be written before that.
    */
   async read(): Promise<Uint8Array | undefined> {
     if (this.#byob === undefined) {
       const r = await this.#chunks!.read();
       return r.done ? undefined : r.value;
     }
-    const k = this.#turn++ % 2;
+    const k = this.#turn++ % CHUNKS_HELD;
     const r = await this.#byob.read(this.#buffers[k] ?? new Uint8Array(READ_BYTES));
     // The read hands the buffer's memory over and back: keep what came back.
     if (r.value !== undefined) this.#buffers[k] = new Uint8Array(r.value.buffer);
@@ -425,7 +432,11 @@ class Chunks {
   }
 }
 
-/** Copies the download to stdin, holding back the last chunk until the whole download checks. */
+/**
+ * Copies the download to stdin, holding back the last chunk until the whole download checks.
+ * One write is left going while the next chunk downloads and is hashed: a pipe holds only 64
+ * KiB, so a write awaited before the next read left zfs receive idle for every read and hash.
+ */
 async function pump(
   reader: Chunks,
   writer: WritableStreamDefaultWriter<Uint8Array>,
@@ -436,18 +447,32 @@ async function pump(
       throw new StdinClosed("zfs receive stopped reading", { cause: err });
     });
   let held: Uint8Array | undefined;
+  let writing: Promise<void> | undefined;
   for (;;) {
     const value = await reader.read();
     if (value === undefined) break;
     // An empty chunk must not push out the held one: the held chunk holds the last byte.
     if (value.length === 0) continue;
     await digest.update(value);
-    if (held !== undefined) await toZfs(writer.write(held));
+    if (held !== undefined) {
+      await writing;
+      writing = inFlight(toZfs(writer.write(held)));
+    }
     held = value;
   }
+  await writing;
   digest.check();
   if (held !== undefined) await toZfs(writer.write(held));
   await toZfs(writer.close());
+}
+
+/**
+ * A promise awaited later: its failure is marked handled now, so that one arriving while a read
+ * is awaited is not an unhandled rejection; the later await still throws it.
+ */
+function inFlight(p: Promise<void>): Promise<void> {
+  p.catch(() => {});
+  return p;
 }
 
 /**

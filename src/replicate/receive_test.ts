@@ -144,6 +144,58 @@ Deno.test("receiveFromStore passes the whole stream to zfs receive -u and checks
   assert.deepEqual(guidChecks(runner).map((a) => a.at(-1)), [`${TARGET}@.backup-1001`]);
 });
 
+Deno.test("receiveFromStore downloads and hashes the next chunk while zfs receive still takes the last", async () => {
+  const bytes = joinChunks(patternChunks(8 * CHUNK, CHUNK));
+  const m = manifest(bytes);
+  // A download that counts the chunks taken from it (none read ahead: highWaterMark 0).
+  let taken = 0;
+  const store = new class extends MemoryStore {
+    override async getStream(key: string, options?: TransferOptions) {
+      const inner = (await super.getStream(key, options)).getReader();
+      return new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          const r = await inner.read();
+          if (r.done) return controller.close();
+          taken++;
+          controller.enqueue(r.value);
+        },
+      }, { highWaterMark: 0 });
+    }
+  }({ chunkSize: CHUNK });
+  // Each write waits (a few turns of the event loop) for the next chunk to be taken.
+  const overlapped: boolean[] = [];
+  const { streams, deps } = setup({
+    beforeWrite: async () => {
+      const before = taken;
+      for (let i = 0; i < 20 && taken === before; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 0));
+      }
+      overlapped.push(taken > before);
+    },
+  }, store);
+  await stored(store, m, bytes);
+  await receiveFromStore(deps, { manifest: m, target: TARGET });
+  assert.deepEqual(streams.processes[0]!.stdinBytes, bytes);
+  // Every write but the last two (the held chunk, written after the end) saw the next read.
+  assert.deepEqual(overlapped.slice(0, -2), Array(overlapped.length - 2).fill(true));
+  assert.equal(overlapped.length, 8);
+});
+
+Deno.test("receiveFromStore reports a write that failed while the next chunk downloaded as zfs receive's refusal", async () => {
+  const bytes = joinChunks(patternChunks(8 * CHUNK, CHUNK));
+  const m = manifest(bytes);
+  const { streams, store, deps } = setup({
+    exitAfterStdinBytes: 2 * CHUNK,
+    code: 1,
+    stderr: "cannot receive new filesystem stream: out of space\n",
+  });
+  await stored(store, m, bytes);
+  const err = await failure(receiveFromStore(deps, { manifest: m, target: TARGET }));
+  assert.ok(err instanceof ZfsError, String(err));
+  assert.match(err.message, /out of space/);
+  assert.ok(streams.processes[0]!.stdinBytes.length < bytes.length);
+});
+
 Deno.test("receiveFromStore cuts zfs receive's input short of the last chunk when the last byte differs", async () => {
   const bytes = joinChunks(patternChunks(3 * CHUNK + 100, 1000));
   const m = manifest(bytes);

@@ -26,6 +26,8 @@ export interface StreamScript {
    * receive` applying the stream); without it, with `code` and `stderr`.
    */
   readonly onStdinEnd?: (stdin: Uint8Array) => { readonly code: number; readonly stderr: string };
+  /** Awaited before each stdin write is taken, as a `zfs receive` slower than its input. */
+  readonly beforeWrite?: () => Promise<void>;
 }
 
 /** How zfs receive ends when its input stops before the stream's end. */
@@ -144,7 +146,8 @@ export class FakeStreamRunner implements StreamRunner {
     const brokenPipe = () => new Deno.errors.BrokenPipe("Broken pipe (os error 32)");
     const stdin = options.stdin === "piped"
       ? new WritableStream<Uint8Array>({
-        write(chunk) {
+        async write(chunk) {
+          await script.beforeWrite?.();
           if (proc.ended) throw brokenPipe();
           const total = proc.record(chunk);
           const limit = script.exitAfterStdinBytes;
