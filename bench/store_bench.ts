@@ -883,6 +883,66 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     (await sh("bash", "-c", `set -o pipefail; ${floorSend} | wc -c`)).trim(),
   );
 
+  // Stage+publish of other volumes while the plugin backs up to S3, against during a plain
+  // zfs send > file: faster uploads must not starve volume calls. Before the backup trials:
+  // the store holds no snapshot of the volume yet, so each backup here is a full one (later,
+  // with the kept one as base, it would be an empty increment, which is what this row timed
+  // until 2026-11-28). Each volume is staged and published once and released after the
+  // transfer, so that the samples are stage+publish calls one after another.
+  progress("store: stage+publish while a backup to S3 runs");
+  const others: Claim[] = [];
+  for (let i = 0; i < cfg.latVolumes; i++) {
+    const name = `store-other-s3-${i}`;
+    const res = await ps.client.controller("CreateVolume", createVolumeRequest(name));
+    others.push({
+      volumeId: res.volume.volume_id,
+      context: res.volume.volume_context,
+      ...await claimPaths(ps.baseDir, { volumeId: name, allocId: `alloc-${name}` }),
+    });
+  }
+  // Each staged once before: no trial pays a volume's first mount.
+  for (const v of others) await stagePublishCycle(ps.client, v);
+  const latS3 = { plugin: [] as number[], floor: [] as number[], release: [] as number[] };
+  await interleave(cfg.trials, [
+    async (t) => {
+      await syncDisks();
+      let id = "";
+      latS3.plugin.push(
+        ...await stagedDuring(
+          ps.client,
+          others,
+          s3Calls.backup(srcId, `bench-s3-lat-${t}`).then((x) => id = x),
+          latS3.release,
+        ),
+      );
+      await s3Calls.deleteSnapshot(id);
+    },
+    async () => {
+      await syncDisks();
+      const send = timedBash(
+        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
+      );
+      latS3.floor.push(...await stagedDuring(ps.client, others, send, latS3.release));
+      await Deno.remove(`${floorDir}/lat.zfs`);
+    },
+  ]);
+  rows.push({
+    section: SECTION,
+    what:
+      `stage+publish of another volume during a ${size} backup to S3 vs during a plain zfs send`,
+    plugin: formatMs(median(latS3.plugin)),
+    base: formatMs(median(latS3.floor)),
+    ratio: ratio(median(latS3.plugin), median(latS3.floor)),
+    target: 1.1,
+    note:
+      `p90 ${formatMs(percentile(latS3.plugin, 90))} / ${formatMs(percentile(latS3.floor, 90))}; ` +
+      `${latS3.plugin.length} / ${latS3.floor.length} calls (each of ${cfg.latVolumes} volumes ` +
+      `once a trial, released after it: unpublish+unstage median ${
+        formatMs(median(latS3.release))
+      }); ` +
+      `floor: zfs send ds@snap > file && sync`,
+  });
+
   // 2. Backup to S3: the plugin against the floor doing the same work with plain tools: zfs
   // send, hashed beside the upload, streamed into one PutObject by curl. versitygw answers 411
   // to a body without a length (curl -T - sends it chunked), so the floor tells curl the length
@@ -977,65 +1037,6 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       note: "what a script does that cannot stream into one PutObject",
     }),
   );
-
-  // Stage+publish of other volumes while the plugin backs up to S3, against during a plain
-  // zfs send > file: faster uploads must not starve volume calls. Each volume is staged and
-  // published once and released after the transfer: an unpublish during a backup here waited up
-  // to 2 s (zfs-fuse answers for its mounts through its daemon, which the backup keeps busy), so
-  // a cycle per call left a backup of a few seconds with 2 samples.
-  progress("store: stage+publish while a backup to S3 runs");
-  const others: Claim[] = [];
-  for (let i = 0; i < cfg.latVolumes; i++) {
-    const name = `store-other-s3-${i}`;
-    const res = await ps.client.controller("CreateVolume", createVolumeRequest(name));
-    others.push({
-      volumeId: res.volume.volume_id,
-      context: res.volume.volume_context,
-      ...await claimPaths(ps.baseDir, { volumeId: name, allocId: `alloc-${name}` }),
-    });
-  }
-  // Each staged once before: no trial pays a volume's first mount.
-  for (const v of others) await stagePublishCycle(ps.client, v);
-  const latS3 = { plugin: [] as number[], floor: [] as number[], release: [] as number[] };
-  await interleave(cfg.trials, [
-    async (t) => {
-      await syncDisks();
-      let id = "";
-      latS3.plugin.push(
-        ...await stagedDuring(
-          ps.client,
-          others,
-          s3Calls.backup(srcId, `bench-s3-lat-${t}`).then((x) => id = x),
-          latS3.release,
-        ),
-      );
-      await s3Calls.deleteSnapshot(id);
-    },
-    async () => {
-      await syncDisks();
-      const send = timedBash(
-        `zfs send ${shellQuote(floorSnap)} > ${shellQuote(`${floorDir}/lat.zfs`)} && sync`,
-      );
-      latS3.floor.push(...await stagedDuring(ps.client, others, send, latS3.release));
-      await Deno.remove(`${floorDir}/lat.zfs`);
-    },
-  ]);
-  rows.push({
-    section: SECTION,
-    what:
-      `stage+publish of another volume during a ${size} backup to S3 vs during a plain zfs send`,
-    plugin: formatMs(median(latS3.plugin)),
-    base: formatMs(median(latS3.floor)),
-    ratio: ratio(median(latS3.plugin), median(latS3.floor)),
-    target: 1.1,
-    note:
-      `p90 ${formatMs(percentile(latS3.plugin, 90))} / ${formatMs(percentile(latS3.floor, 90))}; ` +
-      `${latS3.plugin.length} / ${latS3.floor.length} calls (each of ${cfg.latVolumes} volumes ` +
-      `once a trial, released after it: unpublish+unstage median ${
-        formatMs(median(latS3.release))
-      }); ` +
-      `floor: zfs send ds@snap > file && sync`,
-  });
 
   // 3. Restore from S3: the plugin against curl's download hashed beside zfs receive.
   progress(`store: ${size} restores from S3`);
