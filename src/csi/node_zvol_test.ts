@@ -98,12 +98,15 @@ class BlockHost {
   }
 
   readonly probe: DeviceProbe = {
-    realPath: (path) =>
-      path === `/dev/zvol/${DB}` && this.link !== undefined
-        ? Promise.resolve(this.link)
-        : Promise.reject(new Deno.errors.NotFound(path)),
-    isBlockDevice: (path) => Promise.resolve(path === DEVICE),
-    rdev: (path) => Promise.resolve(path === DEVICE || this.bound.has(path) ? 230 : undefined),
+    // What lsblk says /dev/zvol/<dataset> leads to.
+    blockDevice: (link: string) =>
+      Promise.resolve(
+        link === `/dev/zvol/${DB}` && this.link !== undefined
+          ? { name: this.link, rdev: 230 * 256 }
+          : undefined,
+      ),
+    // A device bound onto a target file shows the device's number there.
+    rdev: (path: string) => Promise.resolve(this.bound.has(path) ? 230 * 256 : undefined),
     sleep: () => Promise.resolve(),
     now: (() => {
       let t = 0;

@@ -25,6 +25,7 @@ import {
 } from "../../volume/zvol.ts";
 import type { BlockTools } from "../../block/tools.ts";
 import { formatStep } from "../../block/format.ts";
+import type { BlockDevice } from "../../block/args.ts";
 import {
   type DeviceProbe,
   resolveZvolDevice,
@@ -118,7 +119,7 @@ export class NodeZvols {
       const staging = await this.#path("staging_target_path", v.stagingArg);
       const props = await this.#state(id, dataset);
       const content = this.#checkFits(id, dataset, props, cap, fsTypeGiven, ctx);
-      const device = await waitForZvolDevice(dataset, this.#probe);
+      const device = (await waitForZvolDevice(dataset, this.#probe)).name;
       // Marked before anything is mounted: a DeleteVolume sees the zvol in use from here on.
       if (userValue(props, ATTACHED_PROPERTY) !== this.#d.config.nodeId) {
         await this.#d.zfs.set(dataset, ATTACHED_PROPERTY, this.#d.config.nodeId);
@@ -203,7 +204,7 @@ export class NodeZvols {
       const staging = await this.#path("staging_target_path", stagingArg);
       const props = await this.#d.zfs.getProperties(dataset, NODE_ZVOL_STATE);
       const content = props ? checkOwnedZvol(dataset, props) : undefined;
-      const device = await resolveZvolDevice(dataset, this.#probe);
+      const device = (await resolveZvolDevice(dataset, this.#probe))?.name;
       let table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("staging_target_path", staging, table);
       for (let top = mountsAt(table, staging).at(-1); top; top = mountsAt(table, staging).at(-1)) {
@@ -252,14 +253,13 @@ export class NodeZvols {
           `Volume "${id}" is not staged on this node; call NodeStageVolume first`,
         );
       }
-      const device = await this.#device(id, dataset);
+      const { name: device, rdev } = await this.#device(id, dataset);
       const table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("target_path", target, table);
       const top = mountsAt(table, target).at(-1);
       if (content === "block") {
-        const rdev = await this.#probe.rdev(device);
         if (top) {
-          if (rdev !== undefined && await this.#probe.rdev(target) === rdev) return {};
+          if (await this.#probe.rdev(target) === rdev) return {};
           throw new CsiError(
             Code.ALREADY_EXISTS,
             `target_path "${target}" already holds another mount ("${top.source}")`,
@@ -267,7 +267,7 @@ export class NodeZvols {
         }
         await this.#ensureFile(target);
         await this.#d.mounter.bind(device, target, p.flags.includes("ro") ? ["ro"] : []);
-        if (rdev === undefined || await this.#probe.rdev(target) !== rdev) {
+        if (await this.#probe.rdev(target) !== rdev) {
           await this.#m.undoMount(target, "the bind does not show the zvol's device");
           throw new CsiError(Code.INTERNAL, `Binding ${device} onto "${target}" did not land`);
         }
@@ -302,8 +302,9 @@ export class NodeZvols {
   async unpublish(id: string, dataset: string, targetArg: string): Promise<unknown> {
     return await withLock(this.#d.locks, [dataset], async () => {
       const target = await this.#path("target_path", targetArg);
-      const device = await resolveZvolDevice(dataset, this.#probe);
-      const rdev = device === undefined ? undefined : await this.#probe.rdev(device);
+      const found = await resolveZvolDevice(dataset, this.#probe);
+      const device = found?.name;
+      const rdev = found?.rdev;
       let table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("target_path", target, table);
       for (let top = mountsAt(table, target).at(-1); top; top = mountsAt(table, target).at(-1)) {
@@ -359,7 +360,7 @@ export class NodeZvols {
       const content = checkOwnedZvol(dataset, props);
       const device = await this.#device(id, dataset);
       await this.#checkHolds(id, path, device, content);
-      if (content !== "block") await this.#tools.grow(content, device, path);
+      if (content !== "block") await this.#tools.grow(content, device.name, path);
       return { capacity_bytes: String(parseBytes(props.get("volsize")?.value ?? "0")) };
     });
   }
@@ -372,7 +373,7 @@ export class NodeZvols {
   }
 
   /** The zvol's device now, or FAILED_PRECONDITION when it has none. */
-  async #device(id: string, dataset: string): Promise<string> {
+  async #device(id: string, dataset: string): Promise<BlockDevice> {
     const device = await resolveZvolDevice(dataset, this.#probe);
     if (device === undefined) {
       throw new CsiError(
@@ -406,11 +407,15 @@ export class NodeZvols {
   }
 
   /** Refuses a volume_path that does not hold the zvol (NOT_FOUND, as for datasets). */
-  async #checkHolds(id: string, path: string, device: string, content: ZvolContent) {
+  async #checkHolds(
+    id: string,
+    path: string,
+    device: BlockDevice,
+    content: ZvolContent,
+  ): Promise<void> {
     const holds = content === "block"
-      ? (await this.#probe.rdev(path)) !== undefined &&
-        (await this.#probe.rdev(path)) === (await this.#probe.rdev(device))
-      : (await this.#m.topMount(path))?.source === device;
+      ? (await this.#probe.rdev(path)) === device.rdev
+      : (await this.#m.topMount(path))?.source === device.name;
     if (!holds) {
       throw new CsiError(Code.NOT_FOUND, `volume_path "${path}" does not hold volume "${id}"`);
     }
