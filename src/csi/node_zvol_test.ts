@@ -368,3 +368,17 @@ Deno.test("NodePublish of a raw zvol not staged here is refused", async () => {
     /not staged on this node/,
   );
 });
+
+Deno.test("NodeUnstage of a raw zvol keeps the attached mark while its device is still bound at another usage's target", async () => {
+  await using h = await setup("block");
+  await stage(h, blockCap(), { fs_type: "block" });
+  await publish(h, blockCap(), false, { fs_type: "block" });
+  // Nomad's other usage (ro vs rw) stages at its own path: this unstage is of that one.
+  const other = `${h.base}/staging/db/ro-block-device-single-node-reader-only`;
+  await Deno.mkdir(other, { recursive: true });
+  await h.node.NodeUnstageVolume({ volume_id: "db@n1", staging_target_path: other });
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), "n1");
+  await unpublish(h);
+  await unstage(h);
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
+});

@@ -9,7 +9,7 @@
 
 import { Code, CsiError } from "../../errors.ts";
 import { withLock } from "../../lock.ts";
-import { mountsAt } from "../../mount/mountinfo.ts";
+import { type MountEntry, mountsAt } from "../../mount/mountinfo.ts";
 import { checkPathInside } from "../../mount/paths.ts";
 import { MANAGED_PROPERTY, STAGED_PROPERTY } from "../../zfs/names.ts";
 import { parseBytes, type PropertyMap } from "../../zfs/parse.ts";
@@ -204,7 +204,8 @@ export class NodeZvols {
       const staging = await this.#path("staging_target_path", stagingArg);
       const props = await this.#d.zfs.getProperties(dataset, NODE_ZVOL_STATE);
       const content = props ? checkOwnedZvol(dataset, props) : undefined;
-      const device = (await resolveZvolDevice(dataset, this.#probe))?.name;
+      const found = await resolveZvolDevice(dataset, this.#probe);
+      const device = found?.name;
       let table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("staging_target_path", staging, table);
       for (let top = mountsAt(table, staging).at(-1); top; top = mountsAt(table, staging).at(-1)) {
@@ -218,8 +219,10 @@ export class NodeZvols {
         await this.#d.mounter.unmount(staging);
         table = await this.#d.mounter.table();
       }
-      // Another staging of the same zvol here (Nomad stages once per usage) keeps the mark.
-      const stillMounted = device !== undefined && table.some((e) => e.source === device);
+      // Another staging of the same zvol here (Nomad stages once per usage) keeps the mark: its
+      // filesystem mounted elsewhere, or its device still bound onto a target file.
+      const stillMounted = found !== undefined &&
+        (table.some((e) => e.source === found.name) || await this.#boundAnywhere(table, found));
       if (props && content && !stillMounted) {
         if (userValue(props, ATTACHED_PROPERTY) === this.#d.config.nodeId) {
           await this.#d.zfs.inherit(dataset, ATTACHED_PROPERTY);
@@ -363,6 +366,19 @@ export class NodeZvols {
       if (content !== "block") await this.#tools.grow(content, device.name, path);
       return { capacity_bytes: String(parseBytes(props.get("volsize")?.value ?? "0")) };
     });
+  }
+
+  /** Whether `device` is bound onto a file below the base directories (a raw publish). */
+  async #boundAnywhere(table: readonly MountEntry[], device: BlockDevice): Promise<boolean> {
+    for (const e of table) {
+      const below = this.#d.config.stagePublishDirs.some((d) => e.mountPoint.startsWith(`${d}/`));
+      if (
+        below && e.source !== device.name && await this.#probe.rdev(e.mountPoint) === device.rdev
+      ) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** The zvol's state, or NOT_FOUND. */
