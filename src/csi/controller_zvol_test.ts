@@ -352,3 +352,24 @@ Deno.test("CreateVolume from a snapshot of a zvol clones it (grown when asked), 
     Code.OUT_OF_RANGE,
   );
 });
+
+Deno.test("DeleteSnapshot of a zvol's snapshot sets it aside (destroyed at retention 0), as for a dataset", async () => {
+  using h = setup();
+  await h.controller.CreateVolume(createReq());
+  await h.controller.CreateSnapshot({
+    source_volume_id: "db@n1",
+    name: "s1",
+    parameters: {},
+    secrets: {},
+  });
+  const list = await h.controller.ListSnapshots({
+    source_volume_id: "db@n1",
+    snapshot_id: "",
+    max_entries: 0,
+    starting_token: "",
+    secrets: {},
+  }) as { entries: { snapshot: { snapshot_id: string } }[] };
+  assert.deepEqual(list.entries.map((e) => e.snapshot.snapshot_id), ["db@s1@n1"]);
+  await h.controller.DeleteSnapshot({ snapshot_id: "db@s1@n1", secrets: {} });
+  assert.deepEqual([...h.pool.objects.keys()].filter((n) => n.includes("@")), []);
+});
