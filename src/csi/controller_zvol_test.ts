@@ -373,3 +373,37 @@ Deno.test("DeleteSnapshot of a zvol's snapshot sets it aside (destroyed at reten
   await h.controller.DeleteSnapshot({ snapshot_id: "db@s1@n1", secrets: {} });
   assert.deepEqual([...h.pool.objects.keys()].filter((n) => n.includes("@")), []);
 });
+
+Deno.test("ControllerExpandVolume with only limit_bytes grows to the largest whole step within it", async () => {
+  using h = setup();
+  await h.controller.CreateVolume(createReq());
+  const res = await h.controller.ControllerExpandVolume({
+    volume_id: "db@n1",
+    capacity_range: { required_bytes: "0", limit_bytes: String(2 * GiB + 1000) },
+    volume_capability: null,
+    secrets: {},
+  });
+  assert.deepEqual(res, { capacity_bytes: String(2 * GiB), node_expansion_required: false });
+  assert.equal(h.pool.value(DB, "volsize"), String(2 * GiB));
+  // Again: at the largest step within the limit already, nothing to set, the size answered.
+  const sets = h.runner.argvs.filter((a) => a[1] === "set").length;
+  assert.deepEqual(
+    await h.controller.ControllerExpandVolume({
+      volume_id: "db@n1",
+      capacity_range: { required_bytes: "0", limit_bytes: String(2 * GiB + 1000) },
+      volume_capability: null,
+      secrets: {},
+    }),
+    res,
+  );
+  assert.equal(h.runner.argvs.filter((a) => a[1] === "set").length, sets);
+  await assertRejectsCsi(
+    h.controller.ControllerExpandVolume({
+      volume_id: "db@n1",
+      capacity_range: { required_bytes: String(3 * GiB + 1), limit_bytes: String(3 * GiB + 1000) },
+      volume_capability: null,
+      secrets: {},
+    }),
+    Code.OUT_OF_RANGE,
+  );
+});
