@@ -382,3 +382,15 @@ Deno.test("NodeUnstage of a raw zvol keeps the attached mark while its device is
   await unstage(h);
   assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
 });
+
+Deno.test("NodeStage never formats a device that is mounted elsewhere on the node, whatever the record says", async () => {
+  await using h = await setup("ext4", { props: { "org.zfs-csi:format": "begun" } });
+  h.host.signature = EXT4;
+  h.host.mounts.push({ source: DEVICE, mountPoint: "/mnt/by-hand", fsType: "ext4", options: "rw" });
+  await assertRejectsCsi(
+    stage(h, fsTypeCap("ext4")),
+    Code.FAILED_PRECONDITION,
+    /mounted elsewhere/,
+  );
+  assert.deepEqual(tools(h).map((a) => a[0]), ["blkid"]);
+});

@@ -142,7 +142,16 @@ export class NodeZvols {
           `staging_target_path "${staging}" already holds another mount ("${top.source}")`,
         );
       }
-      await this.#formatOnce(id, dataset, device, content, userValue(props, FORMAT_PROPERTY));
+      // Mounted elsewhere on this node (another usage's staging): it is made, never to be made.
+      const inUse = table.some((e) => e.source === device);
+      await this.#formatOnce(
+        id,
+        dataset,
+        device,
+        content,
+        userValue(props, FORMAT_PROPERTY),
+        inUse,
+      );
       await this.#m.ensureDirectory(staging, 0o700);
       await this.#d.mounter.mountDevice(content, device, staging, STAGE_FLAGS);
       const after = mountsAt(await this.#d.mounter.table(), staging).at(-1);
@@ -169,9 +178,17 @@ export class NodeZvols {
     device: string,
     want: ZvolFsType,
     recorded: string,
+    inUse: boolean,
   ): Promise<void> {
     const found = await this.#tools.signature(device);
     const step = formatStep(recorded, found, want);
+    if (inUse && (step.kind === "format" || step.kind === "redo")) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" is not mounted: its device ${device} is mounted elsewhere on this node, ` +
+          `and its format record says "${recorded || "none"}"; it is not formatted while mounted`,
+      );
+    }
     switch (step.kind) {
       case "mount":
         return;
