@@ -260,6 +260,8 @@ Deno.test("NodeStage after a SIGKILL during mkfs: the half-made filesystem is wi
   assert.deepEqual(tools(h).map((a) => a[0]), ["blkid", "wipefs", "mkfs.xfs"]);
   assert.equal(h.pool.value(DB, "org.zfs-csi:format"), "done");
   assert.equal(h.host.mounts.at(-1)?.source, DEVICE);
+  // xfs is mounted nouuid: a clone (its source's UUID) mounts beside its source.
+  assert.equal(h.host.mounts.at(-1)?.options, "nosuid,nodev,nouuid");
 });
 
 Deno.test("NodeStage refuses to format over a filesystem it did not make, or over a finished one that changed", async () => {
