@@ -47,11 +47,11 @@ Deno.test("parseVolumeContext refuses a size below the smallest volume with OUT_
 Deno.test("parseVolumeContext refuses unknown keys, naming them", () => {
   assertInvalid(
     () => parseVolumeContext({ size: "1G", sise: "2G" }),
-    'volume_context key "sise" is not known; known keys: size, dataset, backup_interval, backup_keep',
+    'volume_context key "sise" is not known; known keys: size, dataset, backup_interval, backup_keep, fs_type',
   );
   assertInvalid(
     () => parseVolumeContext({ Size: "1G" }),
-    'volume_context key "Size" is not known; known keys: size, dataset, backup_interval, backup_keep',
+    'volume_context key "Size" is not known; known keys: size, dataset, backup_interval, backup_keep, fs_type',
   );
 });
 
@@ -63,5 +63,26 @@ Deno.test("parseVolumeContext refuses a malformed size", () => {
   assertInvalid(
     () => parseVolumeContext({ size: "0" }),
     'volume_context size: Size "0" is out of range',
+  );
+});
+
+Deno.test("parseVolumeContext reads fs_type: what a zvol holds, or a dataset ('zfs', none)", () => {
+  for (const zvol of ["block", "ext4", "xfs"] as const) {
+    assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/db", fs_type: zvol }), {
+      dataset: "tank/nomad/db",
+      zvol,
+    });
+  }
+  assert.deepEqual(parseVolumeContext({ fs_type: "zfs" }), {});
+  assert.deepEqual(parseVolumeContext({ fs_type: "" }), {});
+  assertInvalid(
+    () => parseVolumeContext({ fs_type: "btrfs" }),
+    'volume_context fs_type "btrfs" is not one of block, ext4, xfs, zfs',
+  );
+  // A dataset made at first stage is a filesystem: never a zvol.
+  assertThrowsCsi(
+    () => parseVolumeContext({ fs_type: "ext4", size: "1G" }),
+    Code.INVALID_ARGUMENT,
+    /a zvol is made by CreateVolume/,
   );
 });

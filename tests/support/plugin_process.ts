@@ -88,6 +88,8 @@ export class PluginProcess implements AsyncDisposable {
       ...(scope.netHosts ? { netHosts: scope.netHosts } : {}),
       ...(scope.readFiles ? { readFiles: scope.readFiles } : {}),
       ...(scope.extraPrograms ? { extraPrograms: scope.extraPrograms } : {}),
+      // A build for block volumes (ZFS_CSI_BLOCK_VOLUMES), for a plugin with --block-volumes.
+      ...(scope.blockVolumes ? { blockVolumes: true } : {}),
     });
   }
 
@@ -100,7 +102,11 @@ export class PluginProcess implements AsyncDisposable {
       "run",
       "--quiet",
       "--frozen",
-      ...PluginProcess.flags(opts.dir, opts.scope),
+      // A plugin started with --block-volumes runs as a build for them would (dev_args.ts too).
+      ...PluginProcess.flags(opts.dir, {
+        ...opts.scope,
+        ...(opts.extraArgs?.includes("--block-volumes") ? { blockVolumes: true } : {}),
+      }),
       ...(opts.denoFlags ?? []),
       `${ROOT}main.ts`,
       "--parent-dataset",
