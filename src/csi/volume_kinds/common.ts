@@ -7,7 +7,12 @@
 import { Code, CsiError } from "../../errors.ts";
 import { type IdScope, qualifiedSnapshotId, qualifiedVolumeId } from "../../zfs/ids.ts";
 import { NAME_PROPERTY, STAGED_PROPERTY, volumeForDataset } from "../../zfs/names.ts";
-import { CATALOG_READ, type SnapshotRecord, type VolumeRecord } from "../../volume/catalog.ts";
+import {
+  CATALOG_READ,
+  type SnapshotRecord,
+  type VolumeRecord,
+  volumeRecord,
+} from "../../volume/catalog.ts";
 import { sizeOf, type VolumeParameters } from "../../parameters.ts";
 import { type StoredEntry, StoredSnapshots } from "../stored_snapshots.ts";
 import { CONTEXT_KEYS } from "../context.ts";
@@ -96,6 +101,17 @@ export class KindCommon {
       source_volume_id: sourceId ?? StoredSnapshots.sourceVolumeId(e),
       creation_time: { seconds: String(e.creation), nanos: 0 },
       ready_to_use: e.ready,
+    };
+  }
+
+  /** ControllerGetVolume of a volume on this node, whichever kind its dataset is. */
+  async getVolume(id: string, dataset: string): Promise<unknown> {
+    const props = await this.d.zfs.getProperties(dataset, VOLUME_STATE);
+    const record = props && volumeRecord(this.d.config.parentDataset, dataset, props);
+    if (!record) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+    return {
+      volume: this.volumeMessage(this.volumeId(record), record),
+      status: this.status(dataset),
     };
   }
 

@@ -201,14 +201,8 @@ export class OrdinaryVolumes implements VolumeKind {
     checkOwned(dataset, props);
   }
 
-  async get(id: string, dataset: string): Promise<unknown> {
-    const props = await this.#c.d.zfs.getProperties(dataset, VOLUME_STATE);
-    const record = props && volumeRecord(this.#c.d.config.parentDataset, dataset, props);
-    if (!record) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
-    return {
-      volume: this.#c.volumeMessage(this.#c.volumeId(record), record),
-      status: this.#c.status(dataset),
-    };
+  get(id: string, dataset: string): Promise<unknown> {
+    return this.#c.getVolume(id, dataset);
   }
 
   /** ControllerExpandVolume: the refquota (and sizes that follow it) reconciled. */
