@@ -10,11 +10,9 @@ import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { type FakeRunner, mountLine } from "../../tests/support/fake_runner.ts";
-import { blockCap, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
-import { Datasets } from "../volume/datasets.ts";
+import { blockCap, fakeNode, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
 import { BlockTools } from "../block/tools.ts";
 import type { DeviceProbe } from "../block/device.ts";
-import { NodeService } from "./node.ts";
 import type { VolumeCapability } from "./types.ts";
 
 const PARENT = "tank/nomad";
@@ -140,16 +138,9 @@ async function setup(
         ...opts.props,
       }).serveCreates(runner, opts.zfsFuse ? {} : { version: "zfs-2.2.2-1" }),
   });
-  const { config, runner, host: pool, zfs, mounter, health, locks, log } = parts;
+  const { runner, host: pool, log } = parts;
   const host = block!;
-  const node = new NodeService({
-    config,
-    zfs,
-    mounter,
-    datasets: new Datasets(zfs, mounter),
-    health,
-    locks,
-    log,
+  const node = fakeNode(parts, {
     blockTools: new BlockTools(runner, { timeoutMs: 1000, log }),
     deviceProbe: host.probe,
     statfs: () =>

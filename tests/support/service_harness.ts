@@ -79,7 +79,7 @@ export function fakeServices<H>(opts: {
 /** A NodeService on `parts` (Datasets on its zfs and mount), with the optional deps in `extra`. */
 export function fakeNode<H>(
   parts: FakeServices<H>,
-  extra: Pick<NodeDeps, "statfs" | "follow"> = {},
+  extra: Pick<NodeDeps, "statfs" | "follow" | "blockTools" | "deviceProbe"> = {},
 ): NodeService {
   const { config, zfs, mounter, health, locks, log } = parts;
   return new NodeService({
