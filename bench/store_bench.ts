@@ -883,6 +883,11 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
     (await sh("bash", "-c", `set -o pipefail; ${floorSend} | wc -c`)).trim(),
   );
 
+  // The piped floor of a backup to S3 (section 2 below says what it does).
+  const pipedFloor = `f=$(mktemp -u); mkfifo "$f"; ${hasher} < "$f" > /dev/null & h=$!\n` +
+    `${floorSend} | tee "$f" | ${curlS3} -T - -H 'Content-Length: ${pipedBytes}' ` +
+    `-H 'Transfer-Encoding:' ${floorUrl} -o /dev/null\nwait "$h"; rm "$f"`;
+
   // Stage+publish of other volumes while the plugin backs up to S3, against during a plain
   // zfs send > file: faster uploads must not starve volume calls. Before the backup trials:
   // the store holds no snapshot of the volume yet, so each backup here is a full one (later,
@@ -902,7 +907,12 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   }
   // Each staged once before: no trial pays a volume's first mount.
   for (const v of others) await stagePublishCycle(ps.client, v);
-  const latS3 = { plugin: [] as number[], floor: [] as number[], release: [] as number[] };
+  const latS3 = {
+    plugin: [] as number[],
+    floor: [] as number[],
+    piped: [] as number[],
+    release: [] as number[],
+  };
   await interleave(cfg.trials, [
     async (t) => {
       await syncDisks();
@@ -925,6 +935,11 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
       latS3.floor.push(...await stagedDuring(ps.client, others, send, latS3.release));
       await Deno.remove(`${floorDir}/lat.zfs`);
     },
+    async () => {
+      await syncDisks();
+      const upload = timedBash(pipedFloor, curlEnv);
+      latS3.piped.push(...await stagedDuring(ps.client, others, upload, latS3.release));
+    },
   ]);
   rows.push({
     section: SECTION,
@@ -941,6 +956,15 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
         formatMs(median(latS3.release))
       }); ` +
       `floor: zfs send ds@snap > file && sync`,
+  }, {
+    section: SECTION,
+    what: "  same, during the backup vs during the piped floor's upload to the same versitygw",
+    plugin: formatMs(median(latS3.plugin)),
+    base: formatMs(median(latS3.piped)),
+    ratio: ratio(median(latS3.plugin), median(latS3.piped)),
+    note: `p90 ${formatMs(percentile(latS3.piped, 90))}; ${latS3.piped.length} calls during ` +
+      "zfs send | tee >(openssl dgst) | curl -T -: the same transfer by plain tools, with " +
+      "versitygw and zfs-fuse as busy on these cores as during the plugin's",
   });
 
   // 2. Backup to S3: the plugin against the floor doing the same work with plain tools: zfs
@@ -949,9 +973,6 @@ export async function storeBench(options: StoreBenchOptions): Promise<Row[]> {
   // in advance (the stream's size, measured before), which no real backup knows: the nearest
   // curl can do.
   progress(`store: ${size} backups to S3`);
-  const pipedFloor = `f=$(mktemp -u); mkfifo "$f"; ${hasher} < "$f" > /dev/null & h=$!\n` +
-    `${floorSend} | tee "$f" | ${curlS3} -T - -H 'Content-Length: ${pipedBytes}' ` +
-    `-H 'Transfer-Encoding:' ${floorUrl} -o /dev/null\nwait "$h"; rm "$f"`;
   let keptS3 = "";
   await interleave(cfg.trials, [
     async (t) => {
