@@ -245,8 +245,8 @@ class PluginCalls {
   }
 }
 
-/** The stage and publish of a claimed volume (timed), then its unpublish and unstage. */
-async function stagePublishCycle(c: CsiClient, v: Claim): Promise<number> {
+/** The stage and publish of a claimed volume; returns how long they took (ms). */
+async function stagePublish(c: CsiClient, v: Claim): Promise<number> {
   const common = {
     volume_id: v.volumeId,
     volume_capability: mountCapability(),
@@ -260,9 +260,21 @@ async function stagePublishCycle(c: CsiClient, v: Claim): Promise<number> {
     target_path: v.target,
     readonly: false,
   });
-  const ms = performance.now() - t0;
+  return performance.now() - t0;
+}
+
+/** The unpublish and unstage of a claimed volume; returns how long they took (ms). */
+async function release(c: CsiClient, v: Claim): Promise<number> {
+  const t0 = performance.now();
   await c.node("NodeUnpublishVolume", { volume_id: v.volumeId, target_path: v.target });
   await c.node("NodeUnstageVolume", { volume_id: v.volumeId, staging_target_path: v.staging });
+  return performance.now() - t0;
+}
+
+/** The stage and publish of a claimed volume (timed), then its unpublish and unstage. */
+async function stagePublishCycle(c: CsiClient, v: Claim): Promise<number> {
+  const ms = await stagePublish(c, v);
+  await release(c, v);
   return ms;
 }
 
@@ -284,13 +296,13 @@ async function cyclesDuring(c: CsiClient, v: Claim, work: Promise<unknown>): Pro
 
 /**
  * Stage+publish of each of `claims` in turn while `work` runs (at least one), timed; then, after
- * `work`, the unpublish and unstage of each one staged, their times pushed to `release`.
+ * `work`, the unpublish and unstage of each one staged, their times pushed to `released`.
  */
 async function stagedDuring(
   c: CsiClient,
   claims: readonly Claim[],
   work: Promise<unknown>,
-  release: number[],
+  released: number[],
 ): Promise<number[]> {
   let running = true;
   const done = work.finally(() => running = false);
@@ -298,31 +310,13 @@ async function stagedDuring(
   const staged: Claim[] = [];
   try {
     for (const v of claims) {
-      const common = {
-        volume_id: v.volumeId,
-        volume_capability: mountCapability(),
-        volume_context: v.context,
-      };
-      const t0 = performance.now();
       staged.push(v);
-      await c.node("NodeStageVolume", { ...common, staging_target_path: v.staging });
-      await c.node("NodePublishVolume", {
-        ...common,
-        staging_target_path: v.staging,
-        target_path: v.target,
-        readonly: false,
-      });
-      times.push(performance.now() - t0);
+      times.push(await stagePublish(c, v));
       if (!running) break;
     }
     await done;
   } finally {
-    for (const v of staged) {
-      const t0 = performance.now();
-      await c.node("NodeUnpublishVolume", { volume_id: v.volumeId, target_path: v.target });
-      await c.node("NodeUnstageVolume", { volume_id: v.volumeId, staging_target_path: v.staging });
-      release.push(performance.now() - t0);
-    }
+    for (const v of staged) released.push(await release(c, v));
   }
   return times;
 }
