@@ -278,21 +278,18 @@ Deno.test("NodeStage refuses to format over a filesystem it did not make, or ove
   assert.deepEqual(h.host.mounts, []);
 });
 
-Deno.test("A raw zvol: stage waits for the device, publish binds it onto a file (ro when asked), unpublish and unstage undo it", async () => {
+Deno.test("A raw zvol: stage waits for the device, publish binds it onto a file, unpublish and unstage undo it", async () => {
   await using h = await setup("block");
   await stage(h, blockCap(), { fs_type: "block" });
   assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), "n1");
   assert.deepEqual(h.host.mounts, []);
-  await publish(h, blockCap(), true, { fs_type: "block" });
+  await publish(h, blockCap(), false, { fs_type: "block" });
   assert.ok((await Deno.lstat(h.target)).isFile);
   const binds = h.runner.argvs.filter((a) => a[0] === "mount" && a.length > 1);
-  assert.deepEqual(binds, [
-    ["mount", "-c", "--bind", DEVICE, h.target],
-    ["mount", "-c", "-o", "remount,bind,ro", h.target],
-  ]);
+  assert.deepEqual(binds, [["mount", "-c", "--bind", DEVICE, h.target]]);
   // Again: nothing more.
-  await publish(h, blockCap(), true, { fs_type: "block" });
-  assert.equal(h.runner.argvs.filter((a) => a[0] === "mount" && a.length > 1).length, 2);
+  await publish(h, blockCap(), false, { fs_type: "block" });
+  assert.equal(h.runner.argvs.filter((a) => a[0] === "mount" && a.length > 1).length, 1);
   assert.deepEqual(
     await h.node.NodeGetVolumeStats({
       volume_id: "db@n1",
@@ -309,6 +306,20 @@ Deno.test("A raw zvol: stage waits for the device, publish binds it onto a file 
   assert.deepEqual(h.host.mounts, []);
   await unstage(h);
   assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
+});
+
+Deno.test("NodePublish of a raw zvol refuses a read-only claim: a read-only bind of a device node does not stop writes", async () => {
+  await using h = await setup("block");
+  await stage(h, blockCap(), { fs_type: "block" });
+  const before = h.runner.argvs.length;
+  await assertRejectsCsi(
+    publish(h, blockCap(), true, { fs_type: "block" }),
+    Code.INVALID_ARGUMENT,
+    /read-only.*device/,
+  );
+  assert.deepEqual(h.runner.argvs.slice(before).filter((a) => a[0] === "mount"), []);
+  await assert.rejects(Deno.lstat(h.target), Deno.errors.NotFound);
+  await unstage(h);
 });
 
 Deno.test("NodeStage and NodePublish refuse a capability or context that does not fit the zvol", async () => {

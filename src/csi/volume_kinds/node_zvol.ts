@@ -270,6 +270,16 @@ export class NodeZvols {
       }
       const props = await this.#state(id, dataset);
       const content = this.#checkFits(id, dataset, props, p.cap, p.fsTypeGiven, p.ctx);
+      // The kernel enforces a bind mount's read-only flag on files and directories, not on a
+      // device node: writes through a read-only bind of /dev/zdN still reach the zvol.
+      if (content === "block" && p.flags.includes("ro")) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Volume "${id}" is a raw block volume, and a read-only claim of it is refused: a ` +
+            "read-only bind of a device node does not stop writes. Claim it writable, or use " +
+            'fs_type "ext4" or "xfs" for a volume that can be mounted read-only',
+        );
+      }
       if (userValue(props, ATTACHED_PROPERTY) !== this.#d.config.nodeId) {
         throw new CsiError(
           Code.FAILED_PRECONDITION,
@@ -289,7 +299,7 @@ export class NodeZvols {
           );
         }
         await this.#ensureFile(target);
-        await this.#d.mounter.bind(device, target, p.flags.includes("ro") ? ["ro"] : []);
+        await this.#d.mounter.bind(device, target, []);
         if (await this.#probe.rdev(target) !== rdev) {
           await this.#m.undoMount(target, "the bind does not show the zvol's device");
           throw new CsiError(Code.INTERNAL, `Binding ${device} onto "${target}" did not land`);
