@@ -94,8 +94,8 @@ sanity=()
 if [ -s "$vm/sanity.txt" ]; then mapfile -t sanity <"$vm/sanity.txt"; fi
 
 rc=0
-if [ "${#files[@]}" -eq 0 ] && [ "${#sanity[@]}" -gt 0 ]; then
-  step "no test files given: only csi-sanity"
+if [ "${#files[@]}" -eq 0 ] && { [ "${#sanity[@]}" -gt 0 ] || [ -s "$vm/script.txt" ]; }; then
+  step "no test files given: only csi-sanity or the script"
 elif [ "${#files[@]}" -gt 0 ]; then
   step "./tools/deno test (integration permissions) ${files[*]}"
   # ZFS_CSI_VM_TEST_FILTER (from ZFS_CSI_VM_TEST_ENV): only the tests whose name it matches.
@@ -126,6 +126,16 @@ for t in ${sanity[@]+"${sanity[@]}"}; do
   step "csi-sanity ($t) exit code: $src"
   if [ "$src" -ne 0 ] && [ "$rc" -eq 0 ]; then rc=$src; fi
 done
+# A script of the project (ZFS_CSI_VM_SCRIPT), e.g. a transcript under Nomad; its log is the
+# transcript, and its exit code counts like the tests'.
+if [ -s "$vm/script.txt" ]; then
+  script="$(head -n 1 "$vm/script.txt")"
+  step "script $script"
+  src=0
+  NO_COLOR=1 bash "$script" 2>&1 | tee "$out/script.log" || src=$?
+  step "script exit code: $src"
+  if [ "$src" -ne 0 ] && [ "$rc" -eq 0 ]; then rc=$src; fi
+fi
 echo "$rc" >"$out/test.rc"
 
 # A command expected to fail: its stderr to stderr_NAME.txt, its exit code to exit_codes.txt.

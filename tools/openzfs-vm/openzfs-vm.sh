@@ -14,7 +14,9 @@
 # by default read from this host's apt sources), ZFS_CSI_VM_ACCEL (auto, kvm or tcg),
 # ZFS_CSI_VM_TEST_FILES (test files to run instead of the whole suite), ZFS_CSI_VM_TEST_ENV
 # (NAME=VALUE words for the tests, e.g. ZFS_CSI_CRASH_TRIALS=10), ZFS_CSI_VM_SANITY (mount and/or
-# block: csi-sanity in the VM with that access type; alone, without ZFS_CSI_VM_TEST_FILES, only it).
+# block: csi-sanity in the VM with that access type; alone, without ZFS_CSI_VM_TEST_FILES, only it),
+# ZFS_CSI_VM_SCRIPT (a script of the project run in the VM after them; ZFS_CSI_VM_NOMAD=1 puts the
+# host's Nomad binary in for it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -379,16 +381,22 @@ write_test_settings() { # project dir, $VM_HOME in the mounted image
   printf '%s\n' ${files[@]+"${files[@]}"} | sed '/^$/d' >"$2/test-files.txt"
   printf '%s\n' ${env[@]+"${env[@]}"} | sed '/^$/d' >"$2/test.env"
   printf '%s\n' ${ZFS_CSI_VM_SANITY:-} | sed '/^$/d' >"$2/sanity.txt"
+  if [ -n "${ZFS_CSI_VM_SCRIPT:-}" ]; then
+    [ -f "$1/$ZFS_CSI_VM_SCRIPT" ] || die "ZFS_CSI_VM_SCRIPT: no file $ZFS_CSI_VM_SCRIPT in $1"
+    say "then in the VM: $ZFS_CSI_VM_SCRIPT"
+  fi
+  printf '%s\n' "${ZFS_CSI_VM_SCRIPT:-}" | sed '/^$/d' >"$2/script.txt"
   if [ "${#files[@]}" -gt 0 ]; then say "tests: ${files[*]}"; fi
   if [ "${#env[@]}" -gt 0 ]; then say "test environment: ${env[*]}"; fi
 }
 
 # Debian packages the tests need that images built before they were in the build's list lack
-# (block volumes: xfsprogs). The VM has no network: they are fetched on the host with
+# (block volumes: xfsprogs; jq for ZFS_CSI_VM_SCRIPT's Nomad transcript). The VM has no network:
+# they are fetched on the host with
 # `apt-get download` once, into the host's cache, and in-vm.sh installs those missing with dpkg.
 # Only from a bookworm host, whose packages are the image's; elsewhere the tests needing them fail
 # saying what is missing.
-VM_DEBS="xfsprogs libinih1 liburcu8"
+VM_DEBS="xfsprogs libinih1 liburcu8 jq libjq1 libonig5"
 stage_debs() {
   local cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/debs-$SUITE" codename="" p missing=()
   DEBS_DIR=""
@@ -479,6 +487,14 @@ fill_image() { # project dir
     mkdir -p "$m/var/cache/zfs-csi/$(basename "$(dirname "$SANITY_BIN")")"
     cp -a "$SANITY_BIN" "$m/var/cache/zfs-csi/$(basename "$(dirname "$SANITY_BIN")")/"
   fi
+  rm -f "$m/usr/local/bin/nomad"
+  if [ "${ZFS_CSI_VM_NOMAD:-}" = 1 ]; then
+    local nomad_bin
+    nomad_bin="$(ls -d "${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"/nomad-*/nomad 2>/dev/null | sort -V | tail -n 1)"
+    [ -x "$nomad_bin" ] || die "ZFS_CSI_VM_NOMAD=1: no Nomad in ${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/nomad-*/ (tests/e2e/nomad_install.sh builds it)"
+    install -m 0755 "$nomad_bin" "$m/usr/local/bin/nomad"
+    say "Nomad in the VM: $nomad_bin"
+  fi
   rev="$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")"
   dirty="$(git -C "$src" status --porcelain 2>/dev/null | wc -l)"
   echo "project: $src at $rev ($dirty uncommitted paths), copied $(date -u)" >"$m$VM_HOME/source.txt"
@@ -550,6 +566,9 @@ collect() {
     grep -E '^tests: ' "$W/results/test.log" || say "no summary line in results/test.log"
   fi
   local t type
+  if [ -f "$W/results/script.log" ]; then
+    tail -n 3 "$W/results/script.log" | sed 's/^/  script: /'
+  fi
   for t in "$W"/results/sanity-*.log; do
     [ -f "$t" ] || continue
     type=${t##*/sanity-}
