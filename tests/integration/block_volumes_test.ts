@@ -23,7 +23,7 @@ import { claimPaths, hostMounts, mountCapability } from "../support/nomad.ts";
 import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
 import { Prng } from "../support/prng.ts";
 import { openZfs } from "../support/stream_bytes.ts";
-import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+import { destroyRetrying, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
 
 const MiB = 1024 * 1024;
 const NODE = "node-a";
@@ -1311,6 +1311,6 @@ Deno.test({
     for (const v of [raw, e4, plain]) {
       await c.controller("DeleteVolume", { volume_id: v.volume_id });
     }
-    await sh("zfs", "destroy", outside);
+    await destroyRetrying(outside);
   },
 });
