@@ -63,6 +63,13 @@ export interface Config {
   readonly nodeLocalPluginId: boolean;
   /** Which CreateVolume parameters and values volume creators may use. */
   readonly parameterPolicy: ParameterPolicy;
+  /**
+   * `--block-volumes`: zvols may be made and served, as raw block devices or with ext4/xfs
+   * on them (docs/block-volumes.md); off, every such request is refused.
+   */
+  readonly blockVolumes: boolean;
+  /** `--allow-sparse-zvols`: the CreateVolume parameter sparse=true may make a thin zvol. */
+  readonly allowSparseZvols: boolean;
   /** Where volumes are backed up; absent without --store (backups off). */
   readonly store?: StoreConfig;
   /**
@@ -125,6 +132,11 @@ Options:
                               repeatable
   --key-dir DIR               keylocation may name files strictly below DIR (file:///DIR/...);
                               without it, and without --allow-parameter keylocation=..., none
+  --block-volumes             serve zvols too: raw block devices (attachment_mode
+                              "block-device") and ext4/xfs on a zvol (fs_type); needs OpenZFS
+                              (see docs/block-volumes.md)
+  --allow-sparse-zvols        let volume creators make thin zvols (parameter sparse=true, no
+                              refreservation; writes can then fail when the pool is full)
   --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (off by
                               default; the build must allow it: ZFS_CSI_METRICS_LISTEN)
   -h, --help                  show this help
@@ -251,6 +263,8 @@ export const CONFIG_OPTIONS = {
   "allow-parameter": { type: "string", multiple: true },
   "deny-parameter": { type: "string", multiple: true },
   "key-dir": { type: "string" },
+  "block-volumes": { type: "boolean" },
+  "allow-sparse-zvols": { type: "boolean" },
   "store": { type: "string" },
   "store-endpoint": { type: "string" },
   "store-region": { type: "string" },
@@ -391,6 +405,12 @@ export function parseConfig(
     readTextFile,
   );
 
+  const blockVolumes = values["block-volumes"] === true;
+  const allowSparseZvols = values["allow-sparse-zvols"] === true;
+  if (allowSparseZvols && !blockVolumes) {
+    throw new ConfigError("--allow-sparse-zvols needs --block-volumes (it is about zvols)");
+  }
+
   const metricsText = values["metrics-listen"];
   let metricsListen: ListenAddress | undefined;
   if (metricsText !== undefined) {
@@ -418,6 +438,8 @@ export function parseConfig(
     commandTimeoutMs: Math.round(timeoutSeconds * 1000),
     nodeLocalPluginId: values["node-local-plugin-id"] === true,
     parameterPolicy,
+    blockVolumes,
+    allowSparseZvols,
     ...(store ? { store } : {}),
     follow: {
       leaseTtlSeconds,

@@ -61,6 +61,8 @@ Deno.test("parseConfig fills every field with its default", () => {
     commandTimeoutMs: 60_000,
     nodeLocalPluginId: false,
     parameterPolicy: { rules: {}, keyDir: undefined },
+    blockVolumes: false,
+    allowSparseZvols: false,
     follow: { leaseTtlSeconds: 30, standbyIntervalSeconds: 30 },
   });
   assert.equal(Object.isFrozen(config), true);
@@ -109,6 +111,8 @@ Deno.test("parseConfig takes every option", () => {
     "5m",
     "--standby-interval",
     "2m",
+    "--block-volumes",
+    "--allow-sparse-zvols",
   ]);
   assert.deepEqual(config, {
     mode: "node",
@@ -130,6 +134,8 @@ Deno.test("parseConfig takes every option", () => {
       rules: { setuid: { kind: "allow", values: ["on"] }, dedup: { kind: "deny" } },
       keyDir: "/etc/zfs/keys",
     },
+    blockVolumes: true,
+    allowSparseZvols: true,
     follow: { leaseTtlSeconds: 45, takeoverAfterSeconds: 300, standbyIntervalSeconds: 120 },
   });
 });
@@ -374,4 +380,13 @@ Deno.test("parseConfig takes --node-local-plugin-id as a flag without a value, o
   assert.equal(run([...REQUIRED, "--node-local-plugin-id"]).nodeLocalPluginId, true);
   fails([...REQUIRED, "--node-local-plugin-id=yes"], /node-local-plugin-id/);
   assert.ok(USAGE.includes("--node-local-plugin-id"));
+});
+
+Deno.test("parseConfig refuses --allow-sparse-zvols without --block-volumes", () => {
+  assert.throws(
+    () => run([...REQUIRED, "--allow-sparse-zvols"]),
+    /--allow-sparse-zvols needs --block-volumes/,
+  );
+  assert.equal(run([...REQUIRED, "--block-volumes"]).blockVolumes, true);
+  assert.equal(run([...REQUIRED, "--block-volumes"]).allowSparseZvols, false);
 });

@@ -25,6 +25,7 @@ export const FOLDER_LAYERS: Readonly<Record<string, Layer>> = {
   store: "ground",
   grpc: "ground",
   volume: "domain",
+  block: "domain",
   replicate: "engine",
   follow: "engine",
   csi: "front",

@@ -7,6 +7,7 @@ import { Code, CsiError } from "../errors.ts";
 import { MIN_VOLUME_BYTES, parseSize } from "../size.ts";
 import type { KeepPolicy } from "../store/layout.ts";
 import { parseInterval, parseKeepPolicy } from "../store/policy.ts";
+import { isZvolContent, type ZvolContent } from "../volume/zvol.ts";
 
 /** Keys the plugin reads from a volume context. */
 export const CONTEXT_KEYS = {
@@ -23,6 +24,11 @@ export const CONTEXT_KEYS = {
    */
   backupInterval: "backup_interval",
   backupKeep: "backup_keep",
+  /**
+   * What a zvol holds, as CreateVolume reports it: "block", "ext4" or "xfs" (absent: a ZFS
+   * dataset). A node checks it against the zvol's own record, never trusts it alone.
+   */
+  fsType: "fs_type",
 } as const;
 
 /** A checked volume context. */
@@ -34,6 +40,8 @@ export interface VolumeContext {
   /** Seconds between scheduled backups, if the context says (0: none). */
   readonly backupIntervalSeconds?: number;
   readonly backupKeep?: KeepPolicy;
+  /** What the context says the volume is: a zvol holding this; absent: a ZFS dataset. */
+  readonly zvol?: ZvolContent;
 }
 
 /**
@@ -54,9 +62,28 @@ export function parseVolumeContext(
     }
   }
   const dataset = ctx?.[CONTEXT_KEYS.dataset];
-  const base = { ...(dataset ? { dataset } : {}), ...backupOf(ctx) };
+  const fsType = ctx?.[CONTEXT_KEYS.fsType] ?? "";
+  if (fsType !== "" && fsType !== "zfs" && !isZvolContent(fsType)) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `volume_context fs_type "${fsType}" is not one of block, ext4, xfs, zfs`,
+    );
+  }
+  const base = {
+    ...(dataset ? { dataset } : {}),
+    ...(isZvolContent(fsType) ? { zvol: fsType } : {}),
+    ...backupOf(ctx),
+  };
   const size = ctx?.[CONTEXT_KEYS.size];
   if (size === undefined || size === "") return base;
+  if (base.zvol !== undefined) {
+    // A dataset made at first stage is a filesystem: a zvol is made by CreateVolume only.
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `volume_context size and fs_type "${base.zvol}" do not go together: a zvol is made by ` +
+        `CreateVolume (nomad volume create), never at first stage`,
+    );
+  }
   let sizeBytes: number;
   try {
     sizeBytes = parseSize(size);

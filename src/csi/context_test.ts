@@ -47,11 +47,11 @@ Deno.test("parseVolumeContext refuses a size below the smallest volume with OUT_
 Deno.test("parseVolumeContext refuses unknown keys, naming them", () => {
   assertInvalid(
     () => parseVolumeContext({ size: "1G", sise: "2G" }),
-    'volume_context key "sise" is not known; known keys: size, dataset, backup_interval, backup_keep',
+    'volume_context key "sise" is not known; known keys: size, dataset, backup_interval, backup_keep, fs_type',
   );
   assertInvalid(
     () => parseVolumeContext({ Size: "1G" }),
-    'volume_context key "Size" is not known; known keys: size, dataset, backup_interval, backup_keep',
+    'volume_context key "Size" is not known; known keys: size, dataset, backup_interval, backup_keep, fs_type',
   );
 });
 

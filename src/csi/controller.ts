@@ -45,6 +45,10 @@ import { FollowKind } from "./volume_kinds/follow.ts";
 import type { VolumeKind } from "./volume_kinds/kind.ts";
 import { OrdinaryVolumes } from "./volume_kinds/ordinary.ts";
 import { StoredKind } from "./volume_kinds/stored.ts";
+import { ZvolVolumes } from "./volume_kinds/zvol.ts";
+import { capabilityMisfit } from "./zvol_request.ts";
+import { parseZvolParameters, type ZvolContent } from "../volume/zvol.ts";
+import type { VolumeCapability } from "./types.ts";
 
 /**
  * Controller capabilities; fixed for the life of the process. No PUBLISH_UNPUBLISH_VOLUME:
@@ -103,6 +107,7 @@ export class ControllerService {
   readonly #stored: StoredKind;
   readonly #ordinary: OrdinaryVolumes;
   readonly #follow: FollowKind;
+  readonly #zvol: ZvolVolumes;
 
   constructor(deps: ControllerDeps) {
     this.#d = deps;
@@ -110,6 +115,7 @@ export class ControllerService {
     this.#stored = new StoredKind(this.#c);
     this.#ordinary = new OrdinaryVolumes(this.#c, this.#stored);
     this.#follow = new FollowKind(this.#c, this.#ordinary);
+    this.#zvol = new ZvolVolumes(this.#c, this.#stored, this.#ordinary);
   }
 
   ControllerGetCapabilities(): Promise<unknown> {
@@ -121,7 +127,19 @@ export class ControllerService {
   /** A volume that follows its job is made in the store; any other as a dataset here. */
   async CreateVolume(req: CreateVolumeRequest): Promise<unknown> {
     const requested = required("name", req.name);
-    const { follow, rest: parameters } = splitFollow(req.parameters);
+    const { follow, rest } = splitFollow(req.parameters);
+    // fs_type "zfs" (or none) is a dataset, as it always was: the parameter is not recorded.
+    const { fs_type: fsType, ...others } = rest;
+    const zvol = this.#c.zvols.requested(req.volume_capabilities, rest);
+    if (zvol !== undefined && follow) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        "A volume that follows its job cannot be a zvol in this release: leave out follow, " +
+          "or ask for a ZFS dataset",
+      );
+    }
+    if (zvol !== undefined) return await this.#zvol.create(req, requested, rest);
+    const parameters = fsType === undefined || fsType === "" || fsType === "zfs" ? others : rest;
     return await this.#kind(follow).create(req, requested, parameters);
   }
 
@@ -131,7 +149,7 @@ export class ControllerService {
       this.#c.scope,
       { mutating: true, follow: true },
     );
-    return await this.#kind(follow).delete(id, dataset);
+    return await (await this.#kindOf(follow, dataset)).delete(id, dataset);
   }
 
   async ValidateVolumeCapabilities(req: ValidateVolumeCapabilitiesRequest): Promise<unknown> {
@@ -141,30 +159,40 @@ export class ControllerService {
       { follow: true },
     );
     const caps = requiredCapabilities(req.volume_capabilities);
-    parseVolumeContext(splitFollow(req.volume_context).rest);
-    await this.#kind(follow).checkExists(id, dataset);
+    const ctx = parseVolumeContext(splitFollow(req.volume_context).rest);
+    const kind = await this.#kindOf(follow, dataset);
+    // What the volume really is decides what fits it, never the context alone.
+    let content: ZvolContent | undefined;
+    if (kind === this.#zvol) content = await this.#zvol.contentOf(id, dataset);
+    else await kind.checkExists(id, dataset);
+    if (ctx.zvol !== content) {
+      return {
+        message: `The volume context says fs_type "${ctx.zvol ?? "zfs"}", and the volume ` +
+          `is ${content === undefined ? "a ZFS dataset" : `a zvol holding ${content}`}`,
+      };
+    }
     for (const cap of caps) {
       try {
-        checkCapability(cap);
+        const misfit = capabilityMisfit(
+          checkCapability(cap, this.#c.zvols.options),
+          cap.mount?.fs_type ?? "",
+          content,
+        );
+        if (misfit !== undefined) return { message: misfit };
       } catch (err) {
         if (err instanceof CsiError) return { message: err.message };
         throw err;
       }
     }
-    const refusal = parametersRefusal(req.parameters, this.#d.config.parameterPolicy);
+    const refusal = content === undefined
+      ? parametersRefusal(req.parameters, this.#d.config.parameterPolicy)
+      : this.#zvolParametersRefusal(req.parameters ?? {});
     if (refusal !== undefined) return { message: refusal };
     return {
       confirmed: {
         volume_context: req.volume_context ?? {},
         // Rebuilt rather than echoed: decoded messages carry oneof names that do not encode.
-        volume_capabilities: caps.map((cap) => ({
-          access_mode: { mode: cap.access_mode?.mode },
-          mount: {
-            fs_type: cap.mount?.fs_type ?? "",
-            mount_flags: cap.mount?.mount_flags ?? [],
-            volume_mount_group: cap.mount?.volume_mount_group ?? "",
-          },
-        })),
+        volume_capabilities: caps.map(confirmedCapability),
         parameters: req.parameters ?? {},
       },
     };
@@ -212,7 +240,7 @@ export class ControllerService {
       this.#c.scope,
       { follow: true },
     );
-    return await this.#kind(follow).get(id, dataset);
+    return await (await this.#kindOf(follow, dataset)).get(id, dataset);
   }
 
   async GetCapacity(req: GetCapacityRequest): Promise<unknown> {
@@ -223,7 +251,9 @@ export class ControllerService {
     };
     for (const cap of req.volume_capabilities ?? []) {
       try {
-        checkCapability(cap);
+        if (checkCapability(cap, this.#c.zvols.options).kind !== "zfs") {
+          await this.#c.zvols.check();
+        }
       } catch {
         return none;
       }
@@ -257,8 +287,8 @@ export class ControllerService {
       throw new CsiError(Code.INVALID_ARGUMENT, "capacity_range is required");
     }
     const capacity = checkCapacity(req.capacity_range);
-    if (req.volume_capability) checkCapability(req.volume_capability);
-    return await this.#kind(follow).expand(id, dataset, capacity);
+    if (req.volume_capability) checkCapability(req.volume_capability, this.#c.zvols.options);
+    return await (await this.#kindOf(follow, dataset)).expand(id, dataset, capacity);
   }
 
   async CreateSnapshot(req: CreateSnapshotRequest): Promise<unknown> {
@@ -270,7 +300,7 @@ export class ControllerService {
       mutating: true,
       follow: true,
     });
-    return await this.#kind(follow).snapshot({
+    return await (await this.#kindOf(follow, dataset)).snapshot({
       sourceId,
       dataset,
       requested,
@@ -352,8 +382,47 @@ export class ControllerService {
     };
   }
 
+  /** Why a zvol would not be made with `parameters`, or undefined when it would. */
+  #zvolParametersRefusal(parameters: Readonly<Record<string, string>>): string | undefined {
+    try {
+      const { rest } = parseZvolParameters(parameters, {
+        allowSparse: this.#d.config.allowSparseZvols,
+      });
+      return parametersRefusal(rest, this.#d.config.parameterPolicy);
+    } catch (err) {
+      if (err instanceof CsiError) return err.message;
+      throw err;
+    }
+  }
+
   /** The kind a volume is: resolveVolume says whether it follows its job. */
   #kind(follow: boolean | undefined): VolumeKind {
     return follow ? this.#follow : this.#ordinary;
   }
+
+  /**
+   * The kind an existing volume is: one that follows its job, a zvol (what zfs says it is, and
+   * only with --block-volumes: one more `zfs get`), or an ordinary dataset (also when it does
+   * not exist, which that kind answers).
+   */
+  async #kindOf(follow: boolean | undefined, dataset: string): Promise<VolumeKind> {
+    if (follow || !this.#d.config.blockVolumes) return this.#kind(follow);
+    const props = await this.#d.zfs.getProperties(dataset, ["type"]);
+    return props?.get("type")?.value === "volume" ? this.#zvol : this.#ordinary;
+  }
+}
+
+/** A capability as ValidateVolumeCapabilities confirms it: rebuilt, not echoed. */
+function confirmedCapability(cap: VolumeCapability): Record<string, unknown> {
+  const access_mode = { mode: cap.access_mode?.mode };
+  // Decoded messages carry oneof names that do not encode.
+  if (cap.block || cap.access_type === "block") return { access_mode, block: {} };
+  return {
+    access_mode,
+    mount: {
+      fs_type: cap.mount?.fs_type ?? "",
+      mount_flags: cap.mount?.mount_flags ?? [],
+      volume_mount_group: cap.mount?.volume_mount_group ?? "",
+    },
+  };
 }

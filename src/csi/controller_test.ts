@@ -40,10 +40,12 @@ const SOURCE = "org.zfs-csi:source";
 /** What the controller reads of a volume before acting on it. */
 const STATE_PROPS =
   "type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters," +
-  "org.zfs-csi:source,quota,refreservation,mountpoint,org.zfs-csi:name,org.zfs-csi:staged-at";
+  "org.zfs-csi:source,volsize,org.zfs-csi:fs-type,quota,refreservation,mountpoint," +
+  "org.zfs-csi:name,org.zfs-csi:staged-at";
 /** What the catalog (ListVolumes, ListSnapshots, CreateSnapshot) reads. */
 const CATALOG_PROPS =
-  "type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters,org.zfs-csi:source";
+  "type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters,org.zfs-csi:source," +
+  "volsize,org.zfs-csi:fs-type";
 
 const zfs = zfsArgv("zfs");
 const getProps = (props: string, name: string) => zfs.get(props, name);

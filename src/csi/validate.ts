@@ -6,6 +6,7 @@
 import { Code, CsiError } from "../errors.ts";
 import type { CapacityRange, VolumeCapability } from "./types.ts";
 import type { Capacity } from "../volume/sizing.ts";
+import { isZvolFsType, type ZvolFsType } from "../volume/zvol.ts";
 
 function invalid(message: string): CsiError {
   return new CsiError(Code.INVALID_ARGUMENT, message);
@@ -54,23 +55,59 @@ export interface MountCapability {
   readonly readOnlyMode: boolean;
 }
 
-/** Checks a volume capability: a filesystem (mount) volume with a known access mode. */
-export function checkCapability(cap: VolumeCapability | null | undefined): MountCapability {
+/**
+ * A checked capability, by what it asks for: a ZFS dataset mounted (`zfs`), a filesystem made
+ * on a zvol and mounted (`fs`), or the zvol's raw device (`block`).
+ */
+export type CheckedCapability =
+  | ({ readonly kind: "zfs" } & MountCapability)
+  | ({ readonly kind: "fs"; readonly fsType: ZvolFsType } & MountCapability)
+  /** A raw device takes no mount flags: `flags` is always empty. */
+  | ({ readonly kind: "block" } & MountCapability);
+
+/** What the operator allows of capabilities (config.ts). */
+export interface CapabilityOptions {
+  /** `--block-volumes`: zvols may be asked for (raw block, or ext4/xfs). */
+  readonly blockVolumes: boolean;
+}
+
+const BLOCK_VOLUMES_OFF: CapabilityOptions = { blockVolumes: false };
+
+/** The refusal of a zvol capability by a plugin started without --block-volumes. */
+export const BLOCK_VOLUMES_OFF_MESSAGE =
+  "Block volumes are not supported by this plugin as started: zvols (raw block devices, or " +
+  "ext4/xfs on a zvol) need the plugin to be started with --block-volumes";
+
+/**
+ * Checks a volume capability: a known access mode, and a mount of a ZFS dataset, or (with
+ * --block-volumes) a mount of ext4/xfs on a zvol or the zvol's raw device.
+ */
+export function checkCapability(
+  cap: VolumeCapability | null | undefined,
+  opts: CapabilityOptions = BLOCK_VOLUMES_OFF,
+): CheckedCapability {
   if (!cap) throw invalid("volume_capability is required");
-  if (cap.block || cap.access_type === "block") {
-    throw invalid(
-      'Block volumes are not supported: zfs-csi serves ZFS filesystems; use attachment_mode = "file-system"',
-    );
+  const block = Boolean(cap.block) || cap.access_type === "block";
+  if (block && !opts.blockVolumes) throw invalid(BLOCK_VOLUMES_OFF_MESSAGE);
+  if (block && cap.mount) {
+    throw invalid("volume_capability has both a block and a mount access type");
   }
-  if (!cap.mount) throw invalid("volume_capability needs a mount access type");
+  if (!block && !cap.mount) throw invalid("volume_capability needs a mount access type");
   const mode = cap.access_mode?.mode ?? "";
   if (!ACCESS_MODES.has(mode)) {
     throw invalid(`volume_capability.access_mode "${mode || "UNKNOWN"}" is not supported`);
   }
+  const readOnlyMode = READ_ONLY_MODES.has(mode);
+  if (block || !cap.mount) return { kind: "block", accessMode: mode, flags: [], readOnlyMode };
   const fsType = cap.mount.fs_type ?? "";
-  if (fsType !== "" && fsType !== "zfs") {
+  if (isZvolFsType(fsType)) {
+    if (!opts.blockVolumes) {
+      throw invalid(`fs_type "${fsType}" is made on a zvol: ${BLOCK_VOLUMES_OFF_MESSAGE}`);
+    }
+  } else if (fsType !== "" && fsType !== "zfs") {
     throw invalid(
-      `fs_type "${fsType}" is not supported: volumes are ZFS filesystems (use "zfs" or leave it empty)`,
+      `fs_type "${fsType}" is not supported: volumes are ZFS filesystems (use "zfs" or leave ` +
+        `it empty)${opts.blockVolumes ? ', or "ext4" or "xfs" on a zvol' : ""}`,
     );
   }
   if ((cap.mount.volume_mount_group ?? "") !== "") {
@@ -88,7 +125,8 @@ export function checkCapability(cap: VolumeCapability | null | undefined): Mount
       if (!flags.includes(flag)) flags.push(flag);
     }
   }
-  return { accessMode: mode, flags, readOnlyMode: READ_ONLY_MODES.has(mode) };
+  const mount = { accessMode: mode, flags, readOnlyMode };
+  return isZvolFsType(fsType) ? { kind: "fs", fsType, ...mount } : { kind: "zfs", ...mount };
 }
 
 /** Bytes from an int64 field (a decimal string); 0 when unset. */

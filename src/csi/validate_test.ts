@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { Code, CsiError, type GrpcCode } from "../errors.ts";
 import type { VolumeCapability } from "./types.ts";
-import { checkCapability, checkCapacity, int64Field, required } from "./validate.ts";
+import {
+  BLOCK_VOLUMES_OFF_MESSAGE,
+  checkCapability,
+  checkCapacity,
+  int64Field,
+  required,
+} from "./validate.ts";
 
 function assertCode(fn: () => unknown, code: GrpcCode, message: string | RegExp): void {
   assert.throws(fn, (err: unknown) => {
@@ -44,6 +50,7 @@ Deno.test("checkCapability accepts every filesystem access mode", () => {
   ];
   for (const [mode, readOnlyMode] of table) {
     assert.deepEqual(checkCapability(mountCap(mode)), {
+      kind: "zfs",
       accessMode: mode,
       flags: [],
       readOnlyMode,
@@ -51,9 +58,9 @@ Deno.test("checkCapability accepts every filesystem access mode", () => {
   }
 });
 
-Deno.test("checkCapability refuses block volumes", () => {
-  const message =
-    'Block volumes are not supported: zfs-csi serves ZFS filesystems; use attachment_mode = "file-system"';
+Deno.test("checkCapability refuses block volumes without --block-volumes, naming the flag", () => {
+  const message = BLOCK_VOLUMES_OFF_MESSAGE;
+  assert.match(message, /^Block volumes are not supported.*--block-volumes/);
   assertCode(
     () =>
       checkCapability({
@@ -98,7 +105,12 @@ Deno.test("checkCapability refuses other filesystems and mount groups", () => {
   assertCode(
     () => checkCapability(mountCap("SINGLE_NODE_WRITER", [], { fs_type: "ext4" })),
     Code.INVALID_ARGUMENT,
-    /^fs_type "ext4" is not supported/,
+    /^fs_type "ext4" is made on a zvol: Block volumes are not supported .*--block-volumes/,
+  );
+  assertCode(
+    () => checkCapability(mountCap("SINGLE_NODE_WRITER", [], { fs_type: "btrfs" })),
+    Code.INVALID_ARGUMENT,
+    /^fs_type "btrfs" is not supported/,
   );
   assertCode(
     () => checkCapability(mountCap("SINGLE_NODE_WRITER", [], { volume_mount_group: "1000" })),
@@ -184,5 +196,75 @@ Deno.test("checkCapacity returns both bounds and refuses required above limit", 
     () => checkCapacity({ required_bytes: "300", limit_bytes: "200" }),
     Code.INVALID_ARGUMENT,
     "capacity_range.required_bytes is larger than limit_bytes",
+  );
+});
+
+const BLOCK_ON = { blockVolumes: true };
+
+Deno.test("checkCapability with --block-volumes tells a ZFS mount, ext4/xfs on a zvol and raw block apart", () => {
+  assert.deepEqual(checkCapability(mountCap("SINGLE_NODE_WRITER"), BLOCK_ON), {
+    kind: "zfs",
+    accessMode: "SINGLE_NODE_WRITER",
+    flags: [],
+    readOnlyMode: false,
+  });
+  assert.deepEqual(
+    checkCapability(mountCap("SINGLE_NODE_WRITER", ["noatime"], { fs_type: "zfs" }), BLOCK_ON)
+      .kind,
+    "zfs",
+  );
+  for (const fsType of ["ext4", "xfs"] as const) {
+    assert.deepEqual(
+      checkCapability(
+        mountCap("SINGLE_NODE_READER_ONLY", ["noexec"], { fs_type: fsType }),
+        BLOCK_ON,
+      ),
+      {
+        kind: "fs",
+        fsType,
+        accessMode: "SINGLE_NODE_READER_ONLY",
+        flags: ["noexec"],
+        readOnlyMode: true,
+      },
+    );
+  }
+  assert.deepEqual(
+    checkCapability(
+      { block: {}, access_mode: { mode: "MULTI_NODE_READER_ONLY" }, access_type: "block" },
+      BLOCK_ON,
+    ),
+    { kind: "block", accessMode: "MULTI_NODE_READER_ONLY", flags: [], readOnlyMode: true },
+  );
+});
+
+Deno.test("checkCapability with --block-volumes still refuses other filesystems, unknown modes and both access types", () => {
+  assertCode(
+    () => checkCapability(mountCap("SINGLE_NODE_WRITER", [], { fs_type: "btrfs" }), BLOCK_ON),
+    Code.INVALID_ARGUMENT,
+    /^fs_type "btrfs" is not supported.*"ext4" or "xfs" on a zvol/,
+  );
+  assertCode(
+    () => checkCapability({ block: {}, access_mode: { mode: "BOGUS" } }, BLOCK_ON),
+    Code.INVALID_ARGUMENT,
+    'volume_capability.access_mode "BOGUS" is not supported',
+  );
+  assertCode(
+    () =>
+      checkCapability({
+        block: {},
+        mount: { fs_type: "ext4", mount_flags: [], volume_mount_group: "" },
+        access_mode: { mode: "SINGLE_NODE_WRITER" },
+      }, BLOCK_ON),
+    Code.INVALID_ARGUMENT,
+    "volume_capability has both a block and a mount access type",
+  );
+  assertCode(
+    () =>
+      checkCapability(
+        mountCap("SINGLE_NODE_WRITER", ["bind,remount"], { fs_type: "ext4" }),
+        BLOCK_ON,
+      ),
+    Code.INVALID_ARGUMENT,
+    /^Mount flag "bind" is not supported/,
   );
 });

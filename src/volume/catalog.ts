@@ -13,6 +13,7 @@ import {
   volumeForDataset,
 } from "../zfs/names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
+import { isZvolContent, ZVOL_CONTENT_PROPERTY, type ZvolContent } from "./zvol.ts";
 
 /** User property holding a volume's CreateVolume parameters, in canonical form. */
 export const PARAMETERS_PROPERTY = "org.zfs-csi:parameters";
@@ -30,13 +31,21 @@ export const CATALOG_PROPERTIES = [
   SOURCE_PROPERTY,
 ] as const;
 
+/** What the catalog reads of zvols besides: their size and what they hold (zvol.ts). */
+export const ZVOL_CATALOG_PROPERTIES = ["volsize", ZVOL_CONTENT_PROPERTY] as const;
+
+/** Everything the catalog reads of each dataset. */
+export const CATALOG_READ = [...CATALOG_PROPERTIES, ...ZVOL_CATALOG_PROPERTIES] as const;
+
 /** A volume's dataset as the catalog sees it. */
 export interface VolumeRecord {
   readonly dataset: string;
   /** The volume's name (its decoded component). */
   readonly name: string;
-  /** 0 when unlimited. */
+  /** 0 when unlimited; a zvol's volsize. */
   readonly refquota: number;
+  /** For a zvol, what it holds; undefined for a filesystem. */
+  readonly content?: ZvolContent;
   /** Canonical parameters ("{}" when none were recorded). */
   readonly parameters: string;
   /** `snapshot:<id>`, `volume:<id>` or "". */
@@ -77,15 +86,20 @@ export function volumeRecord(
   dataset: string,
   props: PropertyMap,
 ): VolumeRecord | undefined {
-  if (props.get("type")?.value !== "filesystem") return undefined;
+  const type = props.get("type")?.value;
+  if (type !== "filesystem" && type !== "volume") return undefined;
   const name = volumeForDataset(parent, dataset);
   if (name === undefined || !hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
     return undefined;
   }
+  // A zvol counts as a volume only with what it holds recorded: one made by hand does not.
+  const content = userValue(props, ZVOL_CONTENT_PROPERTY);
+  if (type === "volume" && !isZvolContent(content)) return undefined;
   return {
     dataset,
     name,
-    refquota: parseBytes(props.get("refquota")?.value ?? "0"),
+    refquota: parseBytes(props.get(type === "volume" ? "volsize" : "refquota")?.value ?? "0"),
+    ...(type === "volume" && isZvolContent(content) ? { content } : {}),
     parameters: userValue(props, PARAMETERS_PROPERTY) || "{}",
     source: userValue(props, SOURCE_PROPERTY),
   };
@@ -128,6 +142,6 @@ export async function readCatalog(
   parent: string,
   opts: { readonly snapshots: boolean },
 ): Promise<Catalog> {
-  const tree = await zfs.getTree(parent, opts.snapshots ? 2 : 1, CATALOG_PROPERTIES);
+  const tree = await zfs.getTree(parent, opts.snapshots ? 2 : 1, CATALOG_READ);
   return tree ? catalogOf(parent, tree) : { volumes: [], snapshots: [] };
 }

@@ -208,7 +208,7 @@ Deno.test("readCatalog runs one zfs get -r of depth 2 with snapshots, 1 without"
     "-o",
     "name,property,value,source",
     "type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters," +
-    "org.zfs-csi:source",
+    "org.zfs-csi:source,volsize,org.zfs-csi:fs-type",
     "tpool/nomad",
   ];
   const runner = new FakeRunner().on(["zfs", "get"], { stdout });

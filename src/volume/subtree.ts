@@ -168,7 +168,8 @@ export function checkSubtree(input: SubtreeInput): SubtreeCheck {
   const ownVolume = (name: string): boolean => {
     const props = input.siblings?.get(name);
     return name.startsWith(parent + "/") && !name.slice(parent.length + 1).includes("/") &&
-      props !== undefined && props.get("type")?.value === "filesystem" &&
+      props !== undefined &&
+      (props.get("type")?.value === "filesystem" || props.get("type")?.value === "volume") &&
       hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE);
   };
   const csiSnapshots: string[] = [];

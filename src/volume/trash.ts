@@ -171,7 +171,9 @@ export class Trash {
         obstacleMessage(`Dataset "${dataset}" is not deleted`, dataset, check.obstacles),
       );
     }
-    await this.#d.zfs.unmount(dataset);
+    // A zvol has nothing mounted by zfs (what a node mounts from it, it unmounts at unstage).
+    const filesystem = found.props.get("type")?.value === "filesystem";
+    if (filesystem) await this.#d.zfs.unmount(dataset);
     if (this.#d.retentionSeconds === 0 && check.clonedSnapshots.length === 0) {
       for (let attempt = 0;; attempt++) {
         try {
@@ -200,8 +202,8 @@ export class Trash {
         : [[MANAGED_PROPERTY, MANAGED_VALUE] as const]),
       [DELETED_NAME_PROPERTY, dataset],
       [DELETED_AT_PROPERTY, String(at)],
-      // Not mounted again at boot; `zfs set canmount=on` undoes this.
-      ["canmount", "noauto"],
+      // Not mounted again at boot; `zfs set canmount=on` undoes this (zvols are not mounted).
+      ...(filesystem ? [["canmount", "noauto"] as const] : []),
     ], at);
     this.#d.log.info("volume set aside", {
       dataset,
@@ -319,7 +321,9 @@ export class Trash {
         if (!this.#expired(name, key, marks.at, this.#d.retentionSeconds)) continue;
         if (type === "snapshot") {
           await this.#purgeSnapshot(name, container, listing, marks.at);
-        } else if (type === "filesystem" && await this.#purgeDataset(name, marks.at)) {
+        } else if (
+          (type === "filesystem" || type === "volume") && await this.#purgeDataset(name, marks.at)
+        ) {
           gone.add(name);
         }
       } else if (type === "snapshot" && isCloneComponent(component)) {
@@ -380,7 +384,8 @@ export class Trash {
     try {
       const found = await this.inspect(name);
       // Gone, replaced or unmarked since the listing: not the item that expired.
-      if (!found || found.props.get("type")?.value !== "filesystem") return false;
+      const type = found?.props.get("type")?.value;
+      if (!found || (type !== "filesystem" && type !== "volume")) return false;
       if (deletedMarks(found.props)?.at !== at) return false;
       const { check } = found;
       if (check.obstacles.length > 0) {

@@ -64,6 +64,49 @@ export function createArgs(dataset: string, props: Properties = {}): string[] {
   return ["create", ...propertyArgs(props), dataset];
 }
 
+/** How a zvol is made, beyond its properties. */
+export interface ZvolSpec {
+  /** Its size (`volsize`) in bytes: a positive multiple of its volblocksize. */
+  readonly sizeBytes: number;
+  /** Thin: no refreservation (`-s`). */
+  readonly sparse?: boolean;
+}
+
+/**
+ * `zfs create -V` of one zvol (its parent must exist); `volblocksize` and the rest come in
+ * `props`. Without `-s` zfs reserves the whole size (refreservation), as a disk would be.
+ * @throws {RangeError} for a size that is not a positive whole number of bytes
+ */
+export function createVolumeArgs(
+  dataset: string,
+  spec: ZvolSpec,
+  props: Properties = {},
+): string[] {
+  if (!Number.isSafeInteger(spec.sizeBytes) || spec.sizeBytes <= 0) {
+    throw new RangeError(`Invalid zvol size ${spec.sizeBytes}`);
+  }
+  return [
+    "create",
+    "-V",
+    String(spec.sizeBytes),
+    ...(spec.sparse ? ["-s"] : []),
+    ...propertyArgs(props),
+    dataset,
+  ];
+}
+
+/**
+ * `zfs set volsize` of a zvol, to grow it. zfs also grows a non-sparse zvol's refreservation
+ * with it when the refreservation was the whole size.
+ * @throws {RangeError} for a size that is not a positive whole number of bytes
+ */
+export function setVolsizeArgs(dataset: string, sizeBytes: number): string[] {
+  if (!Number.isSafeInteger(sizeBytes) || sizeBytes <= 0) {
+    throw new RangeError(`Invalid zvol size ${sizeBytes}`);
+  }
+  return setArgs(dataset, "volsize", String(sizeBytes));
+}
+
 /** `zfs set` of one property (older ZFS accepts one per call). */
 export function setArgs(dataset: string, name: string, value: string): string[] {
   checkProperty(name, value);

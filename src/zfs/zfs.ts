@@ -9,6 +9,7 @@ import type { CommandResult, CommandRunner } from "../run.ts";
 import {
   cloneArgs,
   createArgs,
+  createVolumeArgs,
   destroyArgs,
   type DestroyOptions,
   getArgs,
@@ -31,6 +32,7 @@ import {
   snapshotArgs,
   unmountArgs,
   versionArgs,
+  type ZvolSpec,
 } from "./args.ts";
 import { parseGet, parsePoolHealth, type PropertyMap } from "./parse.ts";
 import { parsePoolStreamSupport, parseZfsVersion, type PoolStreamSupport } from "./stream_form.ts";
@@ -353,6 +355,22 @@ export class Zfs {
   /** Creates a filesystem with properties set at creation. */
   async create(dataset: string, props: Properties): Promise<void> {
     await this.#zfs(createArgs(dataset, props));
+  }
+
+  /** Creates a zvol (`zfs create -V`). */
+  async createVolume(dataset: string, spec: ZvolSpec, props: Properties): Promise<void> {
+    await this.#zfs(createVolumeArgs(dataset, spec, props));
+  }
+
+  /**
+   * Whether this zfs can make zvols: OpenZFS (whose `zfs version` answers, 0.8 and later) can;
+   * zfs-fuse, which has no `zfs version`, cannot. Read once with the version.
+   * @throws {ZfsError} when zfs cannot be asked (not remembered: the next call asks again)
+   */
+  async canMakeZvols(): Promise<boolean> {
+    const version = this.#version ??= this.#readVersion();
+    version.catch(() => this.#version = undefined);
+    return (await version) !== undefined;
   }
 
   /** Sets one property. */

@@ -257,6 +257,101 @@ export class FakePool {
     return {};
   }
 
+  /**
+   * Also answers `zfs create` (filesystems, and zvols with `-V <bytes> [-s]`), `zfs clone`,
+   * `zfs snapshot`, `zfs inherit` and `zfs version` (`version` as OpenZFS prints it, or
+   * undefined for a zfs without the command, as zfs-fuse). Opt-in, so tests that expect none
+   * of these see them as unexpected.
+   */
+  serveCreates(runner: FakeRunner, opts: { version?: string } = {}): this {
+    runner
+      .on(["zfs", "create"], (argv) => this.#create(argv))
+      .on(["zfs", "clone"], (argv) => this.#clone(argv))
+      .on(["zfs", "snapshot"], (argv) => this.#snapshot(argv))
+      .on(["zfs", "inherit"], (argv) => {
+        const name = argv.at(-1)!;
+        if (!this.objects.has(name)) return notFound(name);
+        this.objects.get(name)!.delete(argv[2]!);
+        return {};
+      })
+      .on(
+        ["zfs", "version"],
+        () =>
+          opts.version === undefined
+            ? { code: 2, stderr: "unrecognized command 'version'\nusage: zfs command args ...\n" }
+            : { stdout: `${opts.version}\nzfs-kmod-${opts.version.replace(/^zfs-/, "")}\n` },
+      );
+    return this;
+  }
+
+  /** `-o name=value` pairs of a create or clone argv, and the index after them. */
+  #options(argv: readonly string[], from: number): [Record<string, string>, number] {
+    const props: Record<string, string> = {};
+    let i = from;
+    while (argv[i] === "-o") {
+      const kv = argv[i + 1]!;
+      props[kv.slice(0, kv.indexOf("="))] = kv.slice(kv.indexOf("=") + 1);
+      i += 2;
+    }
+    return [props, i];
+  }
+
+  #create(argv: readonly string[]): FakeResponse {
+    let i = 2;
+    let volsize: string | undefined;
+    let sparse = false;
+    if (argv[i] === "-V") {
+      volsize = argv[i + 1]!;
+      i += 2;
+    }
+    if (argv[i] === "-s") {
+      sparse = true;
+      i++;
+    }
+    const [props] = this.#options(argv, i);
+    const name = argv.at(-1)!;
+    if (this.objects.has(name)) {
+      return { code: 1, stderr: `cannot create '${name}': dataset already exists\n` };
+    }
+    this.add(name, props);
+    if (volsize !== undefined) {
+      this.setValue(name, "type", "volume");
+      this.setValue(name, "mountpoint", ["-", "-"]);
+      this.setValue(name, "volsize", [volsize, "local"]);
+      this.setValue(name, "volblocksize", [props.volblocksize ?? "16384", "default"]);
+      this.setValue(name, "refreservation", sparse ? ["none", "default"] : [volsize, "local"]);
+    }
+    return {};
+  }
+
+  #clone(argv: readonly string[]): FakeResponse {
+    const [props, i] = this.#options(argv, 2);
+    const [snapshot, name] = [argv[i]!, argv[i + 1]!];
+    if (!this.objects.has(snapshot)) return notFound(snapshot);
+    if (this.objects.has(name)) {
+      return { code: 1, stderr: `cannot create '${name}': dataset already exists\n` };
+    }
+    const origin = this.objects.get(snapshot.slice(0, snapshot.indexOf("@")))!;
+    this.add(name, props);
+    this.setValue(name, "origin", snapshot);
+    for (const prop of ["type", "volsize", "volblocksize"]) {
+      const v = origin.get(prop);
+      if (v && prop !== "type") this.setValue(name, prop, [v.value, "local"]);
+      if (v && prop === "type") this.setValue(name, prop, v.value);
+    }
+    return {};
+  }
+
+  #snapshot(argv: readonly string[]): FakeResponse {
+    const name = argv.at(-1)!;
+    if (this.objects.has(name)) {
+      return { code: 1, stderr: `cannot create snapshot '${name}': dataset already exists\n` };
+    }
+    if (!this.objects.has(name.slice(0, name.indexOf("@")))) return notFound(name);
+    this.add(name);
+    return {};
+  }
+
   #set(argv: readonly string[]): FakeResponse {
     // `zfs set a=1 [b=2 ...] <name>`
     const name = argv.at(-1)!;

@@ -7,11 +7,7 @@
 import { Code, CsiError } from "../../errors.ts";
 import { type IdScope, qualifiedSnapshotId, qualifiedVolumeId } from "../../zfs/ids.ts";
 import { NAME_PROPERTY, STAGED_PROPERTY, volumeForDataset } from "../../zfs/names.ts";
-import {
-  CATALOG_PROPERTIES,
-  type SnapshotRecord,
-  type VolumeRecord,
-} from "../../volume/catalog.ts";
+import { CATALOG_READ, type SnapshotRecord, type VolumeRecord } from "../../volume/catalog.ts";
 import { sizeOf, type VolumeParameters } from "../../parameters.ts";
 import { type StoredEntry, StoredSnapshots } from "../stored_snapshots.ts";
 import { CONTEXT_KEYS } from "../context.ts";
@@ -19,10 +15,11 @@ import { storageProblem } from "../health.ts";
 import type { VolumeCapability } from "../types.ts";
 import { checkCapability } from "../validate.ts";
 import type { ControllerDeps } from "../controller.ts";
+import { ZvolSupport } from "../zvol_support.ts";
 
 /** Properties read of a volume before acting on it. */
 export const VOLUME_STATE = [
-  ...CATALOG_PROPERTIES,
+  ...CATALOG_READ,
   "quota",
   "refreservation",
   "mountpoint",
@@ -36,11 +33,14 @@ export class KindCommon {
   readonly d: ControllerDeps;
   /** What a volume or snapshot id may name on this node. */
   readonly scope: IdScope;
+  /** Whether zvols may be served (--block-volumes, and a zfs that makes them). */
+  readonly zvols: ZvolSupport;
   /** Properties this node's zfs is known to support (asked once, then remembered). */
   readonly #supported = new Set<string>();
 
   constructor(deps: ControllerDeps) {
     this.d = deps;
+    this.zvols = new ZvolSupport(deps.config.blockVolumes, deps.zfs);
     this.scope = {
       parentDataset: deps.config.parentDataset,
       nodeId: deps.config.nodeId,
@@ -70,7 +70,10 @@ export class KindCommon {
     return {
       volume_id: id,
       capacity_bytes: String(v.refquota),
-      volume_context: { [CONTEXT_KEYS.dataset]: v.dataset },
+      volume_context: {
+        [CONTEXT_KEYS.dataset]: v.dataset,
+        ...(v.content ? { [CONTEXT_KEYS.fsType]: v.content } : {}),
+      },
       ...(source ? { content_source: source } : {}),
       accessible_topology: [{ segments: this.d.config.topology }],
     };

@@ -344,7 +344,9 @@ export class OrdinaryVolumes implements VolumeKind {
       throw conflict(`as dataset "${dataset}", which zfs-csi does not manage`);
     }
     const record = volumeRecord(this.#c.d.config.parentDataset, dataset, props);
-    if (!record) throw conflict(`as dataset "${dataset}", which is not a filesystem`);
+    if (!record || record.content !== undefined) {
+      throw conflict(`as dataset "${dataset}", which is not a filesystem`);
+    }
     checkRecordedName(id, dataset, want.name, props);
     if (record.parameters !== want.params.canonical) {
       throw conflict(`with other parameters (${record.parameters})`);

@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { Code } from "../errors.ts";
+import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
+import { type DeviceProbe, waitForZvolDevice } from "./device.ts";
+
+/** A probe whose link appears after `appearAfterMs` (never: Infinity), leading to `target`. */
+function probe(target: string, appearAfterMs: number, block = true): DeviceProbe & {
+  looked: string[];
+} {
+  let now = 0;
+  const looked: string[] = [];
+  return {
+    looked,
+    realPath: (path) => {
+      looked.push(path);
+      if (now < appearAfterMs) return Promise.reject(new Deno.errors.NotFound(path));
+      return Promise.resolve(target);
+    },
+    isBlockDevice: () => Promise.resolve(block),
+    sleep: (ms) => {
+      now += ms;
+      return Promise.resolve();
+    },
+    now: () => now,
+  };
+}
+
+Deno.test("waitForZvolDevice waits for /dev/zvol/<dataset> and returns its /dev/zdN", async () => {
+  const p = probe("/dev/zd16", 1000);
+  assert.equal(await waitForZvolDevice("tank/nomad/db", p), "/dev/zd16");
+  assert.ok(p.looked.every((l) => l === "/dev/zvol/tank/nomad/db"));
+  assert.ok(p.looked.length > 1);
+});
+
+Deno.test("waitForZvolDevice gives up after its bound with UNAVAILABLE", async () => {
+  await assertRejectsCsi(
+    waitForZvolDevice("tank/nomad/db", probe("/dev/zd0", Infinity), 30_000),
+    Code.UNAVAILABLE,
+    /did not appear within 30 s/,
+  );
+});
+
+Deno.test("waitForZvolDevice refuses a link leading anywhere but a /dev/zdN block device", async () => {
+  for (const target of ["/dev/sda", "/etc/passwd", "/dev/zd0p1", "/tmp/zd0"]) {
+    await assertRejectsCsi(
+      waitForZvolDevice("tank/nomad/db", probe(target, 0)),
+      Code.FAILED_PRECONDITION,
+      /not a zvol's block device/,
+    );
+  }
+  await assertRejectsCsi(
+    waitForZvolDevice("tank/nomad/db", probe("/dev/zd0", 0, false)),
+    Code.FAILED_PRECONDITION,
+  );
+});
