@@ -5,6 +5,7 @@
 
 import { dirname } from "node:path";
 import type { Config } from "./config.ts";
+import { BlockTools } from "./block/tools.ts";
 import { Datasets } from "./volume/datasets.ts";
 import { HealthChecker } from "./csi/health.ts";
 import { IdentityService } from "./csi/identity.ts";
@@ -139,6 +140,8 @@ export async function startPlugin(
       locks,
       log,
       ...(parts ? { follow: parts.follow } : {}),
+      // The same runner as zfs and mount, so their processes are counted alike.
+      blockTools: new BlockTools(runner, { timeoutMs: config.commandTimeoutMs, log }),
     });
     handlers.Node = bindAll(node, [
       "NodeGetInfo",

@@ -64,24 +64,6 @@ export function growArgs(fsType: ZvolFsType, device: string, mountPoint: string)
   return fsType === "ext4" ? ["resize2fs", device] : ["xfs_growfs", mountPoint];
 }
 
-/** `mount -t <fsType> [-o flags] <device> <target>`, `-c`: the paths are taken as given. */
-export function mountDeviceArgs(
-  fsType: ZvolFsType,
-  device: string,
-  target: string,
-  flags: readonly string[],
-): string[] {
-  checkZvolDevice(device);
-  return [
-    "-c",
-    "-t",
-    fsType,
-    ...(flags.length > 0 ? ["-o", flags.join(",")] : []),
-    device,
-    target,
-  ];
-}
-
 /** What blkid found on a device. */
 export interface Signature {
   /** The filesystem (or other) type, e.g. "ext4", "xfs", "LVM2_member". */

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { blkidArgs, growArgs, mkfsArgs, mountDeviceArgs, parseBlkid, wipefsArgs } from "./args.ts";
+import { blkidArgs, growArgs, mkfsArgs, parseBlkid, wipefsArgs } from "./args.ts";
+import { mountDeviceArgs } from "../mount/mounter.ts";
 
 Deno.test("block argv builders return the exact argument lists", () => {
   assert.deepEqual(blkidArgs("/dev/zd0"), ["blkid", "-p", "-o", "export", "/dev/zd0"]);

@@ -17,6 +17,11 @@ export interface DeviceProbe {
   readonly realPath: (path: string) => Promise<string>;
   /** Whether `path` is a block device (stat, following links). */
   readonly isBlockDevice: (path: string) => Promise<boolean>;
+  /**
+   * The device number of the block device at `path` (stat, following links; a device bound onto
+   * a file shows its own), or undefined when there is none.
+   */
+  readonly rdev: (path: string) => Promise<number | undefined>;
   /** Waits `ms`. */
   readonly sleep: (ms: number) => Promise<void>;
   /** Milliseconds by a clock that never jumps. */
@@ -27,6 +32,15 @@ export interface DeviceProbe {
 export const REAL_DEVICE_PROBE: DeviceProbe = {
   realPath: (path) => Deno.realPath(path),
   isBlockDevice: async (path) => (await Deno.stat(path)).isBlockDevice === true,
+  rdev: async (path) => {
+    try {
+      const info = await Deno.stat(path);
+      return info.isBlockDevice ? info.rdev ?? undefined : undefined;
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return undefined;
+      throw err;
+    }
+  },
   sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
   now: () => performance.now(),
 };

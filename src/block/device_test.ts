@@ -17,6 +17,7 @@ function probe(target: string, appearAfterMs: number, block = true): DeviceProbe
       return Promise.resolve(target);
     },
     isBlockDevice: () => Promise.resolve(block),
+    rdev: () => Promise.resolve(undefined),
     sleep: (ms) => {
       now += ms;
       return Promise.resolve();

@@ -39,7 +39,13 @@ import { NodeMounts } from "./node_mounts.ts";
 import type { NodeKind } from "./volume_kinds/node_kind.ts";
 import { FollowStaging } from "./volume_kinds/node_follow.ts";
 import { OrdinaryStaging } from "./volume_kinds/node_ordinary.ts";
-import { checkCapability, checkCapacity, required } from "./validate.ts";
+import { checkCapability, checkCapacity, type CheckedCapability, required } from "./validate.ts";
+import { BlockTools } from "../block/tools.ts";
+import { type DeviceProbe, REAL_DEVICE_PROBE } from "../block/device.ts";
+import { DenoCommandRunner } from "../run.ts";
+import { NodeZvols } from "./volume_kinds/node_zvol.ts";
+import { ZvolSupport } from "./zvol_support.ts";
+import type { VolumeCapability } from "./types.ts";
 
 /** Node capabilities; fixed for the life of the process, as Nomad expects. */
 export const NODE_CAPABILITIES = [
@@ -76,6 +82,10 @@ export interface NodeDeps {
   readonly realPath?: (path: string) => Promise<string>;
   /** Volumes that follow their job (src/follow/), with `--store`. */
   readonly follow?: FollowVolumes;
+  /** blkid, mkfs and the rest for zvols (with --block-volumes); plugin.ts passes its runner. */
+  readonly blockTools?: BlockTools;
+  /** How a zvol's device node is found; for tests. */
+  readonly deviceProbe?: DeviceProbe;
 }
 
 /** Mount flags that the mount table lists whenever they are in effect. */
@@ -89,6 +99,9 @@ export class NodeService {
   /** The volume kinds, by what NodeStage says the volume is. */
   readonly #ordinary: NodeKind;
   readonly #follow: NodeKind;
+  /** Zvols (docs/block-volumes.md), chosen by the capability, the context or what zfs says. */
+  readonly #zvol: NodeZvols;
+  readonly #zvols: ZvolSupport;
 
   constructor(deps: NodeDeps) {
     this.#d = deps;
@@ -96,6 +109,34 @@ export class NodeService {
     this.#m = new NodeMounts(deps);
     this.#ordinary = new OrdinaryStaging();
     this.#follow = new FollowStaging(deps);
+    this.#zvols = new ZvolSupport(deps.config.blockVolumes, deps.zfs);
+    this.#zvol = new NodeZvols(deps, {
+      mounts: this.#m,
+      zvols: this.#zvols,
+      tools: deps.blockTools ??
+        new BlockTools(new DenoCommandRunner(deps.config.commandTimeoutMs), {
+          timeoutMs: deps.config.commandTimeoutMs,
+          log: deps.log,
+        }),
+      probe: deps.deviceProbe ?? REAL_DEVICE_PROBE,
+      statfs: this.#statfs,
+    });
+  }
+
+  /**
+   * Whether a stage or publish is of a zvol: the capability asks for one (block, ext4, xfs), the
+   * context says so, or, for a plain mount capability with --block-volumes, zfs says the volume
+   * is one (each path then checks what the zvol really holds).
+   */
+  async #isZvolCall(
+    cap: CheckedCapability,
+    raw: VolumeCapability | null | undefined,
+    ctx: VolumeContext,
+    dataset: string,
+  ): Promise<boolean> {
+    if (cap.kind !== "zfs" || ctx.zvol !== undefined) return true;
+    if ((raw?.mount?.fs_type ?? "") !== "") return false;
+    return await this.#zvol.isZvol(dataset);
   }
 
   #dataset(volumeId: unknown): { id: string; dataset: string; follow?: true } {
@@ -139,8 +180,17 @@ export class NodeService {
   async NodeStageVolume(req: NodeStageVolumeRequest): Promise<unknown> {
     const { id, dataset, follow } = this.#dataset(req.volume_id);
     const stagingArg = required("staging_target_path", req.staging_target_path);
-    checkCapability(req.volume_capability);
+    const cap = checkCapability(req.volume_capability, this.#zvols.options);
     const ctx = this.#context(req.volume_context, dataset);
+    if (await this.#isZvolCall(cap, req.volume_capability, ctx, dataset)) {
+      this.#refuseFollowZvol(follow || splitFollow(req.volume_context).follow);
+      return await this.#zvol.stage(
+        { id, dataset, stagingArg },
+        cap,
+        req.volume_capability?.mount?.fs_type ?? "",
+        ctx,
+      );
+    }
     const mount = () => this.#stage(id, dataset, stagingArg, ctx);
     // A volume that follows its job: by its id, or registered with context follow = "true".
     const kind = follow || splitFollow(req.volume_context).follow ? this.#follow : this.#ordinary;
@@ -220,6 +270,7 @@ export class NodeService {
   async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const stagingArg = required("staging_target_path", req.staging_target_path);
+    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.unstage(id, dataset, stagingArg);
     const finish = await withLock(this.#d.locks, [dataset], async () => {
       const staging = await this.#path("staging_target_path", stagingArg);
       if (!(await this.#m.unmountFast(staging, dataset))) {
@@ -244,10 +295,22 @@ export class NodeService {
     const { id, dataset } = this.#dataset(req.volume_id);
     const targetArg = required("target_path", req.target_path);
     const stagingArg = req.staging_target_path || undefined;
-    const cap = checkCapability(req.volume_capability);
+    const cap = checkCapability(req.volume_capability, this.#zvols.options);
     const ctx = this.#context(req.volume_context, dataset);
     const readOnly = req.readonly === true || cap.readOnlyMode || cap.flags.includes("ro");
     const flags = [...(readOnly ? ["ro"] : []), ...cap.flags.filter((f) => f !== "ro")];
+    if (await this.#isZvolCall(cap, req.volume_capability, ctx, dataset)) {
+      return await this.#zvol.publish({
+        id,
+        dataset,
+        targetArg,
+        stagingArg,
+        cap,
+        fsTypeGiven: req.volume_capability?.mount?.fs_type ?? "",
+        ctx,
+        flags,
+      });
+    }
     return await withLock(this.#d.locks, [dataset], async () => {
       // Paths are checked under the lock, right before the mounts they guard.
       const target = await this.#path("target_path", targetArg);
@@ -324,6 +387,7 @@ export class NodeService {
   async NodeUnpublishVolume(req: NodeUnpublishVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const targetArg = required("target_path", req.target_path);
+    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.unpublish(id, dataset, targetArg);
     return await withLock(this.#d.locks, [dataset], async () => {
       const target = await this.#path("target_path", targetArg);
       if (!(await this.#m.unmountFast(target, dataset))) {
@@ -342,6 +406,7 @@ export class NodeService {
   async NodeGetVolumeStats(req: NodeGetVolumeStatsRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const path = await this.#volumePath(req.volume_path, id);
+    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.stats(id, dataset, path);
     const props = await this.#d.datasets.inspect(dataset);
     if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
     checkOwned(dataset, props);
@@ -375,7 +440,8 @@ export class NodeService {
   async NodeExpandVolume(req: NodeExpandVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const path = await this.#volumePath(req.volume_path, id);
-    if (req.volume_capability) checkCapability(req.volume_capability);
+    if (req.volume_capability) checkCapability(req.volume_capability, this.#zvols.options);
+    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.expand(id, dataset, path);
     // capacity_range is optional in CSI: without one the volume keeps its size, which is answered.
     const cap = checkCapacity(req.capacity_range);
     return await withLock(this.#d.locks, [dataset], async () => {
@@ -396,6 +462,16 @@ export class NodeService {
       await this.#d.zfs.setProperties(dataset, plan.changes);
       return { capacity_bytes: plan.refquota };
     });
+  }
+
+  /** A volume that follows its job cannot be a zvol in this release (docs/block-volumes.md). */
+  #refuseFollowZvol(follow: boolean | undefined): void {
+    if (follow) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        "A volume that follows its job is a ZFS dataset: it cannot be staged as a zvol",
+      );
+    }
   }
 
   /**

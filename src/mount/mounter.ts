@@ -25,6 +25,21 @@ export function bindArgs(source: string, target: string): string[] {
   return ["-c", "--bind", source, target];
 }
 
+/**
+ * Mounts a filesystem on a zvol's device: `-c -t <fsType> [-o flags] <device> <target>`, the
+ * paths taken as given (`-c`).
+ * @throws {TypeError} for a device that is not `/dev/zdN`
+ */
+export function mountDeviceArgs(
+  fsType: "ext4" | "xfs",
+  device: string,
+  target: string,
+  flags: readonly string[],
+): string[] {
+  if (!/^\/dev\/zd\d+$/.test(device)) throw new TypeError(`"${device}" is not a zvol device`);
+  return ["-c", "-t", fsType, ...(flags.length > 0 ? ["-o", flags.join(",")] : []), device, target];
+}
+
 /** Re-applies per-mount flags (ro, nosuid, ...) to an existing bind mount. */
 export function remountArgs(target: string, flags: readonly string[]): string[] {
   return ["-c", "-o", ["remount", "bind", ...flags].join(","), target];
@@ -95,6 +110,23 @@ export class Mounter {
       : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300);
     const code = /busy/i.test(res.stderr) ? Code.FAILED_PRECONDITION : Code.INTERNAL;
     throw new CsiError(code, `Cannot ${what}: ${detail || `exit code ${res.code}`}`);
+  }
+
+  /**
+   * Mounts the filesystem of `fsType` on a zvol's `device` (`/dev/zdN`) at `target`, with
+   * `flags`: `mount -c -t <fsType> [-o flags] <device> <target>`.
+   */
+  async mountDevice(
+    fsType: "ext4" | "xfs",
+    device: string,
+    target: string,
+    flags: readonly string[] = [],
+  ): Promise<void> {
+    await this.#exec(
+      this.#opts.mountPath,
+      mountDeviceArgs(fsType, device, target, flags),
+      `mount ${fsType} on "${target}"`,
+    );
   }
 
   /** Bind-mounts `source` at `target`, then applies `flags` (for example ["ro"]). */

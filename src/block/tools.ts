@@ -1,0 +1,66 @@
+/**
+ * The block tools on a node, behind the one subprocess seam (src/run.ts): what blkid finds on a
+ * zvol's device, and wipefs, mkfs and the filesystem grow, each failing with a CsiError that
+ * says what failed.
+ */
+
+import { Code, CsiError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { CommandRunner } from "../run.ts";
+import type { ZvolFsType } from "../volume/zvol.ts";
+import { blkidArgs, growArgs, mkfsArgs, parseBlkid, type Signature, wipefsArgs } from "./args.ts";
+
+/** mkfs and a grow may take longer than one zfs command: at least this long. */
+const SLOW_TOOL_MS = 10 * 60_000;
+
+/** blkid, wipefs, mkfs and grow on zvol devices. */
+export class BlockTools {
+  readonly #runner: CommandRunner;
+  readonly #timeoutMs: number;
+  readonly #log: Logger;
+
+  constructor(runner: CommandRunner, opts: { readonly timeoutMs: number; readonly log: Logger }) {
+    this.#runner = runner;
+    this.#timeoutMs = opts.timeoutMs;
+    this.#log = opts.log;
+  }
+
+  /** The signature on `device`, or undefined when it has none. */
+  async signature(device: string): Promise<Signature | undefined> {
+    const argv = blkidArgs(device);
+    const res = await this.#runner.run(argv, { timeoutMs: this.#timeoutMs });
+    if (res.timedOut || (res.code !== 0 && res.code !== 2)) throw this.#failed(argv, res);
+    return parseBlkid(res.stdout, res.code);
+  }
+
+  /** Erases every signature on `device`. */
+  async wipe(device: string): Promise<void> {
+    await this.#run(wipefsArgs(device), this.#timeoutMs);
+  }
+
+  /** Makes a `fsType` filesystem on `device`. */
+  async mkfs(fsType: ZvolFsType, device: string): Promise<void> {
+    await this.#run(mkfsArgs(fsType, device), Math.max(this.#timeoutMs, SLOW_TOOL_MS));
+  }
+
+  /** Grows the filesystem on `device`, mounted at `mountPoint`, to the device's size. */
+  async grow(fsType: ZvolFsType, device: string, mountPoint: string): Promise<void> {
+    await this.#run(growArgs(fsType, device, mountPoint), Math.max(this.#timeoutMs, SLOW_TOOL_MS));
+  }
+
+  async #run(argv: readonly string[], timeoutMs: number): Promise<void> {
+    this.#log.debug("exec", { argv });
+    const res = await this.#runner.run(argv, { timeoutMs });
+    if (res.timedOut || res.code !== 0) throw this.#failed(argv, res);
+  }
+
+  #failed(
+    argv: readonly string[],
+    res: { code: number; stderr: string; timedOut: boolean },
+  ): CsiError {
+    const said = res.timedOut
+      ? "timed out"
+      : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300) || `exit code ${res.code}`;
+    return new CsiError(Code.INTERNAL, `${argv[0]} failed on ${argv.at(-1)}: ${said}`);
+  }
+}

@@ -1,0 +1,367 @@
+/**
+ * The node's side of zvols (volume_kinds/node_zvol.ts) on a model host: a pool (FakePool), a
+ * mount table, blkid/mkfs/wipefs that change the device's signature, and a device probe for
+ * /dev/zvol/<dataset> → /dev/zd0. zfs-fuse has no zvols: the real devices and tools are proven
+ * in the OpenZFS VM (tests/integration/block_volumes_test.ts).
+ */
+
+import assert from "node:assert/strict";
+import { Code } from "../errors.ts";
+import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
+import { FakePool } from "../../tests/support/fake_pool.ts";
+import { type FakeRunner, mountLine } from "../../tests/support/fake_runner.ts";
+import { blockCap, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
+import { Datasets } from "../volume/datasets.ts";
+import { BlockTools } from "../block/tools.ts";
+import type { DeviceProbe } from "../block/device.ts";
+import { NodeService } from "./node.ts";
+import type { VolumeCapability } from "./types.ts";
+
+const PARENT = "tank/nomad";
+const DB = `${PARENT}/db`;
+const DEVICE = "/dev/zd0";
+const GiB = 1024 * 1024 * 1024;
+/** `blkid -p -o export` of an ext4 and an xfs device (util-linux's documented format). */
+const EXT4 =
+  `DEVNAME=${DEVICE}\nUUID=0b7e2c1e-1d7a-4a5f-9d1e-3c1f5b2a9e01\nTYPE=ext4\nUSAGE=filesystem\n`;
+const XFS =
+  `DEVNAME=${DEVICE}\nUUID=5d7c1c5a-6a1e-4f0e-8f5e-2b9e1c7d4a33\nTYPE=xfs\nUSAGE=filesystem\n`;
+
+/** A node's mounts and zvol device, as mount, blkid, mkfs and wipefs see and change them. */
+class BlockHost {
+  readonly mounts: { source: string; mountPoint: string; fsType: string; options: string }[] = [];
+  /** What blkid finds on the device; undefined: nothing. */
+  signature: string | undefined;
+  /** Where /dev/zvol/tank/nomad/db leads; undefined: missing. */
+  link: string | undefined = DEVICE;
+  /** Targets the device is bound onto. */
+  readonly bound = new Set<string>();
+
+  constructor(runner: FakeRunner) {
+    runner
+      .onExact(["mount"], () => ({
+        stdout: this.mounts.map((m) =>
+          mountLine(m.source, m.mountPoint, m.fsType, m.options) + "\n"
+        ).join(""),
+      }))
+      .on(["mount", "-c", "-t"], (argv) => {
+        const opts = argv[4] === "-o" ? argv[5]! : "rw";
+        this.mounts.push({
+          source: argv.at(-2)!,
+          mountPoint: argv.at(-1)!,
+          fsType: argv[3]!,
+          options: opts,
+        });
+        return {};
+      })
+      .on(["mount", "-c", "--bind"], (argv) => {
+        const [source, target] = [argv[3]!, argv[4]!];
+        if (source === DEVICE) {
+          this.bound.add(target);
+          this.mounts.push({
+            source: "udev",
+            mountPoint: target,
+            fsType: "devtmpfs",
+            options: "rw",
+          });
+        } else {
+          const top = this.mounts.filter((m) => m.mountPoint === source).at(-1)!;
+          this.mounts.push({ ...top, mountPoint: target });
+        }
+        return {};
+      })
+      .on(["mount", "-c", "-o"], () => ({}))
+      .on(["umount", "-c"], (argv) => {
+        const at = this.mounts.findLastIndex((m) => m.mountPoint === argv[2]);
+        if (at < 0) return { code: 32, stderr: `umount: ${argv[2]}: not mounted.\n` };
+        this.mounts.splice(at, 1);
+        this.bound.delete(argv[2]!);
+        return {};
+      })
+      .on(["blkid"], () => this.signature === undefined ? { code: 2 } : { stdout: this.signature })
+      .on(["mkfs.ext4"], () => {
+        if (this.signature !== undefined) return { code: 1, stderr: "contains a file system\n" };
+        this.signature = EXT4;
+        return {};
+      })
+      .on(["mkfs.xfs"], () => {
+        if (this.signature !== undefined) return { code: 1, stderr: "appears to contain\n" };
+        this.signature = XFS;
+        return {};
+      })
+      .on(["wipefs", "-a"], () => {
+        this.signature = undefined;
+        return {};
+      })
+      .on(["resize2fs"], () => ({}))
+      .on(["xfs_growfs"], () => ({}));
+  }
+
+  readonly probe: DeviceProbe = {
+    realPath: (path) =>
+      path === `/dev/zvol/${DB}` && this.link !== undefined
+        ? Promise.resolve(this.link)
+        : Promise.reject(new Deno.errors.NotFound(path)),
+    isBlockDevice: (path) => Promise.resolve(path === DEVICE),
+    rdev: (path) => Promise.resolve(path === DEVICE || this.bound.has(path) ? 230 : undefined),
+    sleep: () => Promise.resolve(),
+    now: (() => {
+      let t = 0;
+      return () => (t += 1000);
+    })(),
+  };
+}
+
+async function setup(
+  content: "block" | "ext4" | "xfs",
+  opts: { flags?: string[]; zfsFuse?: boolean; props?: Record<string, string> } = {},
+) {
+  const base = await Deno.makeTempDir({ prefix: "zfs-csi-zvol-" });
+  let block: BlockHost | undefined;
+  const parts = fakeServices({
+    parent: PARENT,
+    flags: ["--stage-publish-base-dir", base, ...opts.flags ?? ["--block-volumes"]],
+    before: (runner) => {
+      block = new BlockHost(runner);
+    },
+    host: (runner) =>
+      new FakePool(runner).add(PARENT).add(DB, {
+        type: "volume",
+        "org.zfs-csi:managed": "yes",
+        "org.zfs-csi:fs-type": content,
+        volsize: String(GiB),
+        ...opts.props,
+      }).serveCreates(runner, opts.zfsFuse ? {} : { version: "zfs-2.2.2-1" }),
+  });
+  const { config, runner, host: pool, zfs, mounter, health, locks, log } = parts;
+  const host = block!;
+  const node = new NodeService({
+    config,
+    zfs,
+    mounter,
+    datasets: new Datasets(zfs, mounter),
+    health,
+    locks,
+    log,
+    blockTools: new BlockTools(runner, { timeoutMs: 1000, log }),
+    deviceProbe: host.probe,
+    statfs: () =>
+      Promise.resolve({ bsize: 4096, blocks: 1000, bfree: 600, bavail: 500, files: 64, ffree: 60 }),
+  });
+  const staging = `${base}/staging/db/rw-file-system-single-node-writer`;
+  const target = `${base}/per-alloc/a1/db/rw-file-system-single-node-writer`;
+  await Deno.mkdir(staging, { recursive: true });
+  await Deno.mkdir(`${base}/per-alloc/a1/db`, { recursive: true });
+  return {
+    base,
+    runner,
+    pool,
+    host,
+    node,
+    staging,
+    target,
+    [Symbol.asyncDispose]: async () => {
+      runner.assertNoUnexpected();
+      await Deno.remove(base, { recursive: true });
+    },
+  };
+}
+
+function fsTypeCap(fsType: string): VolumeCapability {
+  const cap = fsCap();
+  return { ...cap, mount: { ...cap.mount!, fs_type: fsType } };
+}
+
+type H = Awaited<ReturnType<typeof setup>>;
+
+const stage = (h: H, cap: VolumeCapability, ctx: Record<string, string> = {}) =>
+  h.node.NodeStageVolume({
+    volume_id: "db@n1",
+    staging_target_path: h.staging,
+    volume_capability: cap,
+    volume_context: ctx,
+    publish_context: {},
+    secrets: {},
+  });
+const publish = (h: H, cap: VolumeCapability, readonly = false, ctx: Record<string, string> = {}) =>
+  h.node.NodePublishVolume({
+    volume_id: "db@n1",
+    staging_target_path: h.staging,
+    target_path: h.target,
+    volume_capability: cap,
+    volume_context: ctx,
+    publish_context: {},
+    readonly,
+    secrets: {},
+  });
+const unpublish = (h: H) =>
+  h.node.NodeUnpublishVolume({ volume_id: "db@n1", target_path: h.target });
+const unstage = (h: H) =>
+  h.node.NodeUnstageVolume({ volume_id: "db@n1", staging_target_path: h.staging });
+
+/** The block tools run, in order. */
+const tools = (h: H) =>
+  h.runner.argvs.filter((a) => /^(blkid|wipefs|mkfs\.|resize2fs|xfs_growfs)/.test(a[0]!));
+
+Deno.test("NodeStage of ext4 on a blank zvol records begun, formats, records done, then mounts at staging", async () => {
+  await using h = await setup("ext4");
+  await stage(h, fsTypeCap("ext4"), { fs_type: "ext4" });
+  const sets = h.runner.argvs.filter((a) => a[1] === "set" || a[0] === "mkfs.ext4")
+    .map((a) => a[0] === "zfs" ? a[2]!.replace(/=\d+$/, "=<now>") : a[0]!);
+  assert.deepEqual(sets, [
+    "org.zfs-csi:attached=n1",
+    "org.zfs-csi:staged-at=<now>",
+    "org.zfs-csi:format=begun",
+    "mkfs.ext4",
+    "org.zfs-csi:format=done",
+  ]);
+  assert.deepEqual(h.host.mounts, [{
+    source: DEVICE,
+    mountPoint: h.staging,
+    fsType: "ext4",
+    options: "nosuid,nodev",
+  }]);
+  // Again: nothing formatted, nothing mounted twice.
+  await stage(h, fsTypeCap("ext4"), { fs_type: "ext4" });
+  assert.equal(tools(h).filter((a) => a[0] === "mkfs.ext4").length, 1);
+  assert.equal(h.host.mounts.length, 1);
+});
+
+Deno.test("NodeStage never formats a filesystem it finished, even after unstage, and grows it on expand", async () => {
+  await using h = await setup("ext4", { props: { "org.zfs-csi:format": "done" } });
+  h.host.signature = EXT4;
+  await stage(h, fsCap());
+  await unstage(h);
+  await stage(h, fsCap());
+  assert.deepEqual(tools(h).map((a) => a[0]), ["blkid", "blkid"]);
+  await publish(h, fsCap());
+  assert.deepEqual(
+    await h.node.NodeExpandVolume({
+      volume_id: "db@n1",
+      volume_path: h.target,
+      staging_target_path: h.staging,
+      capacity_range: { required_bytes: String(GiB), limit_bytes: "0" },
+      volume_capability: null,
+      secrets: {},
+    }),
+    { capacity_bytes: String(GiB) },
+  );
+  assert.deepEqual(tools(h).at(-1), ["resize2fs", DEVICE]);
+});
+
+Deno.test("NodeStage after a SIGKILL during mkfs: the half-made filesystem is wiped and made again", async () => {
+  // The record says begun: the plugin died after it, with mkfs half done (or done, unrecorded).
+  await using h = await setup("xfs", { props: { "org.zfs-csi:format": "begun" } });
+  h.host.signature = XFS;
+  await stage(h, fsTypeCap("xfs"), { fs_type: "xfs" });
+  assert.deepEqual(tools(h).map((a) => a[0]), ["blkid", "wipefs", "mkfs.xfs"]);
+  assert.equal(h.pool.value(DB, "org.zfs-csi:format"), "done");
+  assert.equal(h.host.mounts.at(-1)?.source, DEVICE);
+});
+
+Deno.test("NodeStage refuses to format over a filesystem it did not make, or over a finished one that changed", async () => {
+  await using h = await setup("ext4");
+  h.host.signature = XFS;
+  await assertRejectsCsi(
+    stage(h, fsTypeCap("ext4")),
+    Code.FAILED_PRECONDITION,
+    /never formatted over/,
+  );
+  h.pool.setValue(DB, "org.zfs-csi:format", "done");
+  h.host.signature = undefined;
+  await assertRejectsCsi(
+    stage(h, fsTypeCap("ext4")),
+    Code.FAILED_PRECONDITION,
+    /not formatted again/,
+  );
+  assert.deepEqual(tools(h).map((a) => a[0]), ["blkid", "blkid"]);
+  assert.deepEqual(h.host.mounts, []);
+});
+
+Deno.test("A raw zvol: stage waits for the device, publish binds it onto a file (ro when asked), unpublish and unstage undo it", async () => {
+  await using h = await setup("block");
+  await stage(h, blockCap(), { fs_type: "block" });
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), "n1");
+  assert.deepEqual(h.host.mounts, []);
+  await publish(h, blockCap(), true, { fs_type: "block" });
+  assert.ok((await Deno.lstat(h.target)).isFile);
+  const binds = h.runner.argvs.filter((a) => a[0] === "mount" && a.length > 1);
+  assert.deepEqual(binds, [
+    ["mount", "-c", "--bind", DEVICE, h.target],
+    ["mount", "-c", "-o", "remount,bind,ro", h.target],
+  ]);
+  // Again: nothing more.
+  await publish(h, blockCap(), true, { fs_type: "block" });
+  assert.equal(h.runner.argvs.filter((a) => a[0] === "mount" && a.length > 1).length, 2);
+  assert.deepEqual(
+    await h.node.NodeGetVolumeStats({
+      volume_id: "db@n1",
+      volume_path: h.target,
+      staging_target_path: h.staging,
+    }),
+    {
+      usage: [{ unit: "BYTES", total: GiB }],
+      volume_condition: { abnormal: false, message: "Volume is healthy" },
+    },
+  );
+  await unpublish(h);
+  await assert.rejects(Deno.lstat(h.target), Deno.errors.NotFound);
+  assert.deepEqual(h.host.mounts, []);
+  await unstage(h);
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
+});
+
+Deno.test("NodeStage and NodePublish refuse a capability or context that does not fit the zvol", async () => {
+  await using h = await setup("ext4");
+  await assertRejectsCsi(stage(h, blockCap()), Code.INVALID_ARGUMENT, /holds ext4/);
+  await assertRejectsCsi(stage(h, fsTypeCap("xfs")), Code.INVALID_ARGUMENT, /holds ext4/);
+  await assertRejectsCsi(
+    stage(h, fsCap(), { fs_type: "block" }),
+    Code.INVALID_ARGUMENT,
+    /context says fs_type "block"/,
+  );
+  await assertRejectsCsi(publish(h, blockCap()), Code.INVALID_ARGUMENT, /holds ext4/);
+  assert.deepEqual(tools(h), []);
+  assert.deepEqual(h.host.mounts, []);
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
+});
+
+Deno.test("NodeStage of a raw zvol refuses a mount capability and a device link leading elsewhere", async () => {
+  await using h = await setup("block");
+  await assertRejectsCsi(stage(h, fsCap()), Code.INVALID_ARGUMENT, /raw zvol/);
+  h.host.link = "/dev/sda";
+  await assertRejectsCsi(
+    stage(h, blockCap()),
+    Code.FAILED_PRECONDITION,
+    /leads to "\/dev\/sda", which is not a zvol's block device/,
+  );
+  h.host.link = undefined;
+  await assertRejectsCsi(stage(h, blockCap()), Code.UNAVAILABLE, /did not appear within 30 s/);
+  assert.deepEqual(h.host.mounts, []);
+});
+
+Deno.test("NodeStage of a zvol without --block-volumes, or on zfs-fuse, is refused saying why", async () => {
+  {
+    await using h = await setup("block", { flags: [] });
+    await assertRejectsCsi(stage(h, blockCap()), Code.INVALID_ARGUMENT, /--block-volumes/);
+    assert.deepEqual(h.runner.argvs, []);
+  }
+  {
+    await using h = await setup("block", { zfsFuse: true });
+    await assertRejectsCsi(
+      stage(h, blockCap()),
+      Code.INVALID_ARGUMENT,
+      /this node's zfs cannot make zvols \(zfs-fuse/,
+    );
+    assert.deepEqual(h.runner.argvs, [["zfs", "version"]]);
+  }
+});
+
+Deno.test("NodePublish of a raw zvol not staged here is refused", async () => {
+  await using h = await setup("block");
+  await assertRejectsCsi(
+    publish(h, blockCap()),
+    Code.FAILED_PRECONDITION,
+    /not staged on this node/,
+  );
+});
