@@ -41,6 +41,29 @@ export const ALLOWED_PROGRAMS: readonly string[] = Object.freeze(
   PROGRAM_NAMES.flatMap((name) => PROGRAM_DIRS.map((dir) => `${dir}/${name}`)),
 );
 
+/**
+ * The block tools a node runs for zvol volumes (src/block/), only in a build for them
+ * (ZFS_CSI_BLOCK_VOLUMES) and only with --block-volumes: lsblk (where /dev/zvol/<dataset>
+ * leads: Deno lets no narrow build read below /dev), blkid, wipefs, mkfs and the grows.
+ */
+export const BLOCK_PROGRAM_NAMES = [
+  "lsblk",
+  "blkid",
+  "wipefs",
+  "mkfs.ext4",
+  "mkfs.xfs",
+  "resize2fs",
+  "xfs_growfs",
+] as const;
+
+/** One of {@linkcode BLOCK_PROGRAM_NAMES}. */
+export type BlockProgramName = typeof BLOCK_PROGRAM_NAMES[number];
+
+/** The files of the block tools in each of {@linkcode PROGRAM_DIRS}, as absolute paths. */
+export const ALLOWED_BLOCK_PROGRAMS: readonly string[] = Object.freeze(
+  BLOCK_PROGRAM_NAMES.flatMap((name) => PROGRAM_DIRS.map((dir) => `${dir}/${name}`)),
+);
+
 /** How {@linkcode defaultProgram} sees the process: its PATH and which files exist. */
 export interface ProgramLookup {
   /** PATH, or undefined where it is unset (or this build may not read it). */
@@ -70,7 +93,10 @@ export const PROCESS_LOOKUP: ProgramLookup = {
  * on PATH when run, as a shell would); without PATH, or with an empty one, the first of
  * {@linkcode ALLOWED_PROGRAMS} that exists, else the bare name (refused at start in one line).
  */
-export function defaultProgram(name: ProgramName, lookup: ProgramLookup = PROCESS_LOOKUP): string {
+export function defaultProgram(
+  name: ProgramName | BlockProgramName,
+  lookup: ProgramLookup = PROCESS_LOOKUP,
+): string {
   if ((lookup.path() ?? "") !== "") return name;
   return PROGRAM_DIRS.map((dir) => `${dir}/${name}`).find((file) => lookup.exists(file)) ?? name;
 }
@@ -159,6 +185,11 @@ export interface PermissionScope {
   /** Single files it may read, such as a store credentials file outside `dirs`. */
   readonly readFiles?: readonly string[];
   /**
+   * A build for zvol volumes: the block tools ({@linkcode ALLOWED_BLOCK_PROGRAMS}) may run (and
+   * their files be looked for). Nothing below /dev is granted: Deno asks for --allow-all there.
+   */
+  readonly blockVolumes?: boolean;
+  /**
    * Programs besides {@linkcode ALLOWED_PROGRAMS}, for tests only (a shim on PATH): the compile
    * task never sets it, so a shipped build runs exactly the listed files.
    */
@@ -197,7 +228,12 @@ function absolute(kind: string, paths: readonly string[]): string[] {
 export function permissionFlags(scope: PermissionScope): string[] {
   const dirs = absolute("directory", scope.dirs);
   const files = absolute("file", scope.readFiles ?? []).filter((f) => !dirs.includes(f));
-  const programs = absolute("program", [...ALLOWED_PROGRAMS, ...scope.extraPrograms ?? []]);
+  const block = scope.blockVolumes === true;
+  const programs = absolute("program", [
+    ...ALLOWED_PROGRAMS,
+    ...(block ? ALLOWED_BLOCK_PROGRAMS : []),
+    ...scope.extraPrograms ?? [],
+  ]);
   const hosts = [
     ...new Set([
       ...(scope.netHosts ?? []).map(netHost),
@@ -208,7 +244,14 @@ export function permissionFlags(scope: PermissionScope): string[] {
     `--allow-run=${programs.join(",")}`,
     // The directories, to check staging and target paths (the mount table comes from `mount`);
     // the program files, only to see which exist when there is no PATH (defaultProgram).
-    `--allow-read=${[...dirs, ...files, ...ALLOWED_PROGRAMS].join(",")}`,
+    `--allow-read=${
+      [
+        ...dirs,
+        ...files,
+        ...ALLOWED_PROGRAMS,
+        ...(block ? ALLOWED_BLOCK_PROGRAMS : []),
+      ].join(",")
+    }`,
     `--allow-write=${dirs.join(",")}`,
     // Only the store's host:port and the metrics address, and only when there is one.
     ...(hosts.length > 0 ? [`--allow-net=${hosts.join(",")}`] : []),
@@ -243,7 +286,11 @@ export const BUILD_VARIABLES = {
   storeHosts: { name: "ZFS_CSI_STORE_HOSTS", separator: "," },
   extraReadFiles: { name: "ZFS_CSI_EXTRA_READ_FILES", separator: ":" },
   metricsListen: { name: "ZFS_CSI_METRICS_LISTEN", separator: "," },
+  blockVolumes: { name: "ZFS_CSI_BLOCK_VOLUMES", separator: "," },
 } as const;
+
+/** The value of ZFS_CSI_BLOCK_VOLUMES that builds for zvol volumes (any non-empty one does). */
+export const BLOCK_VOLUMES_ON = "on";
 
 /** What a build may do beyond every build's base: the build variables' values, as lists. */
 export interface BuildNeeds {
@@ -255,6 +302,8 @@ export interface BuildNeeds {
   readonly extraReadFiles: readonly string[];
   /** host:port the metrics endpoint may listen on (ZFS_CSI_METRICS_LISTEN); none: no endpoint. */
   readonly metricsListen: readonly string[];
+  /** ZFS_CSI_BLOCK_VOLUMES (e.g. "on"): the block tools and /dev/zvol; empty: none of them. */
+  readonly blockVolumes: readonly string[];
 }
 
 const NEED_KEYS: readonly (keyof BuildNeeds)[] = [
@@ -262,6 +311,7 @@ const NEED_KEYS: readonly (keyof BuildNeeds)[] = [
   "storeHosts",
   "extraReadFiles",
   "metricsListen",
+  "blockVolumes",
 ];
 
 /** Needs with each list made by `list`. */
@@ -271,6 +321,7 @@ function needsBy(list: (key: keyof BuildNeeds) => readonly string[]): BuildNeeds
     storeHosts: list("storeHosts"),
     extraReadFiles: list("extraReadFiles"),
     metricsListen: list("metricsListen"),
+    blockVolumes: list("blockVolumes"),
   };
 }
 
@@ -280,6 +331,7 @@ export const NO_NEEDS: BuildNeeds = Object.freeze({
   storeHosts: [],
   extraReadFiles: [],
   metricsListen: [],
+  blockVolumes: [],
 });
 
 /** The build variables' values by name, as an environment holds them. */
@@ -316,6 +368,7 @@ export function binaryFlags(needs: BuildNeeds): string[] {
     netHosts: needs.storeHosts,
     readFiles: [...PRODUCTION_READ_FILES, ...needs.extraReadFiles],
     listen: needs.metricsListen,
+    blockVolumes: needs.blockVolumes.length > 0,
   });
 }
 
@@ -379,11 +432,21 @@ export function metricsGrant(listen: ListenAddress): NeededGrant {
   };
 }
 
-/** What the store and the metrics endpoint a config names need from the build. */
+/** What --block-volumes needs: the block tools. */
+export function blockVolumesGrant(): NeededGrant {
+  return {
+    descriptors: ALLOWED_BLOCK_PROGRAMS.map((command) => ({ name: "run" as const, command })),
+    what: `run ${BLOCK_PROGRAM_NAMES.join(", ")} (--block-volumes)`,
+    fix: `${BUILD_VARIABLES.blockVolumes.name}=${BLOCK_VOLUMES_ON}`,
+  };
+}
+
+/** What the store, the metrics endpoint and block volumes a config names need from the build. */
 export function serviceGrants(config: Config): NeededGrant[] {
   return [
     ...(config.store ? storeGrants(config.store) : []),
     ...(config.metricsListen ? [metricsGrant(config.metricsListen)] : []),
+    ...(config.blockVolumes ? [blockVolumesGrant()] : []),
   ];
 }
 
@@ -430,6 +493,7 @@ export function grantNeeds(grants: readonly NeededGrant[]): BuildNeeds {
     storeHosts: [],
     extraReadFiles: [],
     metricsListen: [],
+    blockVolumes: [],
   };
   for (const grant of grants) {
     const eq = grant.fix.indexOf("=");
@@ -452,6 +516,7 @@ export function grantNeeds(grants: readonly NeededGrant[]): BuildNeeds {
       !allDirs.some((d) => within(f, d))
     ),
     metricsListen: [...new Set(lists.metricsListen)],
+    blockVolumes: [...new Set(lists.blockVolumes)],
   };
 }
 

@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
 import { parseConfig, type StoreConfig } from "./config.ts";
 import {
+  ALLOWED_BLOCK_PROGRAMS,
   ALLOWED_ENV,
   ALLOWED_PROGRAMS,
   binaryFlags,
+  BLOCK_PROGRAM_NAMES,
   configGrants,
   defaultProgram,
   grantMessage,
@@ -304,6 +306,7 @@ Deno.test("needsFromVariables splits paths on ':' and hosts on ','; variablesOf 
     storeHosts: ["s3.example.com", "[::1]:9000"],
     extraReadFiles: ["/secrets/s3.ini"],
     metricsListen: ["0.0.0.0:9474", "[::1]:9474"],
+    blockVolumes: [],
   });
   assert.deepEqual(variablesOf(needs), [
     "ZFS_CSI_EXTRA_DIRS=/srv/csi:/mnt/backup",
@@ -481,4 +484,53 @@ Deno.test("grantNeeds meets every grant it is given: binaryFlags then allow each
       else assert.fail(`unexpected descriptor ${d.name}`);
     }
   }
+});
+
+Deno.test("a build for block volumes adds exactly the block tools and /dev/zvol; every other build has none", () => {
+  const base = binaryFlags(NO_NEEDS);
+  const block = binaryFlags(needsFromVariables({ ZFS_CSI_BLOCK_VOLUMES: "on" }));
+  const flag = (flags: string[], name: string) =>
+    flags.find((f) => f.startsWith(`${name}=`))!.slice(name.length + 1).split(",");
+  for (const program of ALLOWED_BLOCK_PROGRAMS) {
+    assert.ok(!flag(base, "--allow-run").includes(program), program);
+    assert.ok(flag(block, "--allow-run").includes(program), program);
+  }
+  assert.deepEqual([...BLOCK_PROGRAM_NAMES], [
+    "lsblk",
+    "blkid",
+    "wipefs",
+    "mkfs.ext4",
+    "mkfs.xfs",
+    "resize2fs",
+    "xfs_growfs",
+  ]);
+  // Nothing below /dev, in either (Deno asks for --allow-all there; lsblk reads the links).
+  assert.ok(!flag(base, "--allow-read").some((p) => p.startsWith("/dev")));
+  assert.ok(!flag(block, "--allow-read").some((p) => p.startsWith("/dev")));
+  // Nothing else changes: writes, network, env and sys are the base build's; reads add only
+  // the tools' files (to find them without PATH).
+  const rest = (flags: string[]) =>
+    flags.filter((f) => !f.startsWith("--allow-run=") && !f.startsWith("--allow-read="));
+  assert.deepEqual(rest(block), rest(base));
+  assert.deepEqual(
+    flag(block, "--allow-read").filter((p) => !flag(base, "--allow-read").includes(p)),
+    [...ALLOWED_BLOCK_PROGRAMS],
+  );
+  assert.deepEqual(
+    flag(block, "--allow-run").filter((p) => !flag(base, "--allow-run").includes(p)),
+    [...ALLOWED_BLOCK_PROGRAMS],
+  );
+});
+
+Deno.test("--block-volumes needs a block build: its grant, its one line and its build variable", () => {
+  assert.deepEqual(serviceGrants(configOf([])), []);
+  const grants = serviceGrants(configOf(["--block-volumes"]));
+  assert.equal(grants.length, 1);
+  assert.equal(
+    grantMessage(grants[0]!),
+    "this build may not run lsblk, blkid, wipefs, mkfs.ext4, mkfs.xfs, resize2fs, xfs_growfs " +
+      "(--block-volumes); rebuild with ZFS_CSI_BLOCK_VOLUMES=on deno task compile",
+  );
+  assert.deepEqual(grantNeeds(grants), { ...NO_NEEDS, blockVolumes: ["on"] });
+  assert.deepEqual(variablesOf(grantNeeds(grants)), ["ZFS_CSI_BLOCK_VOLUMES=on"]);
 });

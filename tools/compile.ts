@@ -10,6 +10,8 @@
  *   ZFS_CSI_EXTRA_READ_FILES  single files to read, colon-separated (a credentials file)
  *   ZFS_CSI_METRICS_LISTEN    host:port the metrics endpoint may listen on (--metrics-listen),
  *                             e.g. 0.0.0.0:9474 in a container; without it, no endpoint
+ *   ZFS_CSI_BLOCK_VOLUMES     "on": the block tools (lsblk, blkid, wipefs, mkfs.ext4, mkfs.xfs,
+ *                             resize2fs, xfs_growfs) may run, for --block-volumes
  * The plugin refuses to start, naming the variable to set, when its config needs more.
  *
  * Two steps (tools/compile_args.ts says why): `deno check`, then `deno compile --no-check`.

@@ -35,6 +35,7 @@ export function compileArgs(opts: CompileOptions): string[] {
     storeHosts: opts.storeHosts ?? NO_NEEDS.storeHosts,
     extraReadFiles: opts.extraReadFiles ?? NO_NEEDS.extraReadFiles,
     metricsListen: opts.metricsListen ?? NO_NEEDS.metricsListen,
+    blockVolumes: opts.blockVolumes ?? NO_NEEDS.blockVolumes,
   };
   return [
     "compile",

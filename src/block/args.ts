@@ -7,16 +7,6 @@
 
 import type { ZvolFsType } from "../volume/zvol.ts";
 
-/** The programs this module runs, by name (src/permissions.ts allows them with --block-volumes). */
-export const BLOCK_PROGRAMS = [
-  "blkid",
-  "wipefs",
-  "mkfs.ext4",
-  "mkfs.xfs",
-  "resize2fs",
-  "xfs_growfs",
-] as const;
-
 /** A zvol's device node, as the kernel names it. */
 const ZVOL_DEVICE = /^\/dev\/zd\d+$/;
 
@@ -62,6 +52,47 @@ export function growArgs(fsType: ZvolFsType, device: string, mountPoint: string)
   checkZvolDevice(device);
   if (!mountPoint.startsWith("/")) throw new TypeError(`"${mountPoint}" is not absolute`);
   return fsType === "ext4" ? ["resize2fs", device] : ["xfs_growfs", mountPoint];
+}
+
+/** A zvol's link as udev makes it: `/dev/zvol/<dataset>` (dataset names have no spaces). */
+const ZVOL_LINK = /^\/dev\/zvol\/[A-Za-z0-9_.:\/-]+$/;
+
+/**
+ * `lsblk` of one path, following links, raw: `<kernel name> <major>:<minor> <type>`. How a node
+ * finds where `/dev/zvol/<dataset>` leads: Deno lets no narrow build read below /dev (it asks
+ * for --allow-all there), so the link is resolved by this util-linux tool, not by the plugin.
+ * @throws {TypeError} for a path that is not a zvol's link
+ */
+export function lsblkArgs(link: string): string[] {
+  if (!ZVOL_LINK.test(link) || link.includes("/../") || link.endsWith("/..")) {
+    throw new TypeError(`"${link}" is not a zvol link (/dev/zvol/<dataset>)`);
+  }
+  return ["lsblk", "-adnrp", "-o", "NAME,MAJ:MIN,TYPE", link];
+}
+
+/** A block device as lsblk names it. */
+export interface BlockDevice {
+  /** The kernel's name, e.g. /dev/zd16. */
+  readonly name: string;
+  /** Its device number as stat(2) reports it (st_rdev). */
+  readonly rdev: number;
+}
+
+/** st_rdev of `major`:`minor` as Linux encodes it (glibc's makedev). */
+export function makedev(major: number, minor: number): number {
+  return (minor & 0xff) + (major & 0xfff) * 0x100 + Math.floor(minor / 0x100) * 0x100000 +
+    Math.floor(major / 0x1000) * 0x100000000000;
+}
+
+/**
+ * Reads `lsblk -adnrp -o NAME,MAJ:MIN,TYPE` output of one device.
+ * @throws {SyntaxError} for anything but one such line
+ */
+export function parseLsblk(stdout: string): BlockDevice {
+  const lines = stdout.split("\n").filter((l) => l.trim() !== "");
+  const m = lines.length === 1 ? /^(\S+) (\d+):(\d+) (\S+)$/.exec(lines[0]!.trim()) : null;
+  if (!m) throw new SyntaxError(`lsblk printed ${JSON.stringify(stdout.slice(0, 200))}`);
+  return { name: m[1]!, rdev: makedev(Number(m[2]), Number(m[3])) };
 }
 
 /** What blkid found on a device. */

@@ -1,5 +1,14 @@
 import assert from "node:assert/strict";
-import { blkidArgs, growArgs, mkfsArgs, parseBlkid, wipefsArgs } from "./args.ts";
+import {
+  blkidArgs,
+  growArgs,
+  lsblkArgs,
+  makedev,
+  mkfsArgs,
+  parseBlkid,
+  parseLsblk,
+  wipefsArgs,
+} from "./args.ts";
 import { mountDeviceArgs } from "../mount/mounter.ts";
 
 Deno.test("block argv builders return the exact argument lists", () => {
@@ -70,4 +79,37 @@ Deno.test("parseBlkid reads the type, a partition table, and exit 2 as nothing",
   // Exit 0 and only the device name: no signature either.
   assert.equal(parseBlkid("DEVNAME=/dev/zd0\n", 0), undefined);
   assert.throws(() => parseBlkid('/dev/zd0: TYPE="ext4"\n', 0), SyntaxError);
+});
+
+Deno.test("lsblkArgs asks where a zvol link leads, and takes nothing but /dev/zvol/<dataset>", () => {
+  assert.deepEqual(lsblkArgs("/dev/zvol/tank/nomad/db"), [
+    "lsblk",
+    "-adnrp",
+    "-o",
+    "NAME,MAJ:MIN,TYPE",
+    "/dev/zvol/tank/nomad/db",
+  ]);
+  for (const bad of ["/dev/zd0", "/dev/zvol/../sda", "/dev/zvol/tank/..", "/dev/zvol/a b", "x"]) {
+    assert.throws(() => lsblkArgs(bad), TypeError, bad);
+  }
+});
+
+Deno.test("parseLsblk reads the kernel name and device number (lsblk -r, as util-linux 2.38 prints it)", () => {
+  // `lsblk -adnrp -o NAME,MAJ:MIN,TYPE` of a link to /dev/vda on this machine printed
+  // "/dev/vda 254:0 disk"; a zvol's major is the zvol driver's (230 on OpenZFS here).
+  assert.deepEqual(parseLsblk("/dev/vda 254:0 disk\n"), { name: "/dev/vda", rdev: 254 * 256 });
+  assert.deepEqual(parseLsblk("/dev/zd16 230:16 disk\n"), {
+    name: "/dev/zd16",
+    rdev: 230 * 256 + 16,
+  });
+  assert.throws(() => parseLsblk(""), SyntaxError);
+  assert.throws(() => parseLsblk("/dev/zd0 230:0 disk\n/dev/zd16 230:16 disk\n"), SyntaxError);
+});
+
+Deno.test("makedev encodes major and minor as Linux's st_rdev does", () => {
+  assert.equal(makedev(7, 0), 0x700);
+  assert.equal(makedev(230, 16), 0xe610);
+  // Minors above 255 go to bits 20 and up.
+  assert.equal(makedev(230, 256), 0x10e600);
+  assert.equal(makedev(230, 4096 + 5), 0x100e605);
 });

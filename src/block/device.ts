@@ -1,25 +1,25 @@
 /**
  * The device node of a zvol: `/dev/zvol/<dataset>`, a link udev makes a moment after the zvol
  * appears, which must lead to a `/dev/zd<N>` block device. Waited for, within a bound: NodeStage
- * has no deadline in Nomad, so the wait must end by itself.
+ * has no deadline in Nomad, so the wait must end by itself. Where the link leads is asked of
+ * lsblk (tools.ts): Deno lets no narrow build read below /dev.
  */
 
 import { Code, CsiError } from "../errors.ts";
+import type { BlockDevice } from "./args.ts";
 
 /** How long a stage waits for a zvol's device node to appear. */
 export const DEVICE_WAIT_MS = 30_000;
 /** How often it looks. */
 const POLL_MS = 250;
 
-/** What the wait looks at; replaceable in tests. */
+/** What the node looks at; replaceable in tests. */
 export interface DeviceProbe {
-  /** realpath(3) of a path; throws NotFound while it does not exist. */
-  readonly realPath: (path: string) => Promise<string>;
-  /** Whether `path` is a block device (stat, following links). */
-  readonly isBlockDevice: (path: string) => Promise<boolean>;
+  /** The block device `link` leads to (lsblk), or undefined while there is none. */
+  readonly blockDevice: (link: string) => Promise<BlockDevice | undefined>;
   /**
-   * The device number of the block device at `path` (stat, following links; a device bound onto
-   * a file shows its own), or undefined when there is none.
+   * The device number of the block device at `path`, a path in the plugin's own directories
+   * (a device bound onto a target file shows its own), or undefined when there is none.
    */
   readonly rdev: (path: string) => Promise<number | undefined>;
   /** Waits `ms`. */
@@ -28,22 +28,25 @@ export interface DeviceProbe {
   readonly now: () => number;
 }
 
-/** The real filesystem and clock. */
-export const REAL_DEVICE_PROBE: DeviceProbe = {
-  realPath: (path) => Deno.realPath(path),
-  isBlockDevice: async (path) => (await Deno.stat(path)).isBlockDevice === true,
-  rdev: async (path) => {
-    try {
-      const info = await Deno.stat(path);
-      return info.isBlockDevice ? info.rdev ?? undefined : undefined;
-    } catch (err) {
-      if (err instanceof Deno.errors.NotFound) return undefined;
-      throw err;
-    }
-  },
-  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-  now: () => performance.now(),
-};
+/** The real probe: lsblk through `tools`, stat, the clock. */
+export function realDeviceProbe(
+  tools: { blockDevice(link: string): Promise<BlockDevice | undefined> },
+): DeviceProbe {
+  return {
+    blockDevice: (link) => tools.blockDevice(link),
+    rdev: async (path) => {
+      try {
+        const info = await Deno.stat(path);
+        return info.isBlockDevice ? info.rdev ?? undefined : undefined;
+      } catch (err) {
+        if (err instanceof Deno.errors.NotFound) return undefined;
+        throw err;
+      }
+    },
+    sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    now: () => performance.now(),
+  };
+}
 
 /** The link udev makes for a zvol. */
 export function zvolLink(dataset: string): string {
@@ -51,42 +54,36 @@ export function zvolLink(dataset: string): string {
 }
 
 /**
- * Where a zvol's link leads, checked: a `/dev/zd<N>` block device. Undefined while the link is
- * missing.
- * @throws {CsiError} FAILED_PRECONDITION when it leads anywhere else
+ * The zvol's device, checked: the link leads to a `/dev/zd<N>` block device. Undefined while
+ * the link is missing.
+ * @throws {CsiError} FAILED_PRECONDITION when it leads to any other device
  */
 export async function resolveZvolDevice(
   dataset: string,
-  probe: DeviceProbe = REAL_DEVICE_PROBE,
-): Promise<string | undefined> {
+  probe: DeviceProbe,
+): Promise<BlockDevice | undefined> {
   const link = zvolLink(dataset);
-  let target: string;
-  try {
-    target = await probe.realPath(link);
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return undefined;
-    throw err;
-  }
-  if (!/^\/dev\/zd\d+$/.test(target) || !(await probe.isBlockDevice(target))) {
+  const device = await probe.blockDevice(link);
+  if (device === undefined) return undefined;
+  if (!/^\/dev\/zd\d+$/.test(device.name)) {
     throw new CsiError(
       Code.FAILED_PRECONDITION,
-      `"${link}" leads to "${target}", which is not a zvol's block device (/dev/zdN): refused`,
+      `"${link}" leads to "${device.name}", which is not a zvol's block device (/dev/zdN): refused`,
     );
   }
-  return target;
+  return device;
 }
 
 /**
  * Waits, at most `limitMs`, for the zvol's device node.
- * @returns the `/dev/zd<N>` device
  * @throws {CsiError} UNAVAILABLE when it did not appear in time; FAILED_PRECONDITION when the
  *   link leads elsewhere
  */
 export async function waitForZvolDevice(
   dataset: string,
-  probe: DeviceProbe = REAL_DEVICE_PROBE,
+  probe: DeviceProbe,
   limitMs = DEVICE_WAIT_MS,
-): Promise<string> {
+): Promise<BlockDevice> {
   const start = probe.now();
   for (;;) {
     const device = await resolveZvolDevice(dataset, probe);

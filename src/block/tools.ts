@@ -8,7 +8,18 @@ import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { CommandRunner } from "../run.ts";
 import type { ZvolFsType } from "../volume/zvol.ts";
-import { blkidArgs, growArgs, mkfsArgs, parseBlkid, type Signature, wipefsArgs } from "./args.ts";
+import { BLOCK_PROGRAM_NAMES, type BlockProgramName, defaultProgram } from "../permissions.ts";
+import {
+  blkidArgs,
+  type BlockDevice,
+  growArgs,
+  lsblkArgs,
+  mkfsArgs,
+  parseBlkid,
+  parseLsblk,
+  type Signature,
+  wipefsArgs,
+} from "./args.ts";
 
 /** mkfs and a grow may take longer than one zfs command: at least this long. */
 const SLOW_TOOL_MS = 10 * 60_000;
@@ -18,16 +29,44 @@ export class BlockTools {
   readonly #runner: CommandRunner;
   readonly #timeoutMs: number;
   readonly #log: Logger;
+  /** Each tool's program: its name on PATH, or without PATH the file found (permissions.ts). */
+  readonly #programs: ReadonlyMap<string, string>;
 
-  constructor(runner: CommandRunner, opts: { readonly timeoutMs: number; readonly log: Logger }) {
+  constructor(
+    runner: CommandRunner,
+    opts: {
+      readonly timeoutMs: number;
+      readonly log: Logger;
+      readonly program?: (name: BlockProgramName) => string;
+    },
+  ) {
     this.#runner = runner;
     this.#timeoutMs = opts.timeoutMs;
     this.#log = opts.log;
+    const program = opts.program ?? ((name: BlockProgramName) => defaultProgram(name));
+    this.#programs = new Map(BLOCK_PROGRAM_NAMES.map((name) => [name, program(name)]));
+  }
+
+  /** `argv` with its program as this node runs it. */
+  #argv(argv: readonly string[]): string[] {
+    return [this.#programs.get(argv[0]!) ?? argv[0]!, ...argv.slice(1)];
+  }
+
+  /**
+   * The block device `link` leads to, or undefined when it leads to none (missing, or not a
+   * block device: lsblk exits 32 for both).
+   */
+  async blockDevice(link: string): Promise<BlockDevice | undefined> {
+    const argv = this.#argv(lsblkArgs(link));
+    const res = await this.#runner.run(argv, { timeoutMs: this.#timeoutMs });
+    if (!res.timedOut && res.code === 32) return undefined;
+    if (res.timedOut || res.code !== 0) throw this.#failed(argv, res);
+    return parseLsblk(res.stdout);
   }
 
   /** The signature on `device`, or undefined when it has none. */
   async signature(device: string): Promise<Signature | undefined> {
-    const argv = blkidArgs(device);
+    const argv = this.#argv(blkidArgs(device));
     const res = await this.#runner.run(argv, { timeoutMs: this.#timeoutMs });
     if (res.timedOut || (res.code !== 0 && res.code !== 2)) throw this.#failed(argv, res);
     return parseBlkid(res.stdout, res.code);
@@ -48,7 +87,8 @@ export class BlockTools {
     await this.#run(growArgs(fsType, device, mountPoint), Math.max(this.#timeoutMs, SLOW_TOOL_MS));
   }
 
-  async #run(argv: readonly string[], timeoutMs: number): Promise<void> {
+  async #run(built: readonly string[], timeoutMs: number): Promise<void> {
+    const argv = this.#argv(built);
     this.#log.debug("exec", { argv });
     const res = await this.#runner.run(argv, { timeoutMs });
     if (res.timedOut || res.code !== 0) throw this.#failed(argv, res);

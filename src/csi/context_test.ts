@@ -65,3 +65,24 @@ Deno.test("parseVolumeContext refuses a malformed size", () => {
     'volume_context size: Size "0" is out of range',
   );
 });
+
+Deno.test("parseVolumeContext reads fs_type: what a zvol holds, or a dataset ('zfs', none)", () => {
+  for (const zvol of ["block", "ext4", "xfs"] as const) {
+    assert.deepEqual(parseVolumeContext({ dataset: "tank/nomad/db", fs_type: zvol }), {
+      dataset: "tank/nomad/db",
+      zvol,
+    });
+  }
+  assert.deepEqual(parseVolumeContext({ fs_type: "zfs" }), {});
+  assert.deepEqual(parseVolumeContext({ fs_type: "" }), {});
+  assertInvalid(
+    () => parseVolumeContext({ fs_type: "btrfs" }),
+    'volume_context fs_type "btrfs" is not one of block, ext4, xfs, zfs',
+  );
+  // A dataset made at first stage is a filesystem: never a zvol.
+  assertThrowsCsi(
+    () => parseVolumeContext({ fs_type: "ext4", size: "1G" }),
+    Code.INVALID_ARGUMENT,
+    /a zvol is made by CreateVolume/,
+  );
+});

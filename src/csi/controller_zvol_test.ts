@@ -352,3 +352,58 @@ Deno.test("CreateVolume from a snapshot of a zvol clones it (grown when asked), 
     Code.OUT_OF_RANGE,
   );
 });
+
+Deno.test("DeleteSnapshot of a zvol's snapshot sets it aside (destroyed at retention 0), as for a dataset", async () => {
+  using h = setup();
+  await h.controller.CreateVolume(createReq());
+  await h.controller.CreateSnapshot({
+    source_volume_id: "db@n1",
+    name: "s1",
+    parameters: {},
+    secrets: {},
+  });
+  const list = await h.controller.ListSnapshots({
+    source_volume_id: "db@n1",
+    snapshot_id: "",
+    max_entries: 0,
+    starting_token: "",
+    secrets: {},
+  }) as { entries: { snapshot: { snapshot_id: string } }[] };
+  assert.deepEqual(list.entries.map((e) => e.snapshot.snapshot_id), ["db@s1@n1"]);
+  await h.controller.DeleteSnapshot({ snapshot_id: "db@s1@n1", secrets: {} });
+  assert.deepEqual([...h.pool.objects.keys()].filter((n) => n.includes("@")), []);
+});
+
+Deno.test("ControllerExpandVolume with only limit_bytes grows to the largest whole step within it", async () => {
+  using h = setup();
+  await h.controller.CreateVolume(createReq());
+  const res = await h.controller.ControllerExpandVolume({
+    volume_id: "db@n1",
+    capacity_range: { required_bytes: "0", limit_bytes: String(2 * GiB + 1000) },
+    volume_capability: null,
+    secrets: {},
+  });
+  assert.deepEqual(res, { capacity_bytes: String(2 * GiB), node_expansion_required: false });
+  assert.equal(h.pool.value(DB, "volsize"), String(2 * GiB));
+  // Again: at the largest step within the limit already, nothing to set, the size answered.
+  const sets = h.runner.argvs.filter((a) => a[1] === "set").length;
+  assert.deepEqual(
+    await h.controller.ControllerExpandVolume({
+      volume_id: "db@n1",
+      capacity_range: { required_bytes: "0", limit_bytes: String(2 * GiB + 1000) },
+      volume_capability: null,
+      secrets: {},
+    }),
+    res,
+  );
+  assert.equal(h.runner.argvs.filter((a) => a[1] === "set").length, sets);
+  await assertRejectsCsi(
+    h.controller.ControllerExpandVolume({
+      volume_id: "db@n1",
+      capacity_range: { required_bytes: String(3 * GiB + 1), limit_bytes: String(3 * GiB + 1000) },
+      volume_capability: null,
+      secrets: {},
+    }),
+    Code.OUT_OF_RANGE,
+  );
+});

@@ -41,7 +41,7 @@ import { FollowStaging } from "./volume_kinds/node_follow.ts";
 import { OrdinaryStaging } from "./volume_kinds/node_ordinary.ts";
 import { checkCapability, checkCapacity, type CheckedCapability, required } from "./validate.ts";
 import { BlockTools } from "../block/tools.ts";
-import { type DeviceProbe, REAL_DEVICE_PROBE } from "../block/device.ts";
+import { type DeviceProbe, realDeviceProbe } from "../block/device.ts";
 import { DenoCommandRunner } from "../run.ts";
 import { NodeZvols } from "./volume_kinds/node_zvol.ts";
 import { ZvolSupport } from "./zvol_support.ts";
@@ -110,15 +110,16 @@ export class NodeService {
     this.#ordinary = new OrdinaryStaging();
     this.#follow = new FollowStaging(deps);
     this.#zvols = new ZvolSupport(deps.config.blockVolumes, deps.zfs);
+    const tools = deps.blockTools ??
+      new BlockTools(new DenoCommandRunner(deps.config.commandTimeoutMs), {
+        timeoutMs: deps.config.commandTimeoutMs,
+        log: deps.log,
+      });
     this.#zvol = new NodeZvols(deps, {
       mounts: this.#m,
       zvols: this.#zvols,
-      tools: deps.blockTools ??
-        new BlockTools(new DenoCommandRunner(deps.config.commandTimeoutMs), {
-          timeoutMs: deps.config.commandTimeoutMs,
-          log: deps.log,
-        }),
-      probe: deps.deviceProbe ?? REAL_DEVICE_PROBE,
+      tools,
+      probe: deps.deviceProbe ?? realDeviceProbe(tools),
       statfs: this.#statfs,
     });
   }

@@ -98,12 +98,15 @@ class BlockHost {
   }
 
   readonly probe: DeviceProbe = {
-    realPath: (path) =>
-      path === `/dev/zvol/${DB}` && this.link !== undefined
-        ? Promise.resolve(this.link)
-        : Promise.reject(new Deno.errors.NotFound(path)),
-    isBlockDevice: (path) => Promise.resolve(path === DEVICE),
-    rdev: (path) => Promise.resolve(path === DEVICE || this.bound.has(path) ? 230 : undefined),
+    // What lsblk says /dev/zvol/<dataset> leads to.
+    blockDevice: (link: string) =>
+      Promise.resolve(
+        link === `/dev/zvol/${DB}` && this.link !== undefined
+          ? { name: this.link, rdev: 230 * 256 }
+          : undefined,
+      ),
+    // A device bound onto a target file shows the device's number there.
+    rdev: (path: string) => Promise.resolve(this.bound.has(path) ? 230 * 256 : undefined),
     sleep: () => Promise.resolve(),
     now: (() => {
       let t = 0;
@@ -364,4 +367,30 @@ Deno.test("NodePublish of a raw zvol not staged here is refused", async () => {
     Code.FAILED_PRECONDITION,
     /not staged on this node/,
   );
+});
+
+Deno.test("NodeUnstage of a raw zvol keeps the attached mark while its device is still bound at another usage's target", async () => {
+  await using h = await setup("block");
+  await stage(h, blockCap(), { fs_type: "block" });
+  await publish(h, blockCap(), false, { fs_type: "block" });
+  // Nomad's other usage (ro vs rw) stages at its own path: this unstage is of that one.
+  const other = `${h.base}/staging/db/ro-block-device-single-node-reader-only`;
+  await Deno.mkdir(other, { recursive: true });
+  await h.node.NodeUnstageVolume({ volume_id: "db@n1", staging_target_path: other });
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), "n1");
+  await unpublish(h);
+  await unstage(h);
+  assert.equal(h.pool.value(DB, "org.zfs-csi:attached"), undefined);
+});
+
+Deno.test("NodeStage never formats a device that is mounted elsewhere on the node, whatever the record says", async () => {
+  await using h = await setup("ext4", { props: { "org.zfs-csi:format": "begun" } });
+  h.host.signature = EXT4;
+  h.host.mounts.push({ source: DEVICE, mountPoint: "/mnt/by-hand", fsType: "ext4", options: "rw" });
+  await assertRejectsCsi(
+    stage(h, fsTypeCap("ext4")),
+    Code.FAILED_PRECONDITION,
+    /mounted elsewhere/,
+  );
+  assert.deepEqual(tools(h).map((a) => a[0]), ["blkid"]);
 });

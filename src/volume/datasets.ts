@@ -65,6 +65,20 @@ export function checkOwned(dataset: string, props: PropertyMap): void {
   }
 }
 
+/**
+ * Checks that `dataset` is ours and a filesystem or a zvol: for what both kinds of volume share
+ * (their snapshots).
+ * @throws {CsiError} FAILED_PRECONDITION otherwise
+ */
+export function checkOwnedVolume(dataset: string, props: PropertyMap): void {
+  if (
+    props.get("type")?.value === "volume" && hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)
+  ) {
+    return;
+  }
+  checkOwned(dataset, props);
+}
+
 /** Finds, creates and mounts volume datasets. */
 export class Datasets {
   readonly #zfs: Zfs;

@@ -974,3 +974,49 @@ console.log(JSON.stringify(out));
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("permissions: only a build for block volumes runs the block tools, and no build reads below /dev", async (t) => {
+  const blockProbe = fileURLToPath(
+    new URL("../fixtures/block_permission_probe.ts", import.meta.url),
+  );
+  const outcomes = async (needs: BuildNeeds) => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--quiet", ...binaryFlags(needs), blockProbe],
+      cwd: ROOT,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = decoder.decode(out.stdout);
+    assert.ok(out.success, `block probe failed: ${decoder.decode(out.stderr)}\n${text}`);
+    return new Map(
+      text.split("\n").filter((l) => l !== "").map((l) => {
+        const r = JSON.parse(l) as { name: string } & Outcome;
+        return [r.name, r.outcome] as const;
+      }),
+    );
+  };
+  const base = await outcomes(needsFromVariables({}));
+  const block = await outcomes(needsFromVariables({ ZFS_CSI_BLOCK_VOLUMES: "on" }));
+  const tools = ["run lsblk", "run blkid", "run wipefs", "run mkfs.ext4", "run resize2fs"];
+  await t.step("a build without it: every block tool refused", () => {
+    for (const name of tools) assert.equal(base.get(name), "NotCapable", name);
+    assert.equal(base.get("query run mkfs.xfs"), "prompt");
+    assert.equal(base.get("query run xfs_growfs"), "prompt");
+  });
+  await t.step("a block build: the block tools run", () => {
+    for (const name of tools) assert.equal(block.get(name), "ok", name);
+    // Not installed on this machine (xfsprogs): granted by the flags all the same.
+    assert.equal(block.get("query run mkfs.xfs"), "granted");
+    assert.equal(block.get("query run xfs_growfs"), "granted");
+  });
+  await t.step("either build: nothing below /dev (lsblk reads the zvol links), no shell", () => {
+    for (const outcome of [base, block]) {
+      for (
+        const name of ["read /dev/zvol", "read /dev", "read /dev/zd0", "read /dev/sda", "run sh"]
+      ) {
+        assert.equal(outcome.get(name), "NotCapable", name);
+      }
+    }
+  });
+});

@@ -88,6 +88,8 @@ export class PluginProcess implements AsyncDisposable {
       ...(scope.netHosts ? { netHosts: scope.netHosts } : {}),
       ...(scope.readFiles ? { readFiles: scope.readFiles } : {}),
       ...(scope.extraPrograms ? { extraPrograms: scope.extraPrograms } : {}),
+      // A build for block volumes (ZFS_CSI_BLOCK_VOLUMES), for a plugin with --block-volumes.
+      ...(scope.blockVolumes ? { blockVolumes: true } : {}),
     });
   }
 

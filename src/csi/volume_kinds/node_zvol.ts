@@ -9,7 +9,7 @@
 
 import { Code, CsiError } from "../../errors.ts";
 import { withLock } from "../../lock.ts";
-import { mountsAt } from "../../mount/mountinfo.ts";
+import { type MountEntry, mountsAt } from "../../mount/mountinfo.ts";
 import { checkPathInside } from "../../mount/paths.ts";
 import { MANAGED_PROPERTY, STAGED_PROPERTY } from "../../zfs/names.ts";
 import { parseBytes, type PropertyMap } from "../../zfs/parse.ts";
@@ -25,6 +25,7 @@ import {
 } from "../../volume/zvol.ts";
 import type { BlockTools } from "../../block/tools.ts";
 import { formatStep } from "../../block/format.ts";
+import type { BlockDevice } from "../../block/args.ts";
 import {
   type DeviceProbe,
   resolveZvolDevice,
@@ -118,7 +119,7 @@ export class NodeZvols {
       const staging = await this.#path("staging_target_path", v.stagingArg);
       const props = await this.#state(id, dataset);
       const content = this.#checkFits(id, dataset, props, cap, fsTypeGiven, ctx);
-      const device = await waitForZvolDevice(dataset, this.#probe);
+      const device = (await waitForZvolDevice(dataset, this.#probe)).name;
       // Marked before anything is mounted: a DeleteVolume sees the zvol in use from here on.
       if (userValue(props, ATTACHED_PROPERTY) !== this.#d.config.nodeId) {
         await this.#d.zfs.set(dataset, ATTACHED_PROPERTY, this.#d.config.nodeId);
@@ -141,7 +142,16 @@ export class NodeZvols {
           `staging_target_path "${staging}" already holds another mount ("${top.source}")`,
         );
       }
-      await this.#formatOnce(id, dataset, device, content, userValue(props, FORMAT_PROPERTY));
+      // Mounted elsewhere on this node (another usage's staging): it is made, never to be made.
+      const inUse = table.some((e) => e.source === device);
+      await this.#formatOnce(
+        id,
+        dataset,
+        device,
+        content,
+        userValue(props, FORMAT_PROPERTY),
+        inUse,
+      );
       await this.#m.ensureDirectory(staging, 0o700);
       await this.#d.mounter.mountDevice(content, device, staging, STAGE_FLAGS);
       const after = mountsAt(await this.#d.mounter.table(), staging).at(-1);
@@ -168,9 +178,17 @@ export class NodeZvols {
     device: string,
     want: ZvolFsType,
     recorded: string,
+    inUse: boolean,
   ): Promise<void> {
     const found = await this.#tools.signature(device);
     const step = formatStep(recorded, found, want);
+    if (inUse && (step.kind === "format" || step.kind === "redo")) {
+      throw new CsiError(
+        Code.FAILED_PRECONDITION,
+        `Volume "${id}" is not mounted: its device ${device} is mounted elsewhere on this node, ` +
+          `and its format record says "${recorded || "none"}"; it is not formatted while mounted`,
+      );
+    }
     switch (step.kind) {
       case "mount":
         return;
@@ -203,7 +221,8 @@ export class NodeZvols {
       const staging = await this.#path("staging_target_path", stagingArg);
       const props = await this.#d.zfs.getProperties(dataset, NODE_ZVOL_STATE);
       const content = props ? checkOwnedZvol(dataset, props) : undefined;
-      const device = await resolveZvolDevice(dataset, this.#probe);
+      const found = await resolveZvolDevice(dataset, this.#probe);
+      const device = found?.name;
       let table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("staging_target_path", staging, table);
       for (let top = mountsAt(table, staging).at(-1); top; top = mountsAt(table, staging).at(-1)) {
@@ -217,8 +236,10 @@ export class NodeZvols {
         await this.#d.mounter.unmount(staging);
         table = await this.#d.mounter.table();
       }
-      // Another staging of the same zvol here (Nomad stages once per usage) keeps the mark.
-      const stillMounted = device !== undefined && table.some((e) => e.source === device);
+      // Another staging of the same zvol here (Nomad stages once per usage) keeps the mark: its
+      // filesystem mounted elsewhere, or its device still bound onto a target file.
+      const stillMounted = found !== undefined &&
+        (table.some((e) => e.source === found.name) || await this.#boundAnywhere(table, found));
       if (props && content && !stillMounted) {
         if (userValue(props, ATTACHED_PROPERTY) === this.#d.config.nodeId) {
           await this.#d.zfs.inherit(dataset, ATTACHED_PROPERTY);
@@ -252,14 +273,13 @@ export class NodeZvols {
           `Volume "${id}" is not staged on this node; call NodeStageVolume first`,
         );
       }
-      const device = await this.#device(id, dataset);
+      const { name: device, rdev } = await this.#device(id, dataset);
       const table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("target_path", target, table);
       const top = mountsAt(table, target).at(-1);
       if (content === "block") {
-        const rdev = await this.#probe.rdev(device);
         if (top) {
-          if (rdev !== undefined && await this.#probe.rdev(target) === rdev) return {};
+          if (await this.#probe.rdev(target) === rdev) return {};
           throw new CsiError(
             Code.ALREADY_EXISTS,
             `target_path "${target}" already holds another mount ("${top.source}")`,
@@ -267,7 +287,7 @@ export class NodeZvols {
         }
         await this.#ensureFile(target);
         await this.#d.mounter.bind(device, target, p.flags.includes("ro") ? ["ro"] : []);
-        if (rdev === undefined || await this.#probe.rdev(target) !== rdev) {
+        if (await this.#probe.rdev(target) !== rdev) {
           await this.#m.undoMount(target, "the bind does not show the zvol's device");
           throw new CsiError(Code.INTERNAL, `Binding ${device} onto "${target}" did not land`);
         }
@@ -302,8 +322,9 @@ export class NodeZvols {
   async unpublish(id: string, dataset: string, targetArg: string): Promise<unknown> {
     return await withLock(this.#d.locks, [dataset], async () => {
       const target = await this.#path("target_path", targetArg);
-      const device = await resolveZvolDevice(dataset, this.#probe);
-      const rdev = device === undefined ? undefined : await this.#probe.rdev(device);
+      const found = await resolveZvolDevice(dataset, this.#probe);
+      const device = found?.name;
+      const rdev = found?.rdev;
       let table = await this.#d.mounter.table();
       this.#m.refuseMountBetween("target_path", target, table);
       for (let top = mountsAt(table, target).at(-1); top; top = mountsAt(table, target).at(-1)) {
@@ -359,9 +380,22 @@ export class NodeZvols {
       const content = checkOwnedZvol(dataset, props);
       const device = await this.#device(id, dataset);
       await this.#checkHolds(id, path, device, content);
-      if (content !== "block") await this.#tools.grow(content, device, path);
+      if (content !== "block") await this.#tools.grow(content, device.name, path);
       return { capacity_bytes: String(parseBytes(props.get("volsize")?.value ?? "0")) };
     });
+  }
+
+  /** Whether `device` is bound onto a file below the base directories (a raw publish). */
+  async #boundAnywhere(table: readonly MountEntry[], device: BlockDevice): Promise<boolean> {
+    for (const e of table) {
+      const below = this.#d.config.stagePublishDirs.some((d) => e.mountPoint.startsWith(`${d}/`));
+      if (
+        below && e.source !== device.name && await this.#probe.rdev(e.mountPoint) === device.rdev
+      ) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** The zvol's state, or NOT_FOUND. */
@@ -372,7 +406,7 @@ export class NodeZvols {
   }
 
   /** The zvol's device now, or FAILED_PRECONDITION when it has none. */
-  async #device(id: string, dataset: string): Promise<string> {
+  async #device(id: string, dataset: string): Promise<BlockDevice> {
     const device = await resolveZvolDevice(dataset, this.#probe);
     if (device === undefined) {
       throw new CsiError(
@@ -406,11 +440,15 @@ export class NodeZvols {
   }
 
   /** Refuses a volume_path that does not hold the zvol (NOT_FOUND, as for datasets). */
-  async #checkHolds(id: string, path: string, device: string, content: ZvolContent) {
+  async #checkHolds(
+    id: string,
+    path: string,
+    device: BlockDevice,
+    content: ZvolContent,
+  ): Promise<void> {
     const holds = content === "block"
-      ? (await this.#probe.rdev(path)) !== undefined &&
-        (await this.#probe.rdev(path)) === (await this.#probe.rdev(device))
-      : (await this.#m.topMount(path))?.source === device;
+      ? (await this.#probe.rdev(path)) === device.rdev
+      : (await this.#m.topMount(path))?.source === device.name;
     if (!holds) {
       throw new CsiError(Code.NOT_FOUND, `volume_path "${path}" does not hold volume "${id}"`);
     }

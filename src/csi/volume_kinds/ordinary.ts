@@ -23,7 +23,7 @@ import {
   SOURCE_PROPERTY,
   volumeRecord,
 } from "../../volume/catalog.ts";
-import { checkOwned } from "../../volume/datasets.ts";
+import { checkOwned, checkOwnedVolume } from "../../volume/datasets.ts";
 import { checkRecordedName, checkRetry } from "../../volume/tenancy.ts";
 import { obstacleMessage } from "../../volume/subtree.ts";
 import { type Capacity, planSize } from "../../volume/sizing.ts";
@@ -314,7 +314,8 @@ export class OrdinaryVolumes implements VolumeKind {
       const tree = await this.#c.d.zfs.getTree(dataset, 1, ["type", MANAGED_PROPERTY]);
       const props = tree?.get(dataset);
       if (!tree || !props || !tree.has(snapshot)) return {};
-      checkOwned(dataset, props);
+      // A zvol's snapshots are deleted alike (volume_kinds/zvol.ts).
+      checkOwnedVolume(dataset, props);
       await this.#c.d.trash.removeSnapshot(snapshot);
       return {};
     });

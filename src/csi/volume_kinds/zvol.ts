@@ -291,18 +291,22 @@ export class ZvolVolumes implements VolumeKind {
       }
       let size = current;
       if (target > current) {
-        size = capacity.limitBytes > 0 && target > capacity.limitBytes
+        // The largest whole step within limit_bytes, when the asked size is not one.
+        const fit = capacity.limitBytes > 0 && target > capacity.limitBytes
           ? Math.floor(capacity.limitBytes / ZVOL_SIZE_STEP) * ZVOL_SIZE_STEP
           : target;
-        if (size < asked) {
+        if (fit < capacity.requiredBytes) {
           throw new CsiError(
             Code.OUT_OF_RANGE,
             `No size in steps of ${ZVOL_SIZE_STEP} bytes lies between required_bytes ` +
               `${capacity.requiredBytes} and limit_bytes ${capacity.limitBytes}`,
           );
         }
-        await this.#c.d.zfs.setProperties(dataset, [["volsize", String(size)]]);
-        this.#c.d.log.info("zvol grown", { volumeId: id, from: current, to: size });
+        if (fit > current) {
+          await this.#c.d.zfs.setProperties(dataset, [["volsize", String(fit)]]);
+          this.#c.d.log.info("zvol grown", { volumeId: id, from: current, to: fit });
+          size = fit;
+        }
       }
       return {
         capacity_bytes: String(size),
