@@ -115,7 +115,11 @@ pool_created=yes
 zfs create "$parent"
 mkdir -p "$base"
 
-mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags.ts "$csi")
+# A plugin started with --block-volumes needs a block build's flags (it refuses to start without).
+block_build=()
+case " ${CSI_SANITY_PLUGIN_ARGS:-} " in *" --block-volumes "*) block_build=(--block-volumes) ;; esac
+mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags.ts "$csi" \
+  ${block_build[@]+"${block_build[@]}"})
 # --node-local-plugin-id as the shipped monolith jobs run it: csi-sanity talks to one plugin and
 # sends ids without "@<node>" (reallyfakevolumeid) to DeleteVolume and CreateSnapshot.
 # shellcheck disable=SC2086 # CSI_SANITY_PLUGIN_ARGS is a list of flags

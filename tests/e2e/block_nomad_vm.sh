@@ -69,11 +69,16 @@ say "nomad: $nomad_version; $(zfs version 2>/dev/null | head -n 1)"
 truncate -s 2G "$tmp/pool.img"
 run zpool create -m "$tmp/zfs" "$pool" "$tmp/pool.img" || abort "pool created"
 run zfs create "$pool/nomad" || abort "parent dataset created"
-# main.ts as the compiled binary runs it, with --block-volumes added to what the job passes.
-plugin_wrapper "$tmp/bin/zfs-csi-main" "$root" "$csi_dir" "" "" || abort "plugin wrapper written"
+# main.ts as a block build (ZFS_CSI_BLOCK_VOLUMES=on) runs it: its flags from src/permissions.ts
+# for the agent's CSI directory, and --block-volumes added to what the job passes.
+mkdir -p "$tmp/bin"
+flags=$("$root/tools/deno" run --frozen --quiet "$root/tests/conformance/plugin_flags.ts" \
+  "$csi_dir" --block-volumes | tr '\n' ' ') || abort "a block build's permission flags"
 cat >"$tmp/bin/zfs-csi" <<EOF
 #!/bin/sh
-exec '$tmp/bin/zfs-csi-main' "\$@" --block-volumes
+cd '$root' || exit 1
+export DENO_DIR='${DENO_DIR:-$HOME/.cache/deno}'
+exec '$root/tools/deno' run --quiet --frozen --config deno.json $flags main.ts "\$@" --block-volumes
 EOF
 chmod +x "$tmp/bin/zfs-csi"
 chroot_entries=$(chroot_env_entries sh head sha256sum dd cat ls sleep blockdev df mkdir stat)

@@ -175,6 +175,7 @@ Deno.test({
       parentDataset: pool.parent,
       dir: pool.dir,
       extraArgs: ["--block-volumes", "--allow-sparse-zvols"],
+      scope: { blockVolumes: true },
     });
     const c = plugin.client;
     const before = await state(pool);
@@ -232,6 +233,8 @@ async function startBlock(pool: TestPool, extra: readonly string[] = []): Promis
     dir: pool.dir,
     nodeId: NODE,
     extraArgs: ["--block-volumes", ...extra],
+    // A block build's flags (ZFS_CSI_BLOCK_VOLUMES=on): without them --block-volumes refuses to start.
+    scope: { blockVolumes: true },
   });
 }
 
