@@ -59,10 +59,20 @@ export const BLOCK_PROGRAM_NAMES = [
 /** One of {@linkcode BLOCK_PROGRAM_NAMES}. */
 export type BlockProgramName = typeof BLOCK_PROGRAM_NAMES[number];
 
-/** The files of the block tools in each of {@linkcode PROGRAM_DIRS}, as absolute paths. */
-export const ALLOWED_BLOCK_PROGRAMS: readonly string[] = Object.freeze(
-  BLOCK_PROGRAM_NAMES.flatMap((name) => PROGRAM_DIRS.map((dir) => `${dir}/${name}`)),
-);
+/**
+ * OpenZFS's udev helper that names the dataset of a zvol device (the kernel's answer, by ioctl):
+ * what udev itself runs to make /dev/zvol/<dataset>. It lives in udev's directory, not on PATH.
+ */
+export const ZVOL_ID_PROGRAMS = ["/lib/udev/zvol_id", "/usr/lib/udev/zvol_id"] as const;
+
+/**
+ * The files of the block tools in each of {@linkcode PROGRAM_DIRS}, as absolute paths, and
+ * {@linkcode ZVOL_ID_PROGRAMS}.
+ */
+export const ALLOWED_BLOCK_PROGRAMS: readonly string[] = Object.freeze([
+  ...BLOCK_PROGRAM_NAMES.flatMap((name) => PROGRAM_DIRS.map((dir) => `${dir}/${name}`)),
+  ...ZVOL_ID_PROGRAMS,
+]);
 
 /** How {@linkcode defaultProgram} sees the process: its PATH and which files exist. */
 export interface ProgramLookup {
@@ -436,7 +446,7 @@ export function metricsGrant(listen: ListenAddress): NeededGrant {
 export function blockVolumesGrant(): NeededGrant {
   return {
     descriptors: ALLOWED_BLOCK_PROGRAMS.map((command) => ({ name: "run" as const, command })),
-    what: `run ${BLOCK_PROGRAM_NAMES.join(", ")} (--block-volumes)`,
+    what: `run ${[...BLOCK_PROGRAM_NAMES, "zvol_id"].join(", ")} (--block-volumes)`,
     fix: `${BUILD_VARIABLES.blockVolumes.name}=${BLOCK_VOLUMES_ON}`,
   };
 }

@@ -495,6 +495,10 @@ Deno.test("a build for block volumes adds exactly the block tools and /dev/zvol;
     assert.ok(!flag(base, "--allow-run").includes(program), program);
     assert.ok(flag(block, "--allow-run").includes(program), program);
   }
+  // OpenZFS's udev helper, where Debian (merged /usr or not) and source builds put it.
+  for (const zvolId of ["/lib/udev/zvol_id", "/usr/lib/udev/zvol_id"]) {
+    assert.ok(flag(block, "--allow-run").includes(zvolId), zvolId);
+  }
   assert.deepEqual([...BLOCK_PROGRAM_NAMES], [
     "lsblk",
     "blkid",
@@ -528,8 +532,8 @@ Deno.test("--block-volumes needs a block build: its grant, its one line and its 
   assert.equal(grants.length, 1);
   assert.equal(
     grantMessage(grants[0]!),
-    "this build may not run lsblk, blkid, wipefs, mkfs.ext4, mkfs.xfs, resize2fs, xfs_growfs " +
-      "(--block-volumes); rebuild with ZFS_CSI_BLOCK_VOLUMES=on deno task compile",
+    "this build may not run lsblk, blkid, wipefs, mkfs.ext4, mkfs.xfs, resize2fs, xfs_growfs, " +
+      "zvol_id (--block-volumes); rebuild with ZFS_CSI_BLOCK_VOLUMES=on deno task compile",
   );
   assert.deepEqual(grantNeeds(grants), { ...NO_NEEDS, blockVolumes: ["on"] });
   assert.deepEqual(variablesOf(grantNeeds(grants)), ["ZFS_CSI_BLOCK_VOLUMES=on"]);

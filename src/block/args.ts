@@ -95,6 +95,15 @@ export function parseLsblk(stdout: string): BlockDevice {
   return { name: m[1]!, rdev: makedev(Number(m[2]), Number(m[3])) };
 }
 
+/**
+ * `zvol_id <device>`: OpenZFS's udev helper, which asks the kernel (ioctl BLKZNAME) which
+ * dataset a zvol device is and prints it: what udev names /dev/zvol/<dataset> by. A link can be
+ * swapped by hand; this answer cannot.
+ */
+export function zvolIdArgs(device: string): string[] {
+  return ["zvol_id", checkZvolDevice(device)];
+}
+
 /** What blkid found on a device. */
 export interface Signature {
   /** The filesystem (or other) type, e.g. "ext4", "xfs", "LVM2_member". */

@@ -17,6 +17,8 @@ const POLL_MS = 250;
 export interface DeviceProbe {
   /** The block device `link` leads to (lsblk), or undefined while there is none. */
   readonly blockDevice: (link: string) => Promise<BlockDevice | undefined>;
+  /** The dataset a zvol device is, as the kernel says (zvol_id). */
+  readonly datasetOf: (device: string) => Promise<string>;
   /**
    * The device number of the block device at `path`, a path in the plugin's own directories
    * (a device bound onto a target file shows its own), or undefined when there is none.
@@ -30,10 +32,14 @@ export interface DeviceProbe {
 
 /** The real probe: lsblk through `tools`, stat, the clock. */
 export function realDeviceProbe(
-  tools: { blockDevice(link: string): Promise<BlockDevice | undefined> },
+  tools: {
+    blockDevice(link: string): Promise<BlockDevice | undefined>;
+    datasetOf(device: string): Promise<string>;
+  },
 ): DeviceProbe {
   return {
     blockDevice: (link) => tools.blockDevice(link),
+    datasetOf: (device) => tools.datasetOf(device),
     rdev: async (path) => {
       try {
         const info = await Deno.stat(path);
@@ -56,7 +62,8 @@ export function zvolLink(dataset: string): string {
 /**
  * The zvol's device, checked: the link leads to a `/dev/zd<N>` block device. Undefined while
  * the link is missing.
- * @throws {CsiError} FAILED_PRECONDITION when it leads to any other device
+ * @throws {CsiError} FAILED_PRECONDITION when it leads to any other device, or to the zvol of
+ *   another dataset
  */
 export async function resolveZvolDevice(
   dataset: string,
@@ -69,6 +76,15 @@ export async function resolveZvolDevice(
     throw new CsiError(
       Code.FAILED_PRECONDITION,
       `"${link}" leads to "${device.name}", which is not a zvol's block device (/dev/zdN): refused`,
+    );
+  }
+  // The link says which device; the kernel says which dataset that device is. A link swapped
+  // to another zvol (outside the parent, or another volume) is refused, never followed.
+  const actual = await probe.datasetOf(device.name);
+  if (actual !== dataset) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `"${link}" leads to "${device.name}", which is the zvol "${actual}", not "${dataset}": refused`,
     );
   }
   return device;

@@ -4,7 +4,11 @@ import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { type DeviceProbe, waitForZvolDevice } from "./device.ts";
 
 /** A probe whose link appears after `appearAfterMs` (never: Infinity), leading to `target`. */
-function probe(target: string, appearAfterMs: number): DeviceProbe & { looked: string[] } {
+function probe(
+  target: string,
+  appearAfterMs: number,
+  dataset = "tank/nomad/db",
+): DeviceProbe & { looked: string[] } {
   let now = 0;
   const looked: string[] = [];
   return {
@@ -14,6 +18,8 @@ function probe(target: string, appearAfterMs: number): DeviceProbe & { looked: s
       return Promise.resolve(now < appearAfterMs ? undefined : { name: target, rdev: 230 * 256 });
     },
     rdev: () => Promise.resolve(undefined),
+    // What zvol_id says the device is.
+    datasetOf: () => Promise.resolve(dataset),
     sleep: (ms) => {
       now += ms;
       return Promise.resolve();
@@ -46,6 +52,16 @@ Deno.test("waitForZvolDevice refuses a link leading anywhere but a /dev/zdN bloc
       waitForZvolDevice("tank/nomad/db", probe(target, 0)),
       Code.FAILED_PRECONDITION,
       /not a zvol's block device/,
+    );
+  }
+});
+
+Deno.test("waitForZvolDevice refuses a link swapped to another zvol: the kernel's name of the device decides", async () => {
+  for (const other of ["tank/outside", "tank/nomad/other", "tank/nomad/db/x", ""]) {
+    await assertRejectsCsi(
+      waitForZvolDevice("tank/nomad/db", probe("/dev/zd32", 0, other)),
+      Code.FAILED_PRECONDITION,
+      /which is the zvol ".*", not "tank\/nomad\/db": refused/,
     );
   }
 });

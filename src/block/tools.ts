@@ -8,7 +8,13 @@ import { Code, CsiError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { CommandRunner } from "../run.ts";
 import type { ZvolFsType } from "../volume/zvol.ts";
-import { BLOCK_PROGRAM_NAMES, type BlockProgramName, defaultProgram } from "../permissions.ts";
+import {
+  BLOCK_PROGRAM_NAMES,
+  type BlockProgramName,
+  defaultProgram,
+  PROCESS_LOOKUP,
+  ZVOL_ID_PROGRAMS,
+} from "../permissions.ts";
 import {
   blkidArgs,
   type BlockDevice,
@@ -19,6 +25,7 @@ import {
   parseLsblk,
   type Signature,
   wipefsArgs,
+  zvolIdArgs,
 } from "./args.ts";
 
 /** mkfs and a grow may take longer than one zfs command: at least this long. */
@@ -37,14 +44,20 @@ export class BlockTools {
     opts: {
       readonly timeoutMs: number;
       readonly log: Logger;
-      readonly program?: (name: BlockProgramName) => string;
+      readonly program?: (name: BlockProgramName | "zvol_id") => string;
     },
   ) {
     this.#runner = runner;
     this.#timeoutMs = opts.timeoutMs;
     this.#log = opts.log;
-    const program = opts.program ?? ((name: BlockProgramName) => defaultProgram(name));
-    this.#programs = new Map(BLOCK_PROGRAM_NAMES.map((name) => [name, program(name)]));
+    const program = opts.program ??
+      ((name: BlockProgramName | "zvol_id") =>
+        name === "zvol_id"
+          ? ZVOL_ID_PROGRAMS.find((f) => PROCESS_LOOKUP.exists(f)) ?? ZVOL_ID_PROGRAMS[0]
+          : defaultProgram(name));
+    this.#programs = new Map(
+      [...BLOCK_PROGRAM_NAMES, "zvol_id" as const].map((name) => [name, program(name)]),
+    );
   }
 
   /** `argv` with its program as this node runs it. */
@@ -62,6 +75,14 @@ export class BlockTools {
     if (!res.timedOut && res.code === 32) return undefined;
     if (res.timedOut || res.code !== 0) throw this.#failed(argv, res);
     return parseLsblk(res.stdout);
+  }
+
+  /** The dataset the zvol `device` is, as the kernel says (zvol_id). */
+  async datasetOf(device: string): Promise<string> {
+    const argv = this.#argv(zvolIdArgs(device));
+    const res = await this.#runner.run(argv, { timeoutMs: this.#timeoutMs });
+    if (res.timedOut || res.code !== 0) throw this.#failed(argv, res);
+    return res.stdout.trim();
   }
 
   /** The signature on `device`, or undefined when it has none. */

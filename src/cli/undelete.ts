@@ -142,16 +142,18 @@ export async function undelete(zfs: Zfs, row: DeletedRow, dest: string): Promise
       `"${row.hidden}" changed or went (purged?) since it was listed; nothing was changed`,
     );
   }
+  // A zvol (a block volume) has no canmount and is not mounted by zfs.
+  const filesystem = row.kind === "volume" && now.get("type")?.value === "filesystem";
   await zfs.rename(row.hidden, dest);
   const finish = [
     `zfs inherit ${DELETED_AT_PROPERTY} ${dest}`,
     `zfs inherit ${DELETED_NAME_PROPERTY} ${dest}`,
-    ...(row.kind === "volume" ? [`zfs set canmount=on ${dest}`] : []),
+    ...(filesystem ? [`zfs set canmount=on ${dest}`] : []),
   ];
   try {
     await zfs.inherit(dest, DELETED_AT_PROPERTY);
     await zfs.inherit(dest, DELETED_NAME_PROPERTY);
-    if (row.kind === "volume") await zfs.set(dest, "canmount", "on");
+    if (filesystem) await zfs.set(dest, "canmount", "on");
   } catch (err) {
     throw new Error(
       `"${row.hidden}" is back as "${dest}", but its marks could not all be removed ` +
@@ -159,7 +161,7 @@ export async function undelete(zfs: Zfs, row: DeletedRow, dest: string): Promise
       { cause: err },
     );
   }
-  if (row.kind !== "volume") return false;
+  if (!filesystem) return false;
   try {
     await zfs.mount(dest);
     return true;

@@ -144,3 +144,21 @@ Deno.test("undelete brings a host volume back under its own name and says how No
   assert.equal(pool.value("tank/nomad/.host-default_pg", "org.zfs-csi:host-volume-id"), "0d4c-old");
   runner.assertNoUnexpected();
 });
+
+Deno.test("undelete gives a zvol its name back and removes the marks, without canmount or a mount", async () => {
+  const { runner, pool } = setup();
+  pool.add("tank/nomad/.deleted-1795392530-db", {
+    ...trashMarks("tank/nomad/db", "1795392530"),
+    type: "volume",
+    "org.zfs-csi:fs-type": "ext4",
+  });
+  assert.equal(await run([...TEST_FLAGS, "db"], memoryIo(), { runner }), 0);
+  assert.equal(pool.value("tank/nomad/db", "type"), "volume");
+  assert.equal(pool.value("tank/nomad/db", "org.zfs-csi:deleted-at"), undefined);
+  assert.deepEqual(runner.argvs.filter((a) => a[1] !== "get"), [
+    ["zfs", "rename", "tank/nomad/.deleted-1795392530-db", "tank/nomad/db"],
+    ["zfs", "inherit", "org.zfs-csi:deleted-at", "tank/nomad/db"],
+    ["zfs", "inherit", "org.zfs-csi:deleted-name", "tank/nomad/db"],
+  ]);
+  runner.assertNoUnexpected();
+});

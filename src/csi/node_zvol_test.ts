@@ -34,6 +34,8 @@ class BlockHost {
   signature: string | undefined;
   /** Where /dev/zvol/tank/nomad/db leads; undefined: missing. */
   link: string | undefined = DEVICE;
+  /** The dataset zvol_id says /dev/zd0 is (another: the link was swapped to another zvol). */
+  zvolOfDevice = DB;
   /** Targets the device is bound onto. */
   readonly bound = new Set<string>();
 
@@ -105,6 +107,8 @@ class BlockHost {
           ? { name: this.link, rdev: 230 * 256 }
           : undefined,
       ),
+    datasetOf: (device: string) =>
+      Promise.resolve(device === DEVICE ? this.zvolOfDevice : "tank/elsewhere"),
     // A device bound onto a target file shows the device's number there.
     rdev: (path: string) => Promise.resolve(this.bound.has(path) ? 230 * 256 : undefined),
     sleep: () => Promise.resolve(),
@@ -260,6 +264,8 @@ Deno.test("NodeStage after a SIGKILL during mkfs: the half-made filesystem is wi
   assert.deepEqual(tools(h).map((a) => a[0]), ["blkid", "wipefs", "mkfs.xfs"]);
   assert.equal(h.pool.value(DB, "org.zfs-csi:format"), "done");
   assert.equal(h.host.mounts.at(-1)?.source, DEVICE);
+  // xfs is mounted nouuid: a clone (its source's UUID) mounts beside its source.
+  assert.equal(h.host.mounts.at(-1)?.options, "nosuid,nodev,nouuid");
 });
 
 Deno.test("NodeStage refuses to format over a filesystem it did not make, or over a finished one that changed", async () => {
@@ -393,4 +399,26 @@ Deno.test("NodeStage never formats a device that is mounted elsewhere on the nod
     /mounted elsewhere/,
   );
   assert.deepEqual(tools(h).map((a) => a[0]), ["blkid"]);
+});
+
+Deno.test("NodeStage and NodePublish refuse a /dev/zvol link swapped to a zvol of another dataset: nothing formatted, mounted or bound", async () => {
+  {
+    await using h = await setup("ext4");
+    h.host.zvolOfDevice = "tank/outside";
+    await assertRejectsCsi(stage(h, fsTypeCap("ext4")), Code.FAILED_PRECONDITION, /tank\/outside/);
+    assert.deepEqual(tools(h), []);
+    assert.deepEqual(h.host.mounts, []);
+  }
+  {
+    await using h = await setup("block");
+    await stage(h, blockCap(), { fs_type: "block" });
+    h.host.zvolOfDevice = "tank/nomad/other";
+    await assertRejectsCsi(
+      publish(h, blockCap(), false, { fs_type: "block" }),
+      Code.FAILED_PRECONDITION,
+      /tank\/nomad\/other/,
+    );
+    assert.deepEqual(h.host.bound, new Set());
+    await assert.rejects(Deno.lstat(h.target), Deno.errors.NotFound);
+  }
 });

@@ -25,7 +25,8 @@ Deno.test("block volumes on zfs-fuse: refused saying why, with and without --blo
       await using plugin = await PluginProcess.start({
         parentDataset: pool.parent,
         dir: pool.dir,
-        ...(flag ? { extraArgs: ["--block-volumes"], scope: { blockVolumes: true } } : {}),
+        // PluginProcess gives a plugin with --block-volumes a block build's flags.
+        ...(flag ? { extraArgs: ["--block-volumes"] } : {}),
       });
       const c = plugin.client;
       const before = await poolState(pool);

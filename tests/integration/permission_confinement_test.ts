@@ -1003,12 +1003,15 @@ Deno.test("permissions: only a build for block volumes runs the block tools, and
     for (const name of tools) assert.equal(base.get(name), "NotCapable", name);
     assert.equal(base.get("query run mkfs.xfs"), "prompt");
     assert.equal(base.get("query run xfs_growfs"), "prompt");
+    assert.equal(base.get("query run zvol_id"), "prompt");
   });
   await t.step("a block build: the block tools run", () => {
     for (const name of tools) assert.equal(block.get(name), "ok", name);
     // Not installed on this machine (xfsprogs): granted by the flags all the same.
     assert.equal(block.get("query run mkfs.xfs"), "granted");
     assert.equal(block.get("query run xfs_growfs"), "granted");
+    // OpenZFS's udev helper (not on zfs-fuse machines): by its path in udev's directory.
+    assert.equal(block.get("query run zvol_id"), "granted");
   });
   await t.step("either build: nothing below /dev (lsblk reads the zvol links), no shell", () => {
     for (const outcome of [base, block]) {

@@ -102,7 +102,11 @@ export class PluginProcess implements AsyncDisposable {
       "run",
       "--quiet",
       "--frozen",
-      ...PluginProcess.flags(opts.dir, opts.scope),
+      // A plugin started with --block-volumes runs as a build for them would (dev_args.ts too).
+      ...PluginProcess.flags(opts.dir, {
+        ...opts.scope,
+        ...(opts.extraArgs?.includes("--block-volumes") ? { blockVolumes: true } : {}),
+      }),
       ...(opts.denoFlags ?? []),
       `${ROOT}main.ts`,
       "--parent-dataset",

@@ -153,7 +153,10 @@ export class NodeZvols {
         inUse,
       );
       await this.#m.ensureDirectory(staging, 0o700);
-      await this.#d.mounter.mountDevice(content, device, staging, STAGE_FLAGS);
+      // A clone of an xfs zvol has its source's UUID, and xfs refuses a second filesystem with
+      // a UUID already mounted: nouuid lets a clone mount beside its source.
+      const flags = content === "xfs" ? [...STAGE_FLAGS, "nouuid"] : STAGE_FLAGS;
+      await this.#d.mounter.mountDevice(content, device, staging, flags);
       const after = mountsAt(await this.#d.mounter.table(), staging).at(-1);
       if (after?.source !== device) {
         await this.#m.undoMount(staging, "the mount did not land at the staging path");
