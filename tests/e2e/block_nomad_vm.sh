@@ -219,7 +219,8 @@ run_job() {
   }
   wait_until 300 job_done "$id"
   alloc=$(nomad job allocs -json "$id" | jq -r '.[0].ID')
-  run nomad alloc status -short "$alloc" | tail -n 12
+  # The whole status: its events say why a task did not start.
+  run nomad alloc status "$alloc" | tail -n 25
   run nomad alloc logs "$alloc" t
   run nomad alloc logs -stderr "$alloc" t
   nomad job allocs -json "$id" | jq -e '.[0].ClientStatus == "complete"' >/dev/null
