@@ -43,7 +43,8 @@ cleanup() {
     for job in $(nomad job status -short 2>/dev/null | awk 'NR > 1 && $1 !~ /^zfs-csi-/ {print $1}'); do
       nomad job stop -purge "$job" >/dev/null 2>&1
     done
-    for vol in blk files; do
+    # Only what a failed step left registered.
+    for vol in $(nomad volume status -type csi -json 2>/dev/null | jq -r '.[]?.ID'); do
       wait_until 60 nomad volume delete "$vol" || nomad volume deregister -force "$vol" >/dev/null 2>&1
     done
     nomad job stop -purge "zfs-csi-$node_name" >/dev/null 2>&1
