@@ -446,11 +446,13 @@ async function statfsBytes(path: string): Promise<number> {
   return bsize! * blocks!;
 }
 
-/** The mounts below the test's directory. */
-async function mountsBelow(dir: string): Promise<string[]> {
-  return (await hostMounts()).filter((m) => m.path.startsWith(dir + "/")).map((m) =>
-    `${m.fsType} ${m.source} ${m.path}`
-  );
+/** The mounts the plugin made below the test's directory. */
+async function mountsBelow(pool: TestPool): Promise<string[]> {
+  // Not the pool's own datasets, which OpenZFS mounts below pool.mountRoot.
+  return (await hostMounts())
+    .filter((m) => m.path.startsWith(pool.dir + "/"))
+    .filter((m) => m.path !== pool.mountRoot && !m.path.startsWith(pool.mountRoot + "/"))
+    .map((m) => `${m.fsType} ${m.source} ${m.path}`);
 }
 
 /** The one mount at `path`. */
@@ -567,7 +569,7 @@ Deno.test({
       "after unpublish and republish",
     );
     await a.release();
-    assert.deepEqual(await mountsBelow(pool.dir), [], "nothing mounted after unstage");
+    assert.deepEqual(await mountsBelow(pool), [], "nothing mounted after unstage");
     const b = await claim(p, vol, "alloc-2", blockCapability());
     assert.deepEqual(
       await ddRead(b.target, 4, MiB, pool.dir),
@@ -647,7 +649,7 @@ Deno.test({
       Code.FAILED_PRECONDITION,
     );
     await b.release();
-    assert.deepEqual(await mountsBelow(pool.dir), []);
+    assert.deepEqual(await mountsBelow(pool), []);
     await c.controller("DeleteVolume", { volume_id: vol.volume_id });
     assert.equal((await tryRun("zfs", "get", "-H", "type", ds)).code, 1, "the name is free");
   },
@@ -706,7 +708,7 @@ for (const fs of ["ext4", "xfs"] as const) {
       const bytes = stats.usage.find((u: { unit: string }) => u.unit === "BYTES");
       assert.equal(Number(bytes?.total), before, `stats from statfs: ${JSON.stringify(stats)}`);
       await a.release();
-      assert.deepEqual(await mountsBelow(pool.dir), []);
+      assert.deepEqual(await mountsBelow(pool), []);
       const first = await fsck(fs, device);
       assert.ok(first.clean, `consistent after unstage: ${first.output}`);
 
@@ -766,7 +768,7 @@ for (const fs of ["ext4", "xfs"] as const) {
       const e = await claim(p, byParameter, "alloc-4", mountCapability());
       assert.equal((await mountAt(e.staging)).fsType, fs);
       await e.release();
-      assert.deepEqual(await mountsBelow(pool.dir), []);
+      assert.deepEqual(await mountsBelow(pool), []);
       for (const v of [vol, byParameter]) {
         await c.controller("DeleteVolume", { volume_id: v.volume_id });
       }
@@ -909,7 +911,7 @@ Deno.test({
     assert.equal(await Deno.readTextFile(`${xa.target}/hello.txt`), "from the source\n");
     await xb.release();
     await xa.release();
-    assert.deepEqual(await mountsBelow(pool.dir), []);
+    assert.deepEqual(await mountsBelow(pool), []);
 
     // Snapshots go before their volume; clones do not hold their origin's delete back.
     await rejects(
@@ -1167,7 +1169,7 @@ Deno.test({
         `${what}: the outside zvol`,
       );
       assert.deepEqual(await probe(outsideDevice), {}, `${what}: the outside zvol not formatted`);
-      assert.deepEqual(await mountsBelow(pool.dir), [], `${what}: nothing mounted`);
+      assert.deepEqual(await mountsBelow(pool), [], `${what}: nothing mounted`);
       assert.equal(await state(pool), poolBefore, `${what}: the pool as it was`);
     };
 
@@ -1296,7 +1298,7 @@ Deno.test({
             await sh("ln", "-sfn", device, link);
           }
         }
-        assert.deepEqual(await mountsBelow(pool.dir), []);
+        assert.deepEqual(await mountsBelow(pool), []);
       },
     );
 
