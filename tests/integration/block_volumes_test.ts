@@ -1262,8 +1262,6 @@ Deno.test({
             assert.equal(rdev, await rdevOf(rawDevice), "the raw volume's own device is");
             print("    raw with a swapped link: published its own device");
             await b.release();
-          } else {
-            await b.unstage();
           }
           // The filesystem claim: the outside zvol is never formatted nor mounted.
           const f = await claimOf(p, e4, "alloc-s2", fsCapability("ext4"));
