@@ -7,7 +7,9 @@
 # Needs root and ZFS (tools/zfs-env.sh ensure), and Go to build csi-sanity once (tools/go.sh
 # finds or fetches it): where no Go can be had it prints "csi-sanity: not run: ..." and exits 0.
 # Environment: CSI_SANITY_CACHE (where built csi-sanity binaries are kept, default
-# /var/cache/zfs-csi), CSI_SANITY_ARGS (extra csi-sanity/ginkgo flags, e.g. -ginkgo.v).
+# /var/cache/zfs-csi), CSI_SANITY_ARGS (extra csi-sanity/ginkgo flags, e.g. -ginkgo.v, or
+# -csi.testvolumeaccesstype block), CSI_SANITY_PLUGIN_ARGS (extra plugin flags, e.g.
+# --block-volumes), CSI_SANITY_POOL_MIB (the pool's size, 512; zvols reserve their whole size).
 set -euo pipefail
 
 # The one place the suite's version is pinned.
@@ -18,7 +20,7 @@ CSI_SANITY_GO_MIN=1.25 # the go line of its go.mod
 # Volumes are small: the pool is a sparse file, and up to 8 volumes live at once.
 VOLUME_SIZE=$((64 * 1024 * 1024))
 EXPAND_SIZE=$((128 * 1024 * 1024))
-POOL_SIZE_MIB=512
+POOL_SIZE_MIB=${CSI_SANITY_POOL_MIB:-512}
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
@@ -113,9 +115,14 @@ pool_created=yes
 zfs create "$parent"
 mkdir -p "$base"
 
-mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags.ts "$csi")
+# A plugin started with --block-volumes needs a block build's flags (it refuses to start without).
+block_build=()
+case " ${CSI_SANITY_PLUGIN_ARGS:-} " in *" --block-volumes "*) block_build=(--block-volumes) ;; esac
+mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags.ts "$csi" \
+  ${block_build[@]+"${block_build[@]}"})
 # --node-local-plugin-id as the shipped monolith jobs run it: csi-sanity talks to one plugin and
 # sends ids without "@<node>" (reallyfakevolumeid) to DeleteVolume and CreateSnapshot.
+# shellcheck disable=SC2086 # CSI_SANITY_PLUGIN_ARGS is a list of flags
 "$deno" run --quiet --frozen "${flags[@]}" main.ts \
   --parent-dataset "$parent" \
   --node-id sanity-node \
@@ -123,6 +130,7 @@ mapfile -t flags < <("$deno" run --frozen --quiet tests/conformance/plugin_flags
   --endpoint "unix://$csi/csi.sock" \
   --stage-publish-base-dir "$base" \
   --log-level info \
+  ${CSI_SANITY_PLUGIN_ARGS:-} \
   2>"$plugin_log" &
 plugin_pid=$!
 

@@ -13,7 +13,10 @@
 # ZFS_CSI_VM_DISK_SIZE (8G), ZFS_CSI_VM_MIRROR and ZFS_CSI_VM_SECURITY_MIRROR (Debian mirror URIs;
 # by default read from this host's apt sources), ZFS_CSI_VM_ACCEL (auto, kvm or tcg),
 # ZFS_CSI_VM_TEST_FILES (test files to run instead of the whole suite), ZFS_CSI_VM_TEST_ENV
-# (NAME=VALUE words for the tests, e.g. ZFS_CSI_CRASH_TRIALS=10).
+# (NAME=VALUE words for the tests, e.g. ZFS_CSI_CRASH_TRIALS=10), ZFS_CSI_VM_SANITY (mount and/or
+# block: csi-sanity in the VM with that access type; alone, without ZFS_CSI_VM_TEST_FILES, only it),
+# ZFS_CSI_VM_SCRIPT (a script of the project run in the VM after them; ZFS_CSI_VM_NOMAD=1 puts the
+# host's Nomad binary in for it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -57,6 +60,8 @@ usage() {
 
 qemu_pid=""
 chroot_dir=""
+DEBS_DIR=""
+SANITY_BIN=""
 
 cleanup() {
   # Never leave a VM running on the image, nor a loop mount or chroot mount behind.
@@ -263,8 +268,8 @@ EOF
   fi
   [ -n "$(find "$chroot_dir/lib/modules/$kver" -name 'zfs.ko*' -print -quit)" ] ||
     die "zfs.ko was not built for $kver (see $W/build.log)"
-  say "nodejs, npm, git"
-  logged in_root apt-get install -y nodejs npm git procps psmisc less
+  say "nodejs, npm, git, the filesystems' tools (block volumes: ext4, xfs)"
+  logged in_root apt-get install -y nodejs npm git procps psmisc less e2fsprogs xfsprogs
   logged in_root apt-get clean
 
   say "configuring"
@@ -375,8 +380,64 @@ write_test_settings() { # project dir, $VM_HOME in the mounted image
   mkdir -p "$2"
   printf '%s\n' ${files[@]+"${files[@]}"} | sed '/^$/d' >"$2/test-files.txt"
   printf '%s\n' ${env[@]+"${env[@]}"} | sed '/^$/d' >"$2/test.env"
+  printf '%s\n' ${ZFS_CSI_VM_SANITY:-} | sed '/^$/d' >"$2/sanity.txt"
+  if [ -n "${ZFS_CSI_VM_SCRIPT:-}" ]; then
+    [ -f "$1/$ZFS_CSI_VM_SCRIPT" ] || die "ZFS_CSI_VM_SCRIPT: no file $ZFS_CSI_VM_SCRIPT in $1"
+    say "then in the VM: $ZFS_CSI_VM_SCRIPT"
+  fi
+  printf '%s\n' "${ZFS_CSI_VM_SCRIPT:-}" | sed '/^$/d' >"$2/script.txt"
   if [ "${#files[@]}" -gt 0 ]; then say "tests: ${files[*]}"; fi
   if [ "${#env[@]}" -gt 0 ]; then say "test environment: ${env[*]}"; fi
+}
+
+# Debian packages the tests need that images built before they were in the build's list lack
+# (block volumes: xfsprogs; jq for ZFS_CSI_VM_SCRIPT's Nomad transcript). The VM has no network:
+# they are fetched on the host with
+# `apt-get download` once, into the host's cache, and in-vm.sh installs those missing with dpkg.
+# Only from a bookworm host, whose packages are the image's; elsewhere the tests needing them fail
+# saying what is missing.
+VM_DEBS="xfsprogs libinih1 liburcu8 jq libjq1 libonig5"
+stage_debs() {
+  local cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/debs-$SUITE" codename="" p missing=()
+  DEBS_DIR=""
+  if [ -r /etc/os-release ]; then codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"; fi
+  mkdir -p "$cache"
+  for p in $VM_DEBS; do
+    compgen -G "$cache/${p}_*.deb" >/dev/null || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$codename" != "$SUITE" ]; then
+      say "warning: this host is not Debian $SUITE: no ${missing[*]} for the VM (xfs tests will fail)"
+      return 0
+    fi
+    say "fetching ${missing[*]} for the VM (apt-get download, into $cache)"
+    # -o APT::Sandbox::User=root: the cache is root's, _apt may not write there.
+    if ! (cd "$cache" && apt-get download -o APT::Sandbox::User=root "${missing[@]}") \
+      >"$W/debs.log" 2>&1; then
+      say "warning: apt-get download failed (see $W/debs.log): xfs tests will fail in the VM"
+      return 0
+    fi
+  fi
+  DEBS_DIR=$cache
+}
+
+# csi-sanity for ZFS_CSI_VM_SANITY (access types, one run each): the binary
+# tests/conformance/csi_sanity.sh built on the host (the VM has no Go nor network to build it).
+check_sanity_settings() {
+  local t
+  for t in ${ZFS_CSI_VM_SANITY:-}; do
+    case "$t" in
+      mount | block) ;;
+      *) die "ZFS_CSI_VM_SANITY: '$t' is not mount or block" ;;
+    esac
+  done
+  if [ -n "${ZFS_CSI_VM_SANITY:-}" ]; then
+    local v
+    v="$(sed -n 's/^CSI_SANITY_VERSION=//p' "$1/tests/conformance/csi_sanity.sh")"
+    SANITY_BIN="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/csi-sanity-$v/csi-sanity"
+    [ -x "$SANITY_BIN" ] || die "ZFS_CSI_VM_SANITY: no $SANITY_BIN; run tests/conformance/csi_sanity.sh on the host once to build it"
+    say "csi-sanity in the VM: ${ZFS_CSI_VM_SANITY}"
+  fi
 }
 
 # Puts the project, Deno, its module cache, Go, the boot script and the unit into the image.
@@ -416,6 +477,24 @@ fill_image() { # project dir
     mkdir -p "$m/var/cache/zfs-csi/$(basename "$(dirname "$vgw")")"
     cp -a "$vgw" "$m/var/cache/zfs-csi/$(basename "$(dirname "$vgw")")/"
   done
+  rm -rf "$m$VM_HOME/debs"
+  if [ -n "$DEBS_DIR" ]; then
+    mkdir -p "$m$VM_HOME/debs"
+    cp -a "$DEBS_DIR"/*.deb "$m$VM_HOME/debs/"
+  fi
+  if [ -n "$SANITY_BIN" ]; then
+    # Where csi_sanity.sh looks for it (CSI_SANITY_CACHE's default).
+    mkdir -p "$m/var/cache/zfs-csi/$(basename "$(dirname "$SANITY_BIN")")"
+    cp -a "$SANITY_BIN" "$m/var/cache/zfs-csi/$(basename "$(dirname "$SANITY_BIN")")/"
+  fi
+  rm -f "$m/usr/local/bin/nomad"
+  if [ "${ZFS_CSI_VM_NOMAD:-}" = 1 ]; then
+    local nomad_bin
+    nomad_bin="$(ls -d "${ZFS_CSI_CACHE:-/var/cache/zfs-csi}"/nomad-*/nomad 2>/dev/null | sort -V | tail -n 1)"
+    [ -x "$nomad_bin" ] || die "ZFS_CSI_VM_NOMAD=1: no Nomad in ${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/nomad-*/ (tests/e2e/nomad_install.sh builds it)"
+    install -m 0755 "$nomad_bin" "$m/usr/local/bin/nomad"
+    say "Nomad in the VM: $nomad_bin"
+  fi
   rev="$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")"
   dirty="$(git -C "$src" status --porcelain 2>/dev/null | wc -l)"
   echo "project: $src at $rev ($dirty uncommitted paths), copied $(date -u)" >"$m$VM_HOME/source.txt"
@@ -482,8 +561,20 @@ collect() {
   fi
   chmod -R a-w "$W/results"
   sed 's/^/  /' "$W/results/versions.txt"
-  grep -E '^(ok|FAILED) \| ' "$W/results/test.log" || true
-  grep -E '^tests: ' "$W/results/test.log" || say "no summary line in results/test.log"
+  grep -E '^(ok|FAILED) \| ' "$W/results/test.log" 2>/dev/null || true
+  if [ -f "$W/results/test.log" ]; then
+    grep -E '^tests: ' "$W/results/test.log" || say "no summary line in results/test.log"
+  fi
+  local t type
+  if [ -f "$W/results/script.log" ]; then
+    tail -n 3 "$W/results/script.log" | sed 's/^/  script: /'
+  fi
+  for t in "$W"/results/sanity-*.log; do
+    [ -f "$t" ] || continue
+    type=${t##*/sanity-}
+    grep -E '^csi-sanity: [0-9]' "$t" | tail -n 1 | sed "s/^/access type ${type%.log}: /" |
+      grep . || say "no csi-sanity summary in $t"
+  done
   say "results: $W/results/ (test.log, run.log, versions.txt, fixtures-openzfs/); console: $W/console.log"
   return "$(cat "$W/results/test.rc")"
 }
@@ -498,8 +589,10 @@ cmd_test() { # [project dir]
     cmd_build
   fi
   need_commands qemu-system-x86_64 qemu-system-x86
+  check_sanity_settings "$src"
   warm_deno "$src"
   stage_go "$src"
+  stage_debs
   fill_image "$src"
   boot test
   collect || rc=$?
