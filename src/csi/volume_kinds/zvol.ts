@@ -19,7 +19,7 @@ import {
   NAME_PROPERTY,
 } from "../../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../../zfs/parse.ts";
-import { fittedVolumeName } from "../../zfs/fit.ts";
+import { fittedSnapshotName, fittedVolumeName } from "../../zfs/fit.ts";
 import {
   PARAMETERS_PROPERTY,
   SOURCE_PROPERTY,
@@ -114,23 +114,10 @@ export class ZvolVolumes implements VolumeKind {
     }
     checkRequisite(req.accessibility_requirements, config.topology, config.nodeId);
     const source = contentSource(this.#c, this.#stored, req.volume_content_source);
-    if (source?.kind === "stored") {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `A zvol cannot be restored from the store yet (snapshot "${source.id}"): restore it ` +
-          `from a snapshot on this node`,
-      );
-    }
     if (source && zvol.volblocksize !== undefined) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
-        `Parameter volblocksize does not apply to a clone: it keeps its source's`,
-      );
-    }
-    if (source && zvol.volblocksize !== undefined) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Parameter volblocksize does not apply to a clone: it keeps its source's`,
+        `Parameter volblocksize does not apply to a clone or a restore: it keeps its source's`,
       );
     }
     const asked = capacity.requiredBytes > 0 || capacity.limitBytes > 0;
@@ -140,7 +127,7 @@ export class ZvolVolumes implements VolumeKind {
     );
     const sourceText = source ? `${source.kind}:${source.id}` : "";
     const want = { name: requested, capacity, canonical, source: sourceText, content };
-    const keys = source ? [dataset, source.dataset] : [dataset];
+    const keys = source && source.kind !== "stored" ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#c.d.locks, keys, async () => {
       if (source) {
         const existing = await this.#c.d.zfs.getProperties(dataset, VOLUME_STATE);
@@ -164,6 +151,15 @@ export class ZvolVolumes implements VolumeKind {
             { sizeBytes: size, sparse: zvol.sparse },
             props,
           );
+        } else if (source.kind === "stored") {
+          made = await this.#stored.restoreZvolFrom(source.ref, {
+            dataset,
+            props,
+            params,
+            content,
+            size: asked ? size : 0,
+            sparse: zvol.sparse,
+          });
         } else {
           made = await this.#cloneFrom(source, {
             dataset,
@@ -316,16 +312,18 @@ export class ZvolVolumes implements VolumeKind {
     });
   }
 
-  /** CreateSnapshot: a zfs snapshot of the zvol here (the store does not take zvols yet). */
+  /**
+   * CreateSnapshot: a zfs snapshot of the zvol here, or in the store (its manifest records
+   * that it is a zvol's, and what it holds: backup.ts).
+   */
   async snapshot(req: SnapshotRequest): Promise<unknown> {
-    if (req.toStore) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Volume "${req.sourceId}" is a zvol: its snapshots stay on this node (no store=... ` +
-          `parameter) in this release`,
-      );
-    }
-    return await this.#ordinary.snapshot(req);
+    const { sourceId, dataset, requested, toStore } = req;
+    if (!toStore) return await this.#ordinary.snapshot(req);
+    await this.contentOf(sourceId, dataset);
+    const volumeName = this.#c.nameOf(dataset);
+    const name = fittedSnapshotName(volumeName, dataset, requested, this.#c.d.config.nodeId);
+    const entry = await toStore.create(dataset, volumeName, requested, name);
+    return { snapshot: this.#c.storedMessage(entry) };
   }
 
   /**
