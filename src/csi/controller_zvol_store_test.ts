@@ -23,6 +23,7 @@ import {
   fsCap,
 } from "../../tests/support/service_harness.ts";
 import { parseManifest } from "../store/chain.ts";
+import { volumeRecordKey } from "../store/layout.ts";
 import { BackupScheduler } from "../replicate/scheduler.ts";
 import { restoreTempDataset } from "../replicate/restore.ts";
 import { StoredSnapshots } from "./stored_snapshots.ts";
@@ -274,4 +275,54 @@ Deno.test("CreateVolume refuses a zvol's stored snapshot as a dataset, another c
   for (const name of ["a", "b", "c", "d", "e"]) {
     assert.equal(h.pool.has(`${PARENT}/${name}`), false);
   }
+});
+
+Deno.test("CreateVolume of a zvol takes backup_interval/backup_keep with a store; DeleteVolume keeps its backups for the retention", async () => {
+  const h = setup();
+  const made = await h.controller.CreateVolume(
+    createReq("disk", blockCap(), {
+      capacity_range: { required_bytes: String(GiB), limit_bytes: "0" },
+      parameters: { backup_interval: "15m", backup_keep: "last=4,daily=7" },
+    }),
+  ) as { volume: { volume_id: string } };
+  const ds = `${PARENT}/disk`;
+  assert.equal(h.pool.value(ds, "org.zfs-csi:backup-interval"), "900");
+  assert.equal(h.pool.value(ds, "org.zfs-csi:backup-keep"), "last=4,hourly=0,daily=7,weekly=0");
+  await h.controller.CreateSnapshot({
+    source_volume_id: made.volume.volume_id,
+    name: "disk-snap",
+    parameters: { store: "true" },
+    secrets: {},
+  });
+  const snapshotId = (await h.controller.ListSnapshots({
+    source_volume_id: made.volume.volume_id,
+    snapshot_id: "",
+    max_entries: 0,
+    starting_token: "",
+    secrets: {},
+  }) as {
+    entries: { snapshot: { snapshot_id: string } }[];
+  }).entries[0]!.snapshot.snapshot_id;
+  await h.controller.DeleteSnapshot({ snapshot_id: snapshotId, secrets: {} });
+  await h.controller.DeleteVolume({ volume_id: made.volume.volume_id, secrets: {} });
+  const record = JSON.parse(new TextDecoder().decode(h.store.peek(volumeRecordKey("disk"))!));
+  assert.match(record.deletedAt, /^\d{4}-/, "the volume's record in the store is marked deleted");
+});
+
+Deno.test("CreateVolume of a zvol with backup parameters and no store is refused naming --store", async () => {
+  const parts = fakeServices({
+    parent: PARENT,
+    flags: ["--block-volumes"],
+    host: (runner) =>
+      new FakePool(runner).add(PARENT).serveCreates(runner, { version: "zfs-2.2.2-1" }),
+  });
+  const controller = fakeController(parts);
+  await assertRejectsCsi(
+    controller.CreateVolume(
+      createReq("disk", blockCap(), { parameters: { backup_interval: "1h" } }),
+    ),
+    Code.INVALID_ARGUMENT,
+    /need a store.*--store/,
+  );
+  assert.equal(parts.host.has(`${PARENT}/disk`), false);
 });

@@ -10,7 +10,16 @@ import { parseManifest, parseVolumeRecord } from "../store/chain.ts";
 import { manifestsPrefix, type SnapshotManifest, volumeRecordKey } from "../store/layout.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { type BackupHarness, backupHarness } from "../../tests/support/backup_harness.ts";
-import { type BackupOutcome, backupSnapshot, backupVolume } from "./backup.ts";
+import {
+  BACKUP_INTERVAL_PROPERTY,
+  BACKUP_LAST_PROPERTY,
+  type BackupOutcome,
+  backupSnapshot,
+  backupVolume,
+} from "./backup.ts";
+import { BackupScheduler, isScheduledKind } from "./scheduler.ts";
+import { Logger } from "../log.ts";
+import { PARENT, T0 } from "../../tests/support/backup_harness.ts";
 
 const VOLSIZE = 3 * 128 * 1024 * 1024;
 
@@ -136,4 +145,55 @@ Deno.test("parseManifest reads a zvol's record and refuses one that is not right
   ) {
     assert.throws(() => parseManifest(JSON.stringify({ ...base, zvol: bad })), SyntaxError);
   }
+});
+
+Deno.test("BackupScheduler backs up a zvol the plugin made as it does a dataset, and no other zvol", async () => {
+  const h = backupHarness();
+  const every = { [BACKUP_INTERVAL_PROPERTY]: "900" };
+  const disk = zvol(h, "disk", { "org.zfs-csi:fs-type": "block", ...every });
+  const files = zvol(h, "files", { "org.zfs-csi:fs-type": "xfs", ...every });
+  // A zvol without the plugin's record (made by hand, marked managed): never backed up.
+  const foreign = zvol(h, "foreign", every);
+  const pg = h.volume("pg", every);
+  const s = new BackupScheduler({
+    zfs: h.deps.zfs,
+    parentDataset: PARENT,
+    log: new Logger("error", {}, () => {}),
+    backup: (dataset, options) => backupVolume(h.deps, dataset, options),
+    now: () => T0,
+    monotonic: () => 0,
+  });
+  await s.tick();
+  await s.tick();
+  await s.tick();
+  assert.deepEqual(
+    h.sends.map((x) => x.snapshot.split("@")[0]).sort(),
+    [disk, files, pg].sort(),
+  );
+  for (const ds of [disk, files, pg]) {
+    assert.equal(h.pool.value(ds, BACKUP_LAST_PROPERTY), String(T0 / 1000));
+  }
+  assert.equal(h.pool.value(foreign, BACKUP_LAST_PROPERTY), undefined);
+  assert.deepEqual(manifests(h, "disk")[0]!.zvol?.content, "block");
+  const props = (values: Record<string, string | readonly [string, string]>) =>
+    new Map(
+      Object.entries(values).map(([k, v]) => {
+        const [value, source] = typeof v === "string" ? [v, "local"] : v;
+        return [k, { value, source }];
+      }),
+    );
+  const managed = { "org.zfs-csi:managed": "yes", type: ["volume", "-"] as const };
+  assert.equal(
+    isScheduledKind(PARENT, `${PARENT}/v`, props({ ...managed, "org.zfs-csi:fs-type": "ext4" })),
+    true,
+  );
+  assert.equal(
+    isScheduledKind(
+      PARENT,
+      `${PARENT}/v`,
+      props({ ...managed, "org.zfs-csi:fs-type": ["ext4", `inherited from ${PARENT}`] }),
+    ),
+    false,
+  );
+  assert.equal(isScheduledKind(PARENT, `${PARENT}/v`, props(managed)), false);
 });

@@ -38,7 +38,9 @@ import {
   ZVOL_SIZE_STEP,
   type ZvolContent,
 } from "../../volume/zvol.ts";
-import { BACKUP_PARAMETERS, parseParameters } from "../../parameters.ts";
+import { BACKUP_PARAMETERS, parseParameters, type VolumeParameters } from "../../parameters.ts";
+import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../../replicate/backup.ts";
+import { formatKeepPolicy } from "../../store/policy.ts";
 import { MIN_VOLUME_BYTES } from "../../size.ts";
 import { snapshotIdOf } from "../../zfs/ids.ts";
 import type { CreateVolumeRequest } from "../types.ts";
@@ -76,6 +78,19 @@ export function checkOwnedZvol(dataset: string, props: PropertyMap): ZvolContent
   return content;
 }
 
+/**
+ * The zvol's backup properties: only what its parameters ask for, as for a dataset (ordinary.ts:
+ * the plugin's defaults are never written, so a later --backup-interval reaches it).
+ */
+function backupProperties(store: boolean, params: VolumeParameters): Record<string, string> {
+  if (!store) return {};
+  const props: Record<string, string> = {};
+  const interval = params.backup?.intervalSeconds;
+  if (interval !== undefined) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
+  if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
+  return props;
+}
+
 /** Zvol volumes on this node. */
 export class ZvolVolumes implements VolumeKind {
   readonly #c: KindCommon;
@@ -105,11 +120,11 @@ export class ZvolVolumes implements VolumeKind {
     const capacity = checkCapacity(req.capacity_range);
     const zvol = parseZvolParameters(parameters, { allowSparse: config.allowSparseZvols });
     const params = parseParameters(zvol.rest, config.parameterPolicy);
-    if (params.backup) {
+    if (params.backup && !config.store) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
-        `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} are not ` +
-          `supported for zvols yet: back them up with snapshots`,
+        `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} need a store, ` +
+          `and this plugin has none (start it with --store)`,
       );
     }
     checkRequisite(req.accessibility_requirements, config.topology, config.nodeId);
@@ -142,6 +157,7 @@ export class ZvolVolumes implements VolumeKind {
         [PARAMETERS_PROPERTY]: canonical,
         [ZVOL_CONTENT_PROPERTY]: content,
         ...(source ? { [SOURCE_PROPERTY]: sourceText } : {}),
+        ...backupProperties(config.store !== undefined, params),
       };
       let made = size;
       try {
@@ -237,6 +253,7 @@ export class ZvolVolumes implements VolumeKind {
           obstacleMessage(`Volume "${id}" is not deleted`, dataset, found.check.obstacles),
         );
       }
+      await this.#stored.keepBackups(id, dataset);
       await this.#c.d.trash.removeVolume(dataset, found);
       return {};
     });
