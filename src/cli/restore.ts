@@ -26,6 +26,7 @@ import { qualifiedVolumeId } from "../zfs/ids.ts";
 import { childDataset, MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { hasOwnMarker, parseBytes } from "../zfs/parse.ts";
 import { DenoStreamRunner } from "../run.ts";
+import { FORMAT, FORMAT_PROPERTY, ZVOL_CONTENT_PROPERTY } from "../volume/zvol.ts";
 import { type CliIo, humanBytes, printJson, Progress } from "./io.ts";
 import {
   buildTools,
@@ -136,11 +137,7 @@ async function receiveStored(
     `restore: receiving ${chain.length} stream(s), ${humanBytes(bytes)}, of ${v.target.snapshot} ` +
       `(${v.target.createdAt}) from ${v.store.description} into ${v.dataset}`,
   );
-  const properties: PropertyList = [
-    ...(v.target.capacityBytes > 0 ? [["refquota", String(v.target.capacityBytes)] as const] : []),
-    // Restored under its own name, the volume goes on with its history in the store.
-    ...(v.target.volume === name ? [[STORE_UID_PROPERTY, v.target.volumeUid] as const] : []),
-  ];
+  const properties = restoredProperties(v.target, name);
   try {
     await restoreVolume({
       streams: new DenoStreamRunner(),
@@ -169,6 +166,30 @@ async function receiveStored(
     progress.finish();
   }
   return bytes;
+}
+
+/**
+ * What a restore from the store sets on the volume `name` it makes from `m`: a dataset's size
+ * (refquota); for a zvol (docs/block-volumes.md) its content record, a full reservation and its
+ * format record when its snapshot surely held the whole filesystem, as CreateVolume sets them.
+ */
+export function restoredProperties(m: SnapshotManifest, name: string): PropertyList {
+  const zvol = m.zvol;
+  return [
+    ...(zvol
+      ? [
+        [ZVOL_CONTENT_PROPERTY, zvol.content] as const,
+        ["refreservation", "auto"] as const,
+        ...(zvol.formatted && zvol.content !== "block"
+          ? [[FORMAT_PROPERTY, FORMAT.done] as const]
+          : []),
+      ]
+      : m.capacityBytes > 0
+      ? [["refquota", String(m.capacityBytes)] as const]
+      : []),
+    // Restored under its own name, the volume goes on with its history in the store.
+    ...(m.volume === name ? [[STORE_UID_PROPERTY, m.volumeUid] as const] : []),
+  ];
 }
 
 /** Usage of `restore`. */

@@ -16,6 +16,7 @@ import { storeGrants } from "../permissions.ts";
 import { randomHex } from "../replicate/local.ts";
 import { checkReceivable } from "../replicate/receivable.ts";
 import { type ReceiveDeps, restoreChain } from "../replicate/receive.ts";
+import { restoredType } from "../replicate/restore.ts";
 import { DenoStreamRunner } from "../run.ts";
 import { chainTo, latest, parseManifest } from "../store/chain.ts";
 import { guidHex, type SnapshotManifest, volumePrefix } from "../store/layout.ts";
@@ -168,9 +169,11 @@ export async function removeScratch(
   if (!tree) return;
   const data = `${scratch}/${SCRATCH_DATA}`;
   const guids = new Set(chain.map((m) => m.guid));
+  // A zvol's chain is received as a volume (docs/block-volumes.md), a dataset's as a filesystem.
+  const type = restoredType(chain);
   const foreign = [...tree.entries()].filter(([name, props]) =>
     name !== scratch &&
-    !(name === data && props.get("type")?.value === "filesystem") &&
+    !(name === data && props.get("type")?.value === type) &&
     !(name.startsWith(`${data}@`) && guids.has(props.get("guid")?.value ?? ""))
   ).map(([name]) => name);
   if (tree.get(scratch)?.get("type")?.value !== "filesystem" || foreign.length > 0) {

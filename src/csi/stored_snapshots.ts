@@ -36,6 +36,7 @@ import { decodeComponent, encodeComponent, STORED_PREFIX } from "../zfs/names.ts
 import { parseBytes } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import type { Trash } from "../volume/trash.ts";
+import { FORMAT, FORMAT_PROPERTY } from "../volume/zvol.ts";
 
 /** What the store's CSI side works with. */
 export interface StoredSnapshotsDeps {
@@ -126,7 +127,13 @@ export class StoredSnapshots {
     const snap = await withLock(this.#d.locks, [dataset], async () => {
       const props = ["guid", "creation", "referenced"];
       let got = await this.#d.zfs.getProperties(local, props);
+      let formattedBefore = false;
       if (!got) {
+        // A zvol's format record before the snapshot: done then, the snapshot holds the whole
+        // filesystem (the record only ever goes to done). Taken earlier: not known.
+        const record = await this.#d.zfs.getProperties(dataset, [FORMAT_PROPERTY]);
+        const format = record?.get(FORMAT_PROPERTY);
+        formattedBefore = format?.source === "local" && format.value === FORMAT.done;
         await this.#d.zfs.snapshot(local);
         got = await this.#d.zfs.getProperties(local, props);
       }
@@ -135,6 +142,7 @@ export class StoredSnapshots {
         guid: got.get("guid")?.value ?? "",
         creation: Number(got.get("creation")?.value ?? "0") || 0,
         referenced: parseBytes(got.get("referenced")?.value ?? "0"),
+        formattedBefore,
       };
     });
     const id = storedSnapshotId(volumeName, snap.guid);
@@ -157,7 +165,7 @@ export class StoredSnapshots {
       const done = this.#d.scheduler.runExclusive(async (signal) => {
         const outcome = await backupSnapshot(
           this.#d.backup,
-          { dataset, snapshot: local, csiName: name },
+          { dataset, snapshot: local, csiName: name, formattedBefore: snap.formattedBefore },
           { signal },
         );
         if (outcome.status !== "stored") {

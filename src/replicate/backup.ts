@@ -48,7 +48,6 @@ import {
   pruneLocal,
   randomHex,
   readVolume,
-  safeCount,
   scheduleOf,
   takeSnapshot,
   type Volume,
@@ -176,6 +175,11 @@ export interface SnapshotToStore {
   readonly snapshot: string;
   /** The CSI snapshot name. */
   readonly csiName: string;
+  /**
+   * For a zvol: whether its format record said done before the snapshot was taken (read by
+   * the caller, which took it). Unknown (a snapshot taken earlier) counts as not formatted.
+   */
+  readonly formattedBefore?: boolean;
 }
 
 /**
@@ -193,8 +197,15 @@ export async function backupSnapshot(
   if (!snapshot.startsWith(`${dataset}@`)) {
     throw new TypeError(`"${snapshot}" is not a snapshot of "${dataset}"`);
   }
-  const volume = await underLock(deps, dataset, options, () => readVolume(deps, dataset));
-  if (!volume) return { status: "busy" };
+  const read = await underLock(deps, dataset, options, () => readVolume(deps, dataset));
+  if (!read) return { status: "busy" };
+  // Read after the snapshot was taken: only the caller knows the record before it.
+  const volume: Volume = read.zvol
+    ? {
+      ...read,
+      zvol: { ...read.zvol, formatted: read.zvol.formatted && target.formattedBefore === true },
+    }
+    : read;
   const snap = volume.snapshots.find((s) => s.name === snapshot);
   if (!snap) throw new CsiError(Code.NOT_FOUND, `Snapshot "${snapshot}" does not exist`);
   const stored = await prepareStore(deps, volume);
@@ -258,7 +269,7 @@ async function prepareStore(deps: BackupDeps, volume: Volume): Promise<StoredSta
   await ensureRecord(deps.store, volume.volumeKey, {
     name: volume.name,
     uid: volume.uid,
-    capacityBytes: safeCount(volume.props.get("refquota")?.value),
+    capacityBytes: volume.capacityBytes,
     parameters: parametersOf(volume.props),
     ...(schedule ? { schedule } : {}),
     node: deps.node,
@@ -354,7 +365,7 @@ async function sendOnce(
   const log = deps.log.child({ dataset: volume.dataset, snapshot: snap.name });
   const { volumeKey, uid } = volume;
   const { mine } = stored;
-  const capacityBytes = safeCount(volume.props.get("refquota")?.value);
+  const capacityBytes = volume.capacityBytes;
   const already = mine.find((m) => m.guid === snap.guid);
   if (already) return { manifest: already, sent: false };
   const base = pickBase(volume.snapshots, mine, {
@@ -394,6 +405,7 @@ async function sendOnce(
     ...(sent.form ? { form: sent.form } : {}),
     node: deps.node,
     capacityBytes,
+    ...(volume.zvol ? { zvol: volume.zvol } : {}),
     ...(snap.referenced === undefined ? {} : { referencedBytes: snap.referenced }),
   };
   const written = await writeManifest(deps.store, volumeKey, manifest);

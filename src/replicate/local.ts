@@ -9,7 +9,12 @@ import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { PARAMETERS_PROPERTY } from "../volume/catalog.ts";
 import { chainTo } from "../store/chain.ts";
-import { type KeepPolicy, type SnapshotManifest, type VolumeRecord } from "../store/layout.ts";
+import {
+  type KeepPolicy,
+  type SnapshotManifest,
+  type StoredZvol,
+  type VolumeRecord,
+} from "../store/layout.ts";
 import { needsFull, parseInterval, parseKeepPolicy } from "../store/policy.ts";
 import {
   decodeComponent,
@@ -23,6 +28,7 @@ import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import { hostStoreName, isHostDataset } from "../volume/host_names.ts";
 import { BACKUP_PREFIX, backupSequenceOf, isBackupComponent } from "../volume/backup_names.ts";
 import type { Zfs } from "../zfs/zfs.ts";
+import { FORMAT, FORMAT_PROPERTY, ZVOL_CONTENT_PROPERTY } from "../volume/zvol.ts";
 
 /** What the zfs side works with (a part of backup.ts BackupDeps). */
 export interface LocalDeps {
@@ -55,6 +61,11 @@ const VOLUME_PROPS = [
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_KEEP_PROPERTY,
   PARAMETERS_PROPERTY,
+  // A zvol's (docs/block-volumes.md); "-" or absent for a dataset.
+  "volsize",
+  "volblocksize",
+  ZVOL_CONTENT_PROPERTY,
+  FORMAT_PROPERTY,
 ] as const;
 
 /** OpenZFS only: zfs-fuse refuses it, and then has no encrypted datasets. */
@@ -82,6 +93,13 @@ export interface Volume {
   readonly props: PropertyMap;
   readonly snapshots: readonly LocalSnapshot[];
   readonly raw: boolean;
+  /**
+   * For a zvol: what it holds, as its manifests record it. `formatted` is the format record
+   * as read here, before any snapshot this backup takes (the record only ever goes to done).
+   */
+  readonly zvol?: StoredZvol;
+  /** What the store records as its size: a zvol's volsize, a dataset's refquota (0: none). */
+  readonly capacityBytes: number;
 }
 
 /** Reads the volume and its snapshots; gives it a store uid if it has none yet. */
@@ -96,7 +114,11 @@ export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volu
   const tree = await readTree(deps.zfs, dataset);
   const props = tree?.get(dataset);
   if (!tree || !props) throw new CsiError(Code.NOT_FOUND, `Volume dataset "${dataset}" is gone`);
-  if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE) || type(props) !== "filesystem") {
+  const zvol = type(props) === "volume" ? zvolOf(props) : undefined;
+  if (
+    !hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE) ||
+    (type(props) !== "filesystem" && !zvol)
+  ) {
     throw new CsiError(
       Code.FAILED_PRECONDITION,
       `"${dataset}" is not a volume of zfs-csi (no ${MANAGED_PROPERTY}=${MANAGED_VALUE} of its own)`,
@@ -116,6 +138,23 @@ export async function readVolume(deps: LocalDeps, dataset: string): Promise<Volu
     props,
     snapshots,
     raw: encryption !== undefined && encryption !== "off" && encryption !== "-",
+    ...(zvol ? { zvol } : {}),
+    capacityBytes: safeCount(props.get(zvol ? "volsize" : "refquota")?.value),
+  };
+}
+
+/** What a zvol of the plugin holds, from its records; undefined for one without them. */
+function zvolOf(props: PropertyMap): StoredZvol | undefined {
+  const own = (name: string) => {
+    const p = props.get(name);
+    return p && p.source === "local" ? p.value : undefined;
+  };
+  const content = own(ZVOL_CONTENT_PROPERTY);
+  if (content !== "block" && content !== "ext4" && content !== "xfs") return undefined;
+  return {
+    content,
+    volblocksize: safeCount(props.get("volblocksize")?.value),
+    formatted: content !== "block" && own(FORMAT_PROPERTY) === FORMAT.done,
   };
 }
 

@@ -104,7 +104,12 @@ export async function receiveFromStore(deps: ReceiveDeps, spec: ReceiveSpec): Pr
   await checkReceivable(deps.zfs, target, [manifest]);
   const log = deps.log.child({ target, snapshot: manifest.snapshot, key: manifest.stream });
   const started = performance.now();
-  const exclude = await receiveExclusions(deps.zfs, target, manifest.raw);
+  const exclude = await receiveExclusions(
+    deps.zfs,
+    target,
+    manifest.raw,
+    manifest.zvol !== undefined,
+  );
   const created = spec.createdWith !== undefined && Object.keys(spec.createdWith).length > 0
     ? spec.createdWith
     : undefined;

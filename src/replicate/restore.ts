@@ -110,6 +110,7 @@ type TempState =
  */
 export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec): Promise<void> {
   checkChain(spec.chain);
+  const type = restoredType(spec.chain);
   // The whole chain's form, before anything is received (receivable.ts).
   await checkReceivable(deps.zfs, spec.parentDataset, spec.chain);
   const temp = restoreTempDataset(spec.parentDataset, spec.target);
@@ -122,7 +123,7 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
   const settles = new Set([MANAGED_PROPERTY, ...props.map(([name]) => name)]);
   for (let attempt = 1;; attempt++) {
     signal?.throwIfAborted();
-    let state = judge(await readTemp(deps, temp), temp, chain);
+    let state = judge(await readTemp(deps, temp), temp, chain, type);
     if (state.kind === "receiving") {
       log.info("waiting for a receive into the temporary dataset that this restore did not start");
       state = await waitForReceive(deps, temp, chain, state, signal);
@@ -164,7 +165,7 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
           log.info("removed the failed restore's temporary dataset", { error: err });
           throw err;
         }
-        let after = judge(tree, temp, chain);
+        let after = judge(tree, temp, chain, type);
         if (after.kind === "receiving" && have === 0 && stoppedByCheck(err)) {
           // The check killed this restore's zfs receive of the file, but on zfs-fuse that only
           // ends the zfs process: its daemon reads the file itself and goes on, then completes
@@ -194,6 +195,23 @@ export async function restoreVolume(deps: RestoreDeps, spec: RestoreVolumeSpec):
     snapshots: chain.length,
     bytes: chain.reduce((n, m) => n + m.size, 0),
   });
+}
+
+/**
+ * What the chain makes: a zvol when its manifests say so, else a filesystem.
+ * @throws {CsiError} FAILED_PRECONDITION for a chain whose manifests disagree (written by
+ *   someone else: the plugin never bases a zvol's stream on a dataset's or the reverse)
+ */
+export function restoredType(chain: readonly SnapshotManifest[]): "filesystem" | "volume" {
+  const zvols = chain.filter((m) => m.zvol !== undefined).length;
+  if (zvols !== 0 && zvols !== chain.length) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      `The stored chain of "${chain.at(-1)?.snapshot}" of volume "${chain.at(-1)?.volume}" ` +
+        `mixes streams of a zvol and of a dataset: it cannot be restored`,
+    );
+  }
+  return zvols > 0 ? "volume" : "filesystem";
 }
 
 /** What {@linkcode readTemp} reads of the temporary dataset and its snapshots. */
@@ -236,6 +254,7 @@ function judge(
   tree: ReadonlyMap<string, PropertyMap> | undefined,
   temp: string,
   chain: readonly SnapshotManifest[],
+  type: "filesystem" | "volume",
 ): TempState {
   if (!tree) return { kind: "missing" };
   const snapshots = [...tree.keys()].filter((name) => name.startsWith(`${temp}@`));
@@ -245,11 +264,11 @@ function judge(
   const foreign = [...tree.entries()].filter(([name, props]) =>
     name !== temp && !(name.startsWith(`${temp}@`) && inPrefix(props, chain, prefix))
   ).map(([name]) => name);
-  if (tree.get(temp)?.get("type")?.value !== "filesystem" || foreign.length > 0) {
+  if (tree.get(temp)?.get("type")?.value !== type || foreign.length > 0) {
     throw new CsiError(
       Code.FAILED_PRECONDITION,
       `"${temp}" is in the way of a restore and holds what the restore did not receive ` +
-        `(${foreign.join(", ") || "not a filesystem"}): rename or destroy it by hand`,
+        `(${foreign.join(", ") || `not a ${type}`}): rename or destroy it by hand`,
     );
   }
   if (snapshots.length === 0) {
@@ -282,7 +301,7 @@ async function waitForReceive(
   let changed = performance.now();
   for (;;) {
     await sleep(deps.pollMs ?? 1000, signal);
-    const state = judge(await readTemp(deps, temp), temp, chain);
+    const state = judge(await readTemp(deps, temp), temp, chain, restoredType(chain));
     if (state.kind !== "receiving") return state;
     if (state.used !== used) {
       used = state.used;

@@ -22,6 +22,8 @@ interface StreamOptions {
   readonly name?: string;
   /** Properties the stream carries (as `zfs send -p` puts them in it). */
   readonly props?: Readonly<Record<string, string>>;
+  /** A zvol's stream: zfs makes a volume of it. */
+  readonly volume?: boolean;
 }
 
 /**
@@ -32,7 +34,10 @@ function streamBytes(guid: string, size: number, opts: StreamOptions = {}): Uint
   const bytes = new Uint8Array(size);
   for (let i = 0; i < size; i++) bytes[i] = (i * 13 + 5) & 0xff;
   const props = Object.entries(opts.props ?? {}).map(([k, v]) => `${k}:${v}`).join(",");
-  bytes.set(encoder.encode(`guid=${guid};name=${opts.name ?? `.backup-${guid}`};props=${props};`));
+  const type = opts.volume ? "volume" : "filesystem";
+  bytes.set(
+    encoder.encode(`guid=${guid};name=${opts.name ?? `.backup-${guid}`};props=${props};${type};`),
+  );
   return bytes;
 }
 
@@ -113,10 +118,23 @@ class FakeReceives implements StreamRunner {
     const received = (bytes: Uint8Array): StreamedExit => {
       if (refuse) return refuse();
       const head = new TextDecoder().decode(bytes.subarray(0, 200));
-      const [, guid, name, carried] = /guid=(\d+);name=([^;]*);props=([^;]*);/.exec(head)!;
+      const [, guid, name, carried, type] =
+        /guid=(\d+);name=([^;]*);props=([^;]*);(filesystem|volume);/.exec(head)!;
       const { excluded, local } = receiveFlags(argv);
+      // OpenZFS refuses a (non-recursive) receive told to exclude what its type does not have.
+      const alien = type === "volume"
+        ? [...excluded].find((p) => ["mountpoint", "canmount", "quota", "recordsize"].includes(p))
+        : [...excluded].find((p) => p === "volmode" || p === "snapdev");
+      if (alien) {
+        return {
+          code: 1,
+          stderr: `cannot receive new filesystem stream: property '${alien}' does not apply ` +
+            `to datasets of this type\n`,
+          killed: false,
+        };
+      }
       if (!this.#pool.has(target)) {
-        this.#pool.set(target, { type: "filesystem", guid: "9", used: String(bytes.length) });
+        this.#pool.set(target, { type: type!, guid: "9", used: String(bytes.length) });
         for (const [k, v] of local) {
           propsOf(this.#pool, target).set(k, { value: v, source: "local" });
         }
@@ -725,3 +743,71 @@ for (const completes of [true, false]) {
     assert.deepEqual(destroys(runner), completes ? [["zfs", "destroy", "-r", TEMP]] : []);
   });
 }
+
+/** A zvol's chain (manifests saying so, streams zfs makes a volume of) in a file store. */
+async function zvolChainInStore() {
+  const root = await Deno.makeTempDir({ dir: "/tmp", prefix: "zfs-csi-restore-" });
+  const store = new FileStore(root);
+  const zvol = { content: "ext4" as const, volblocksize: 16384, formatted: true };
+  const full = streamBytes("1001", 30_000, { volume: true });
+  const inc = streamBytes("1002", 7_000, { volume: true });
+  const chain = [
+    { ...manifest("1001", null, full), zvol },
+    { ...manifest("1002", "1001", inc), zvol },
+  ];
+  await store.putBytes(chain[0]!.stream, full);
+  await store.putBytes(chain[1]!.stream, inc);
+  return { store, chain, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+}
+
+Deno.test("restoreVolume of a zvol's chain excludes only what applies to volumes (-x), and makes a zvol", async () => {
+  await using s = await zvolChainInStore();
+  const pool: Pool = new Map();
+  const receives = new FakeReceives(pool);
+  const { zfs, log } = fakeZfs(pool, { overrides: true });
+  await restoreVolume(
+    { streams: receives, zfsPath: "zfs", zfs, store: s.store, log },
+    { ...spec(s.chain), properties: [["refreservation", "auto"]] },
+  );
+  assert.equal(pool.get(TARGET)?.type, "volume");
+  assert.equal(pool.get(TARGET)?.props?.get("refreservation")?.source, "local");
+  for (const seen of receives.seen) {
+    const { excluded } = receiveFlags(seen.argv);
+    assert.deepEqual([...excluded].filter((p) => p !== RESTORE_TOKEN_PROPERTY), [
+      ...excludedOnReceive(false, true).filter((p) => p !== RESTORE_TOKEN_PROPERTY),
+    ]);
+    assert.ok(!excluded.has("mountpoint") && excluded.has("volmode"));
+  }
+});
+
+Deno.test("restoreVolume refuses a chain mixing a zvol's and a dataset's streams, before any receive", async () => {
+  await using s = await zvolChainInStore();
+  const pool: Pool = new Map();
+  const receives = new FakeReceives(pool);
+  const { zfs, log } = fakeZfs(pool, { overrides: true });
+  const { zvol: _, ...plain } = s.chain[1]!;
+  await assert.rejects(
+    restoreVolume(
+      { streams: receives, zfsPath: "zfs", zfs, store: s.store, log },
+      spec([s.chain[0]!, plain]),
+    ),
+    (err) =>
+      err instanceof CsiError && /mixes streams of a zvol and of a dataset/.test(err.message),
+  );
+  assert.deepEqual(receives.seen, []);
+  assert.deepEqual([...pool.keys()], []);
+});
+
+Deno.test("restoreVolume of a zvol's chain refuses a temporary dataset that is a filesystem, destroying nothing", async () => {
+  await using s = await zvolChainInStore();
+  const pool: Pool = new Map([[TEMP, { type: "filesystem", guid: "7", used: "0" }]]);
+  pool.set(`${TEMP}@.backup-1001`, { type: "snapshot", guid: "1001", used: "0" });
+  const receives = new FakeReceives(pool);
+  const { zfs, log, runner } = fakeZfs(pool, { overrides: true });
+  await assert.rejects(
+    restoreVolume({ streams: receives, zfsPath: "zfs", zfs, store: s.store, log }, spec(s.chain)),
+    (err) => err instanceof CsiError && /not a volume/.test(err.message),
+  );
+  assert.deepEqual(destroys(runner), []);
+  assert.deepEqual(receives.seen, []);
+});

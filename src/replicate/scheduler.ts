@@ -37,6 +37,7 @@ import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
 import { parseInterval } from "../store/policy.ts";
 import { isHostDataset } from "../volume/host_names.ts";
+import { ZVOL_CONTENT_PROPERTY } from "../volume/zvol.ts";
 import {
   BACKUP_INTERVAL_PROPERTY,
   BACKUP_LAST_PROPERTY,
@@ -116,6 +117,7 @@ export const SCHEDULE_PROPS = [
   BACKUP_LAST_PROPERTY,
   PARAMETERS_PROPERTY,
   FOLLOW_GENERATION_PROPERTY,
+  ZVOL_CONTENT_PROPERTY,
 ] as const;
 
 /** Where a volume's backup interval comes from. */
@@ -199,7 +201,10 @@ export function isScheduledKind(
 ): boolean {
   const component = dataset.slice(parent.length + 1);
   if (!dataset.startsWith(`${parent}/`) || component.includes("/")) return false;
-  if (props.get("type")?.value !== "filesystem") return false;
+  // A zvol is backed up as a dataset is when the plugin made it (its own fs-type record).
+  const type = props.get("type")?.value;
+  const zvol = type === "volume" && props.get(ZVOL_CONTENT_PROPERTY)?.source === "local";
+  if (type !== "filesystem" && !zvol) return false;
   // Host volumes (src/dhv/) are hidden from CSI but backed up here: their plugin has no daemon.
   if (component.startsWith(".") && !isHostDataset(parent, dataset)) return false;
   if (component.startsWith(DELETED_PREFIX)) return false;

@@ -149,10 +149,45 @@ export const NATIVE_PROPERTIES: readonly string[] = [
  */
 export const KEY_PROPERTIES: readonly string[] = ["keylocation", "keyformat", "pbkdf2iters"];
 
-/** Every property a stream of this kind (raw or not) is told to leave alone with `-x`. */
-export function excludedOnReceive(raw: boolean): string[] {
+/**
+ * The native properties of {@linkcode NATIVE_PROPERTIES} that apply to a zvol, and the two
+ * only a zvol has (`volmode=none` would hide its device, `snapdev=visible` show its snapshots'
+ * devices). Separate lists because OpenZFS refuses a whole (non-recursive) receive whose `-x`
+ * names a property that does not apply to the stream's type ("property 'mountpoint' does not
+ * apply to datasets of this type", libzfs_sendrecv.c zfs_setup_cmdline_props).
+ */
+export const ZVOL_NATIVE_PROPERTIES: readonly string[] = [
+  "readonly",
+  "reservation",
+  "refreservation",
+  "snapshot_limit",
+  "compression",
+  "checksum",
+  "dedup",
+  "copies",
+  "sync",
+  "logbias",
+  "primarycache",
+  "secondarycache",
+  "redundant_metadata",
+  "volmode",
+  "snapdev",
+];
+
+/**
+ * What a received zvol may show as `received` legitimately: its size and block size are the
+ * shape of its data (zfs reports what the stream made), checked against the manifest by the
+ * restore (restore.ts), not a decision about how the node treats the volume.
+ */
+export const ZVOL_SHAPE_PROPERTIES: ReadonlySet<string> = new Set(["volsize", "volblocksize"]);
+
+/**
+ * Every property a stream of this kind (raw or not; of a zvol or a dataset) is told to leave
+ * alone with `-x`.
+ */
+export function excludedOnReceive(raw: boolean, zvol = false): string[] {
   return [
-    ...NATIVE_PROPERTIES,
+    ...(zvol ? ZVOL_NATIVE_PROPERTIES : NATIVE_PROPERTIES),
     ...(raw ? [] : KEY_PROPERTIES),
     ...OWN_PROPERTIES,
     ...OTHER_TOOLS_PROPERTIES,
@@ -168,10 +203,11 @@ export async function receiveExclusions(
   zfs: Zfs,
   target: string,
   raw: boolean,
+  zvol = false,
 ): Promise<readonly string[] | undefined> {
   if (!(await zfs.receiveOverrides(target))) return undefined;
   const parent = target.slice(0, Math.max(0, target.lastIndexOf("/")));
-  return await zfs.knownProperties(parent || target, excludedOnReceive(raw));
+  return await zfs.knownProperties(parent || target, excludedOnReceive(raw, zvol));
 }
 
 /** One property a stream decided, on the dataset or snapshot `name`. */
@@ -258,9 +294,11 @@ export async function checkStreamProperties(
     ? await setBackLocal(zfs, dataset, localBefore, local, log)
     : new Set<string>();
   const decided: ReceivedProperty[] = [];
+  const shape = check.manifest.zvol ? ZVOL_SHAPE_PROPERTIES : new Set<string>();
   for (const [name, props] of found) {
     for (const [property, v] of props) {
       if (!v.source.startsWith("received")) continue;
+      if (shape.has(property)) continue;
       if (name === dataset && (check.settles.has(property) || setBack.has(property))) continue;
       decided.push({ name, property, value: v.value });
     }

@@ -14,6 +14,7 @@ import {
   type KeepPolicy,
   manifestKey,
   type SnapshotManifest,
+  type StoredZvol,
   streamsPrefix,
   type VolumeRecord,
 } from "./layout.ts";
@@ -200,6 +201,7 @@ export function parseManifest(
   const csiName = f.optionalText("csiName");
   const form = obj.form === undefined ? undefined : readForm(f.object("form"), `${what}: form`);
   const referencedBytes = f.optionalCount("referencedBytes");
+  const zvol = obj.zvol === undefined ? undefined : readZvol(f.object("zvol"), `${what}: zvol`);
   const manifest: SnapshotManifest = {
     ...obj,
     format: 1,
@@ -218,9 +220,25 @@ export function parseManifest(
     ...(form === undefined ? {} : { form }),
     node: f.text("node"),
     capacityBytes: f.count("capacityBytes"),
+    ...(zvol === undefined ? {} : { zvol }),
     ...(referencedBytes === undefined ? {} : { referencedBytes }),
   };
   return manifest;
+}
+
+/** Reads a manifest's `zvol`: what the stream holds, its volblocksize, whether formatted. */
+function readZvol(obj: Json, what: string): StoredZvol {
+  const f: Fields = new Fields(obj, what);
+  const content = obj.content;
+  if (content !== "block" && content !== "ext4" && content !== "xfs") {
+    f.fail("content", `"block", "ext4" or "xfs"`);
+  }
+  const volblocksize = f.count("volblocksize");
+  // What zfs allows: a power of two from 512 bytes to 16 MiB.
+  if (volblocksize < 512 || volblocksize > 1 << 24 || (volblocksize & (volblocksize - 1)) !== 0) {
+    f.fail("volblocksize", "a power of two from 512 to 16777216");
+  }
+  return { ...obj, content, volblocksize, formatted: f.boolean("formatted") };
 }
 
 /** A stream feature's name as stream_form.ts writes them ("lz4", "embed_data", "bit29"). */

@@ -110,13 +110,31 @@ export interface SnapshotManifest {
   readonly form?: RecordedForm;
   /** The node that sent it. */
   readonly node: string;
-  /** The volume's size when the snapshot was taken. */
+  /** The volume's size when the snapshot was taken (a zvol's volsize, a dataset's refquota). */
   readonly capacityBytes: number;
+  /**
+   * Present when the stream is of a zvol (docs/block-volumes.md): what a restore makes of it.
+   * Absent in manifests of datasets, and in every manifest written before zvols were stored.
+   */
+  readonly zvol?: StoredZvol;
   /**
    * The snapshot's `referenced` (what refquota bounds): its size, as CSI's size_bytes answers
    * it. Absent in manifests written before it existed (see snapshot_size.ts).
    */
   readonly referencedBytes?: number;
+}
+
+/** What a stored stream of a zvol holds, as the sending node recorded it. Untrusted. */
+export interface StoredZvol {
+  /** The zvol's `org.zfs-csi:fs-type`: a raw device, or the filesystem the plugin made on it. */
+  readonly content: "block" | "ext4" | "xfs";
+  /** Its volblocksize in bytes (kept by the stream: a restore cannot change it). */
+  readonly volblocksize: number;
+  /**
+   * Whether the plugin had recorded its filesystem made (`org.zfs-csi:format` = done) before
+   * the snapshot was taken: only then does the snapshot surely hold the whole filesystem.
+   */
+  readonly formatted: boolean;
 }
 
 /** 16 lowercase hex digits of a decimal guid. */

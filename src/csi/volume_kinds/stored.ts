@@ -10,9 +10,16 @@ import { STORE_UID_PROPERTY } from "../../replicate/backup.ts";
 import type { StoredSnapshotRef } from "../../store/snapshot_ids.ts";
 import { StoreError } from "../../store/store.ts";
 import type { PropertyList } from "../../zfs/args.ts";
+import { parseBytes } from "../../zfs/parse.ts";
 import { type VolumeParameters, ZFS_PARAMETERS } from "../../parameters.ts";
 import type { StoredSnapshots } from "../stored_snapshots.ts";
 import type { KindCommon } from "./common.ts";
+import { FORMAT, FORMAT_PROPERTY, type ZvolContent } from "../../volume/zvol.ts";
+
+/** How a request asks for a zvol holding `content`, for messages. */
+function zvolRequestHint(content: ZvolContent): string {
+  return content === "block" ? "a block capability" : `fs_type "${content}"`;
+}
 
 /** The controller's side of the store's snapshots. */
 export class StoredKind {
@@ -87,6 +94,13 @@ export class StoredKind {
     }
     const refquotaOf = (capacity: number) => (size > 0 ? size : capacity);
     const manifest = await this.storeFor(ref.id).restore(ref, dataset, (m) => {
+      if (m.zvol) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Snapshot "${ref.id}" is of a zvol holding ${m.zvol.content}: restore it as a ` +
+            `zvol (${zvolRequestHint(m.zvol.content)}), not as a ZFS dataset`,
+        );
+      }
       checkRestoredKey(ref.id, m.raw, params);
       // CSI: a volume made from a snapshot holds at least the snapshot. Manifests from before
       // referencedBytes say nothing of it; the refquota then refuses what does not fit.
@@ -119,6 +133,96 @@ export class StoredKind {
       }
     }
     return refquotaOf(manifest.capacityBytes);
+  }
+
+  /**
+   * Restores the stored snapshot of a zvol into `dataset` as a zvol holding `content`
+   * (docs/block-volumes.md); returns its volsize: `size` when larger than the snapshot's,
+   * else the snapshot's (a zvol is never shrunk). The restored zvol gets the plugin's records
+   * anew (`props`: marker, name, fs-type, ...; a stream carries none, see
+   * stream_properties.ts) and its format record from the manifest: done only when the source's
+   * record said done before the snapshot was taken (then the snapshot holds the whole
+   * filesystem the plugin made, and no stage ever formats it); otherwise none, so the first
+   * stage decides by what the device holds, as for a clone: the filesystem made is mounted,
+   * an empty device formatted, anything else refused. Never `begun`, which would wipe it.
+   * @throws {CsiError} INVALID_ARGUMENT for a snapshot of a dataset or of a zvol holding
+   *   something else, OUT_OF_RANGE for a size below the snapshot's volsize; before any receive
+   */
+  async restoreZvolFrom(
+    ref: StoredSnapshotRef,
+    into: {
+      readonly dataset: string;
+      readonly props: Record<string, string>;
+      readonly params: VolumeParameters;
+      readonly content: ZvolContent;
+      /** The volsize asked for, 0 for the snapshot's own. */
+      readonly size: number;
+      readonly sparse: boolean;
+    },
+  ): Promise<number> {
+    const { dataset, params, content, size } = into;
+    const createOnly = Object.keys(params.properties).filter((k) =>
+      Object.hasOwn(ZFS_PARAMETERS, k) && ZFS_PARAMETERS[k]!.createOnly
+    );
+    if (createOnly.length > 0) {
+      throw new CsiError(
+        Code.INVALID_ARGUMENT,
+        `Parameter ${createOnly.map((k) => `"${k}"`).join(", ")} cannot be given to a volume ` +
+          `restored from the store: the restored zvol keeps the value of its backup`,
+      );
+    }
+    const manifest = await this.storeFor(ref.id).restore(ref, dataset, (m) => {
+      if (!m.zvol) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Snapshot "${ref.id}" is of a ZFS dataset: a zvol is restored only from a zvol's ` +
+            `snapshot (ask for a filesystem volume without fs_type ext4/xfs or a block capability)`,
+        );
+      }
+      if (m.zvol.content !== content) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Snapshot "${ref.id}" is of a zvol holding ${m.zvol.content}, and the request asks ` +
+            `for ${content}`,
+        );
+      }
+      checkRestoredKey(ref.id, m.raw, params);
+      if (size > 0 && size < m.capacityBytes) {
+        throw new CsiError(
+          Code.OUT_OF_RANGE,
+          `Snapshot "${ref.id}" is of a zvol of ${m.capacityBytes} bytes, more than the ` +
+            `requested capacity of ${size} bytes (a zvol is never shrunk)`,
+        );
+      }
+      const all: Record<string, string> = {
+        ...into.props,
+        // Received zvols reserve nothing: a full one reserves its size again, as a clone does.
+        refreservation: into.sparse ? "none" : "auto",
+      };
+      if (m.zvol.formatted && content !== "block") all[FORMAT_PROPERTY] = FORMAT.done;
+      if (m.volume === this.#c.nameOf(dataset)) all[STORE_UID_PROPERTY] = m.volumeUid;
+      return Object.entries(all) as PropertyList;
+    });
+    if (manifest.volume === this.#c.nameOf(dataset)) {
+      try {
+        await this.storeFor(ref.id).volumeRestored(manifest.volume, manifest.volumeUid);
+      } catch (err) {
+        if (!(err instanceof StoreError)) throw err;
+        this.#c.d.log.warn("could not clear the restored volume's deletion mark in the store", {
+          dataset,
+          error: err,
+        });
+      }
+    }
+    // What zfs made, not what the manifest says (untrusted; checked before the receive).
+    const made = await this.#c.d.zfs.getProperties(dataset, ["volsize"]);
+    const volsize = parseBytes(made?.get("volsize")?.value ?? "0");
+    if (size > volsize) {
+      // zfs grows a full refreservation with the volsize (as ControllerExpandVolume relies on).
+      await this.#c.d.zfs.setProperties(dataset, [["volsize", String(size)]]);
+      return size;
+    }
+    return volsize;
   }
 
   /**

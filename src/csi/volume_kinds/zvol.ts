@@ -19,7 +19,7 @@ import {
   NAME_PROPERTY,
 } from "../../zfs/names.ts";
 import { hasOwnMarker, parseBytes, type PropertyMap } from "../../zfs/parse.ts";
-import { fittedVolumeName } from "../../zfs/fit.ts";
+import { fittedSnapshotName, fittedVolumeName } from "../../zfs/fit.ts";
 import {
   PARAMETERS_PROPERTY,
   SOURCE_PROPERTY,
@@ -38,7 +38,9 @@ import {
   ZVOL_SIZE_STEP,
   type ZvolContent,
 } from "../../volume/zvol.ts";
-import { BACKUP_PARAMETERS, parseParameters } from "../../parameters.ts";
+import { BACKUP_PARAMETERS, parseParameters, type VolumeParameters } from "../../parameters.ts";
+import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../../replicate/backup.ts";
+import { formatKeepPolicy } from "../../store/policy.ts";
 import { MIN_VOLUME_BYTES } from "../../size.ts";
 import { snapshotIdOf } from "../../zfs/ids.ts";
 import type { CreateVolumeRequest } from "../types.ts";
@@ -76,6 +78,19 @@ export function checkOwnedZvol(dataset: string, props: PropertyMap): ZvolContent
   return content;
 }
 
+/**
+ * The zvol's backup properties: only what its parameters ask for, as for a dataset (ordinary.ts:
+ * the plugin's defaults are never written, so a later --backup-interval reaches it).
+ */
+function backupProperties(store: boolean, params: VolumeParameters): Record<string, string> {
+  if (!store) return {};
+  const props: Record<string, string> = {};
+  const interval = params.backup?.intervalSeconds;
+  if (interval !== undefined) props[BACKUP_INTERVAL_PROPERTY] = String(interval);
+  if (params.backup?.keep) props[BACKUP_KEEP_PROPERTY] = formatKeepPolicy(params.backup.keep);
+  return props;
+}
+
 /** Zvol volumes on this node. */
 export class ZvolVolumes implements VolumeKind {
   readonly #c: KindCommon;
@@ -105,32 +120,19 @@ export class ZvolVolumes implements VolumeKind {
     const capacity = checkCapacity(req.capacity_range);
     const zvol = parseZvolParameters(parameters, { allowSparse: config.allowSparseZvols });
     const params = parseParameters(zvol.rest, config.parameterPolicy);
-    if (params.backup) {
+    if (params.backup && !config.store) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
-        `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} are not ` +
-          `supported for zvols yet: back them up with snapshots`,
+        `Parameters ${BACKUP_PARAMETERS.interval} and ${BACKUP_PARAMETERS.keep} need a store, ` +
+          `and this plugin has none (start it with --store)`,
       );
     }
     checkRequisite(req.accessibility_requirements, config.topology, config.nodeId);
     const source = contentSource(this.#c, this.#stored, req.volume_content_source);
-    if (source?.kind === "stored") {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `A zvol cannot be restored from the store yet (snapshot "${source.id}"): restore it ` +
-          `from a snapshot on this node`,
-      );
-    }
     if (source && zvol.volblocksize !== undefined) {
       throw new CsiError(
         Code.INVALID_ARGUMENT,
-        `Parameter volblocksize does not apply to a clone: it keeps its source's`,
-      );
-    }
-    if (source && zvol.volblocksize !== undefined) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Parameter volblocksize does not apply to a clone: it keeps its source's`,
+        `Parameter volblocksize does not apply to a clone or a restore: it keeps its source's`,
       );
     }
     const asked = capacity.requiredBytes > 0 || capacity.limitBytes > 0;
@@ -140,7 +142,7 @@ export class ZvolVolumes implements VolumeKind {
     );
     const sourceText = source ? `${source.kind}:${source.id}` : "";
     const want = { name: requested, capacity, canonical, source: sourceText, content };
-    const keys = source ? [dataset, source.dataset] : [dataset];
+    const keys = source && source.kind !== "stored" ? [dataset, source.dataset] : [dataset];
     return await withLock(this.#c.d.locks, keys, async () => {
       if (source) {
         const existing = await this.#c.d.zfs.getProperties(dataset, VOLUME_STATE);
@@ -155,6 +157,7 @@ export class ZvolVolumes implements VolumeKind {
         [PARAMETERS_PROPERTY]: canonical,
         [ZVOL_CONTENT_PROPERTY]: content,
         ...(source ? { [SOURCE_PROPERTY]: sourceText } : {}),
+        ...backupProperties(config.store !== undefined, params),
       };
       let made = size;
       try {
@@ -164,6 +167,15 @@ export class ZvolVolumes implements VolumeKind {
             { sizeBytes: size, sparse: zvol.sparse },
             props,
           );
+        } else if (source.kind === "stored") {
+          made = await this.#stored.restoreZvolFrom(source.ref, {
+            dataset,
+            props,
+            params,
+            content,
+            size: asked ? size : 0,
+            sparse: zvol.sparse,
+          });
         } else {
           made = await this.#cloneFrom(source, {
             dataset,
@@ -241,6 +253,7 @@ export class ZvolVolumes implements VolumeKind {
           obstacleMessage(`Volume "${id}" is not deleted`, dataset, found.check.obstacles),
         );
       }
+      await this.#stored.keepBackups(id, dataset);
       await this.#c.d.trash.removeVolume(dataset, found);
       return {};
     });
@@ -310,16 +323,18 @@ export class ZvolVolumes implements VolumeKind {
     });
   }
 
-  /** CreateSnapshot: a zfs snapshot of the zvol here (the store does not take zvols yet). */
+  /**
+   * CreateSnapshot: a zfs snapshot of the zvol here, or in the store (its manifest records
+   * that it is a zvol's, and what it holds: backup.ts).
+   */
   async snapshot(req: SnapshotRequest): Promise<unknown> {
-    if (req.toStore) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        `Volume "${req.sourceId}" is a zvol: its snapshots stay on this node (no store=... ` +
-          `parameter) in this release`,
-      );
-    }
-    return await this.#ordinary.snapshot(req);
+    const { sourceId, dataset, requested, toStore } = req;
+    if (!toStore) return await this.#ordinary.snapshot(req);
+    await this.contentOf(sourceId, dataset);
+    const volumeName = this.#c.nameOf(dataset);
+    const name = fittedSnapshotName(volumeName, dataset, requested, this.#c.d.config.nodeId);
+    const entry = await toStore.create(dataset, volumeName, requested, name);
+    return { snapshot: this.#c.storedMessage(entry) };
   }
 
   /**
