@@ -19,6 +19,7 @@ import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng } from "../support/prng.ts";
 import { openZfs } from "../support/stream_bytes.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+import { blockCapability, type Capability, ddRead, fsCapability, probe } from "../support/zvols.ts";
 
 const MiB = 1024 * 1024;
 const onOpenZfs = await openZfs();
@@ -28,19 +29,6 @@ const FS_USAGE = "rw-file-system-single-node-writer";
 
 function print(text: string): void {
   Deno.stdout.writeSync(new TextEncoder().encode(text + "\n"));
-}
-
-type Capability = Record<string, unknown>;
-
-function blockCapability(): Capability {
-  return { block: {}, access_mode: { mode: "SINGLE_NODE_WRITER" } };
-}
-
-function fsCapability(fsType: string): Capability {
-  return {
-    mount: { fs_type: fsType, mount_flags: [], volume_mount_group: "" },
-    access_mode: { mode: "SINGLE_NODE_WRITER" },
-  };
 }
 
 function createRequest(
@@ -151,36 +139,6 @@ async function zvolDevice(dataset: string): Promise<string> {
     if (i >= 240) throw new Error(`${link} did not appear: ${r.stderr}`);
     await new Promise((r) => setTimeout(r, 250));
   }
-}
-
-async function ddRead(device: string, offsetMiB: number, bytes: number, dir: string) {
-  const out = `${dir}/readback.bin`;
-  await sh(
-    "dd",
-    `if=${device}`,
-    `of=${out}`,
-    "bs=1M",
-    `skip=${offsetMiB}`,
-    `count=${bytes / MiB}`,
-    "iflag=direct",
-    "status=none",
-  );
-  const data = await Deno.readFile(out);
-  await Deno.remove(out);
-  return data;
-}
-
-/** blkid's probe of a device: TYPE, UUID, ... */
-async function probe(device: string): Promise<Record<string, string>> {
-  const r = await tryRun("blkid", "-p", "-o", "export", device);
-  if (r.code === 2) return {};
-  assert.equal(r.code, 0, `blkid -p ${device}: ${r.stderr}`);
-  return Object.fromEntries(
-    r.stdout.split("\n").filter((l) => l.includes("=")).map((l) => {
-      const i = l.indexOf("=");
-      return [l.slice(0, i), l.slice(i + 1)];
-    }),
-  );
 }
 
 Deno.test({

@@ -24,6 +24,7 @@ import { PluginProcess, runZfsCsi } from "../support/plugin_process.ts";
 import { Prng } from "../support/prng.ts";
 import { openZfs } from "../support/stream_bytes.ts";
 import { destroyRetrying, sh, TestPool, tryRun } from "../support/zfs_pool.ts";
+import { blockCapability, type Capability, ddRead, fsCapability, probe } from "../support/zvols.ts";
 
 const MiB = 1024 * 1024;
 const NODE = "node-a";
@@ -36,31 +37,6 @@ const SLOW_MS = 300_000;
 
 function print(text: string): void {
   Deno.stdout.writeSync(new TextEncoder().encode(text + "\n"));
-}
-
-/** A volume capability: block, or a filesystem (with an fs_type or not). */
-type Capability =
-  | { readonly block: Record<string, never>; readonly access_mode: { readonly mode: string } }
-  | {
-    readonly mount: {
-      readonly fs_type: string;
-      readonly mount_flags: string[];
-      readonly volume_mount_group: string;
-    };
-    readonly access_mode: { readonly mode: string };
-  };
-
-/** A block capability as Nomad builds it for `attachment_mode = "block-device"`. */
-function blockCapability(mode = "SINGLE_NODE_WRITER"): Capability {
-  return { block: {}, access_mode: { mode } };
-}
-
-/** A filesystem capability with an fs_type. */
-function fsCapability(fsType: string, mode = "SINGLE_NODE_WRITER"): Capability {
-  return {
-    mount: { fs_type: fsType, mount_flags: [], volume_mount_group: "" },
-    access_mode: { mode },
-  };
 }
 
 function createRequest(
@@ -378,29 +354,6 @@ async function ddWrite(file: string, device: string, offsetMiB: number): Promise
   );
 }
 
-/** Reads `bytes` of `device` at `offsetMiB` (direct I/O), through a file in `dir`. */
-async function ddRead(
-  device: string,
-  offsetMiB: number,
-  bytes: number,
-  dir: string,
-): Promise<Uint8Array> {
-  const out = `${dir}/readback.bin`;
-  await sh(
-    "dd",
-    `if=${device}`,
-    `of=${out}`,
-    "bs=1M",
-    `skip=${offsetMiB}`,
-    `count=${bytes / MiB}`,
-    "iflag=direct",
-    "status=none",
-  );
-  const data = await Deno.readFile(out);
-  await Deno.remove(out);
-  return data;
-}
-
 /** A seeded pattern of `bytes` in a file of `dir`. */
 async function patternFile(
   dir: string,
@@ -412,19 +365,6 @@ async function patternFile(
   const path = `${dir}/${name}.bin`;
   await Deno.writeFile(path, data);
   return { path, data };
-}
-
-/** blkid's low-level probe of a device: TYPE, UUID, ... (empty when it finds no signature). */
-async function probe(device: string): Promise<Record<string, string>> {
-  const r = await tryRun("blkid", "-p", "-o", "export", device);
-  if (r.code === 2) return {};
-  assert.equal(r.code, 0, `blkid -p ${device}: ${r.stderr}`);
-  return Object.fromEntries(
-    r.stdout.split("\n").filter((l) => l.includes("=")).map((l) => {
-      const i = l.indexOf("=");
-      return [l.slice(0, i), l.slice(i + 1)];
-    }),
-  );
 }
 
 /** Whether the filesystem on `device` (not mounted) is consistent: e2fsck -fn / xfs_repair -n. */
