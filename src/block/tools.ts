@@ -37,7 +37,9 @@ export class BlockTools {
   readonly #timeoutMs: number;
   readonly #log: Logger;
   /** Each tool's program: its name on PATH, or without PATH the file found (permissions.ts). */
-  readonly #programs: ReadonlyMap<string, string>;
+  readonly #program: (name: BlockProgramName | "zvol_id") => string;
+  /** Each program's path, found at its first use: a plugin without zvols never looks. */
+  readonly #programs = new Map<string, string>();
 
   constructor(
     runner: CommandRunner,
@@ -55,14 +57,16 @@ export class BlockTools {
         name === "zvol_id"
           ? ZVOL_ID_PROGRAMS.find((f) => PROCESS_LOOKUP.exists(f)) ?? ZVOL_ID_PROGRAMS[0]
           : defaultProgram(name));
-    this.#programs = new Map(
-      [...BLOCK_PROGRAM_NAMES, "zvol_id" as const].map((name) => [name, program(name)]),
-    );
+    this.#program = program;
   }
 
   /** `argv` with its program as this node runs it. */
   #argv(argv: readonly string[]): string[] {
-    return [this.#programs.get(argv[0]!) ?? argv[0]!, ...argv.slice(1)];
+    const name = argv[0]!;
+    if (!this.#programs.has(name) && isProgramName(name)) {
+      this.#programs.set(name, this.#program(name));
+    }
+    return [this.#programs.get(name) ?? name, ...argv.slice(1)];
   }
 
   /**
@@ -124,4 +128,9 @@ export class BlockTools {
       : (res.stderr.trim().split("\n")[0] ?? "").slice(0, 300) || `exit code ${res.code}`;
     return new CsiError(Code.INTERNAL, `${argv[0]} failed on ${argv.at(-1)}: ${said}`);
   }
+}
+
+/** Whether `name` is one of the programs a BlockTools runs. */
+function isProgramName(name: string): name is BlockProgramName | "zvol_id" {
+  return name === "zvol_id" || (BLOCK_PROGRAM_NAMES as readonly string[]).includes(name);
 }
