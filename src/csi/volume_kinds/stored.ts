@@ -8,6 +8,7 @@
 import { Code, CsiError } from "../../errors.ts";
 import { STORE_UID_PROPERTY } from "../../replicate/backup.ts";
 import type { StoredSnapshotRef } from "../../store/snapshot_ids.ts";
+import type { SnapshotManifest } from "../../store/layout.ts";
 import { StoreError } from "../../store/store.ts";
 import type { PropertyList } from "../../zfs/args.ts";
 import { parseBytes } from "../../zfs/parse.ts";
@@ -120,19 +121,30 @@ export class StoredKind {
       this.#c.sizeProps(all, params, refquota);
       return Object.entries(all) as PropertyList;
     });
-    if (manifest.volume === this.#c.nameOf(dataset)) {
-      try {
-        await this.storeFor(ref.id).volumeRestored(manifest.volume, manifest.volumeUid);
-      } catch (err) {
-        if (!(err instanceof StoreError)) throw err;
-        // The next backup clears the mark too; until then the pruner waits out the retention.
-        this.#c.d.log.warn("could not clear the restored volume's deletion mark in the store", {
-          dataset,
-          error: err,
-        });
-      }
-    }
+    await this.#clearDeletionMark(ref.id, manifest, dataset);
     return refquotaOf(manifest.capacityBytes);
+  }
+
+  /**
+   * Restored under its own name (a delete undone): the store's mark that the volume was deleted
+   * is cleared. A store error only warns: the next backup clears the mark too, and until then
+   * the pruner waits out the retention.
+   */
+  async #clearDeletionMark(
+    refId: string,
+    manifest: SnapshotManifest,
+    dataset: string,
+  ): Promise<void> {
+    if (manifest.volume !== this.#c.nameOf(dataset)) return;
+    try {
+      await this.storeFor(refId).volumeRestored(manifest.volume, manifest.volumeUid);
+    } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
+      this.#c.d.log.warn("could not clear the restored volume's deletion mark in the store", {
+        dataset,
+        error: err,
+      });
+    }
   }
 
   /**
@@ -203,17 +215,7 @@ export class StoredKind {
       if (m.volume === this.#c.nameOf(dataset)) all[STORE_UID_PROPERTY] = m.volumeUid;
       return Object.entries(all) as PropertyList;
     });
-    if (manifest.volume === this.#c.nameOf(dataset)) {
-      try {
-        await this.storeFor(ref.id).volumeRestored(manifest.volume, manifest.volumeUid);
-      } catch (err) {
-        if (!(err instanceof StoreError)) throw err;
-        this.#c.d.log.warn("could not clear the restored volume's deletion mark in the store", {
-          dataset,
-          error: err,
-        });
-      }
-    }
+    await this.#clearDeletionMark(ref.id, manifest, dataset);
     // What zfs made, not what the manifest says (untrusted; checked before the receive).
     const made = await this.#c.d.zfs.getProperties(dataset, ["volsize"]);
     const volsize = parseBytes(made?.get("volsize")?.value ?? "0");
