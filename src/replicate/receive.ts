@@ -11,6 +11,7 @@
 
 import { createHash } from "node:crypto";
 import { ZfsError } from "../errors.ts";
+import { stepAside } from "../foreground.ts";
 import type { Logger } from "../log.ts";
 import type { StreamedExit, StreamRunner } from "../run.ts";
 import { updateInSlices } from "../store/hash_slices.ts";
@@ -459,6 +460,8 @@ async function pump(
     // An empty chunk must not push out the held one: the held chunk holds the last byte.
     if (value.length === 0) continue;
     await digest.update(value);
+    // While a volume call is served the download waits, and the store's server with it.
+    await stepAside(value.length);
     if (held !== undefined) {
       await writing;
       writing = inFlight(toZfs(writer.write(held)));

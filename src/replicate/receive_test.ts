@@ -15,6 +15,7 @@ import {
 } from "../../tests/support/fake_stream_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { ReplicateError } from "../replicate_errors.ts";
+import { STEP_ASIDE_BYTES_PER_SECOND, volumeCalls } from "../foreground.ts";
 import { checkChain, receiveFromStore, restoreChain } from "./receive.ts";
 import { excludedOnReceive } from "./stream_properties.ts";
 
@@ -179,6 +180,39 @@ Deno.test("receiveFromStore downloads and hashes the next chunk while zfs receiv
   // Every write but the last two (the held chunk, written after the end) saw the next read.
   assert.deepEqual(overlapped.slice(0, -2), Array(overlapped.length - 2).fill(true));
   assert.equal(overlapped.length, 8);
+});
+
+Deno.test("receiveFromStore downloads at the slow rate while another volume's call is served", async () => {
+  // Larger than a hash slice: the hash's own pauses (hash_slices.ts) would not keep it slow.
+  const chunk = 128 * 1024;
+  const bytes = joinChunks(patternChunks(64 * chunk, chunk));
+  const m = manifest(bytes);
+  let taken = 0;
+  const store = new class extends MemoryStore {
+    override async getStream(key: string, options?: TransferOptions) {
+      const inner = (await super.getStream(key, options)).getReader();
+      return new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          const r = await inner.read();
+          if (r.done) return controller.close();
+          taken++;
+          controller.enqueue(r.value);
+        },
+      }, { highWaterMark: 0 });
+    }
+  }({ chunkSize: chunk });
+  const { streams, deps } = setup({}, store);
+  await stored(store, m, bytes);
+  const end = volumeCalls.begin({});
+  const receiving = receiveFromStore(deps, { manifest: m, target: TARGET });
+  await new Promise((r) => setTimeout(r, 100));
+  const given = taken;
+  end();
+  // 100 ms at the slow rate is 1.6 MiB: 13 chunks, and the one being read.
+  const most = Math.ceil((0.1 * STEP_ASIDE_BYTES_PER_SECOND) / chunk) + 2;
+  assert.ok(given <= most, `${given} of 64 chunks downloaded in 100 ms while a call was served`);
+  await receiving;
+  assert.deepEqual(streams.processes[0]!.stdinBytes, bytes);
 });
 
 Deno.test("receiveFromStore reports a write that failed while the next chunk downloaded as zfs receive's refusal", async () => {

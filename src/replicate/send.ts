@@ -9,6 +9,7 @@
 
 import { createHash } from "node:crypto";
 import type { ZfsError } from "../errors.ts";
+import { stepAside } from "../foreground.ts";
 import type { Logger } from "../log.ts";
 import type { StreamRunner } from "../run.ts";
 import { followFile } from "../store/file_stream.ts";
@@ -172,8 +173,8 @@ export async function sendToStore(deps: SendDeps, spec: SendToStoreSpec): Promis
 const CHUNK_BYTES = 64 * 1024;
 
 /**
- * `source` passed on as it is read, each chunk shown to `seen` first; `atEnd` runs at its end
- * and may fail it. A byte stream (a command's stdout) stays one: a reader that brings its own
+ * `source` passed on as it is read, each chunk shown to `seen` first and held back while a
+ * volume call is served (src/foreground.ts); `atEnd` runs at its end and may fail it. A byte stream (a command's stdout) stays one: a reader that brings its own
  * buffer (the S3 upload, filling a part) gets the bytes read straight into it, with no chunk
  * allocated or copied on the way.
  */
@@ -188,8 +189,9 @@ function counting(
   } catch {
     return source.pipeThrough(
       new TransformStream<Uint8Array, Uint8Array>({
-        transform(chunk, controller) {
+        async transform(chunk, controller) {
           seen(chunk);
+          await stepAside(chunk.length);
           controller.enqueue(chunk);
         },
         flush: atEnd,
@@ -214,6 +216,8 @@ function counting(
         return;
       }
       seen(value);
+      // While a volume call is served, zfs send waits on a full pipe (src/foreground.ts).
+      await stepAside(value.length);
       request.respondWithNewView(value);
     },
     cancel(reason) {

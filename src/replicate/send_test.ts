@@ -11,6 +11,7 @@ import {
 } from "../../tests/support/fake_stream_runner.ts";
 import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { sendToStore } from "./send.ts";
+import { STEP_ASIDE_BYTES_PER_SECOND, volumeCalls } from "../foreground.ts";
 import { write } from "node:fs";
 import type { SpawnOptions, StreamedCommand, StreamedExit, StreamRunner } from "../run.ts";
 import { FileStore } from "../store/file_store.ts";
@@ -157,6 +158,22 @@ Deno.test("sendToStore reads zfs send no faster than the store takes the stream"
   assert.ok(given <= 4, `${given} of 100 chunks read while the store took 1`);
   store.go.resolve();
   assert.equal((await sending).size, 400 * 1024);
+});
+
+Deno.test("sendToStore reads zfs send at the slow rate while another volume's call is served", async () => {
+  const chunk = 64 * 1024;
+  const { streams, store, deps } = setup({ stdout: patternChunks(64 * chunk, chunk) });
+  const end = volumeCalls.begin({});
+  const sending = sendToStore(deps, { snapshot: "tank/v@s1", raw: false, key: KEY });
+  await new Promise((r) => setTimeout(r, 100));
+  const given = streams.processes[0]!.events.filter((e) => e.startsWith("stdout ")).length;
+  end();
+  // 100 ms at the slow rate is 1.6 MiB: 25 chunks, and the one being read.
+  const most = Math.ceil((0.1 * STEP_ASIDE_BYTES_PER_SECOND) / chunk) + 2;
+  assert.ok(given <= most, `${given} of 64 chunks read in 100 ms while a call was served`);
+  // Once the call ended, the rest goes through.
+  assert.equal((await sending).size, 64 * chunk);
+  assert.equal(store.peek(KEY)?.length, 64 * chunk);
 });
 
 /**

@@ -15,6 +15,8 @@
  * compression negotiated, no cookies. Same permission: --allow-net for the URL's host:port.
  */
 
+import { servingOthers, stepAside } from "../foreground.ts";
+
 /** A request or answer that cannot be carried out: a network failure or a broken answer. */
 export class Http1Error extends TypeError {
   /** Whether any byte of the answer arrived (a request that got none may not have landed). */
@@ -71,6 +73,8 @@ const READ_BYTES = 256 * 1024;
 const BODY_READ_BYTES = 1024 * 1024;
 /** Bodies up to this size go out in one write with the head. */
 const SMALL_BODY_BYTES = 64 * 1024;
+/** A body's slices while a volume call is served: a few milliseconds each at the slow rate. */
+const STEP_ASIDE_SLICE_BYTES = 64 * 1024;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // A field value: visible characters, spaces, tabs and obs-text; no CR, LF, NUL or other controls.
@@ -462,7 +466,14 @@ class Connection {
       throw new Http1Error("the server sent bytes nobody asked for", true);
     }
     for (let at = 0; at < bytes.length;) {
-      const n = await Promise.race([this.#conn.write(bytes.subarray(at)), this.#closing]);
+      // While a volume call is served, a body goes out slowly, in slices (src/foreground.ts):
+      // the store's server then leaves the cores to the call too.
+      let end = bytes.length;
+      if (servingOthers()) {
+        end = Math.min(end, at + STEP_ASIDE_SLICE_BYTES);
+        await stepAside(end - at);
+      }
+      const n = await Promise.race([this.#conn.write(bytes.subarray(at, end)), this.#closing]);
       at += n;
       onSent?.(n);
     }

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { Http1Client, Http1Error } from "../../src/store/http1.ts";
+import { STEP_ASIDE_BYTES_PER_SECOND, volumeCalls } from "../../src/foreground.ts";
 
 const encoder = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
@@ -385,6 +386,35 @@ Deno.test("Http1Client writes a large body as given and the server gets the same
   const client = new Http1Client();
   const r = await client.fetch(`${server.url}/part`, { method: "PUT", body });
   assert.equal(await r.text(), createHash("sha256").update(body).digest("hex"));
+});
+
+Deno.test("Http1Client writes a body at the slow rate, in slices, while a volume call is served", async () => {
+  await using server = new RawServer(answering(() => ok("done")));
+  const client = new Http1Client();
+  const body = new Uint8Array(8 * 1024 * 1024);
+  let sent = 0;
+  let largest = 0;
+  let serving = true;
+  const end = volumeCalls.begin({});
+  const putting = client.fetch(`${server.url}/part`, {
+    method: "PUT",
+    body,
+    onSent: (n) => {
+      sent += n;
+      if (serving) largest = Math.max(largest, n);
+    },
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const during = sent;
+  serving = false;
+  end();
+  // The answer read first: a connection left with an unread answer would keep the server open.
+  assert.equal(await (await putting).text(), "done");
+  assert.ok(sent > body.length);
+  assert.ok(largest <= 64 * 1024, `one write of ${largest} bytes while a call was served`);
+  // 200 ms at the slow rate is 3.2 MiB (and the head); a socket on loopback takes 8 MiB at once.
+  const most = 0.2 * STEP_ASIDE_BYTES_PER_SECOND + 64 * 1024;
+  assert.ok(during <= most, `${during} bytes went out in 200 ms while a call was served`);
 });
 
 Deno.test("Http1Client: a refused connection is an Http1Error naming the endpoint", async () => {
