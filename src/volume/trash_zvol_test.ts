@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { KeyedLock } from "../lock.ts";
 import { Logger } from "../log.ts";
 import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
-import { FakePool, type FakeValue } from "../../tests/support/fake_pool.ts";
+import { FakePool } from "../../tests/support/fake_pool.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { Trash } from "./trash.ts";
 
@@ -53,23 +53,29 @@ function setup(opts: { retention?: number } = {}) {
 }
 
 /** A zvol the plugin made, with `refreservation` (bytes, or "none" for a sparse one). */
-function zvol(pool: FakePool, refreservation: string, extra: Record<string, FakeValue> = {}) {
+function zvol(pool: FakePool, refreservation: string) {
   pool.add(ZVOL, {
     type: "volume",
     mountpoint: ["-", "-"],
     volsize: "67108864",
-    refreservation: refreservation === "none" ? ["none", "default"] : refreservation,
+    // OpenZFS's `zfs get -p` says 0 for none.
+    refreservation: refreservation === "none" ? ["0", "default"] : refreservation,
     "org.zfs-csi:managed": "yes",
     "org.zfs-csi:fs-type": "ext4",
-    ...extra,
   });
+}
+
+/** A zvol reserving `refreservation`, inspected for its delete (trash.inspect). */
+async function inspectedZvol(h: ReturnType<typeof setup>, refreservation: string) {
+  zvol(h.pool, refreservation);
+  const found = await h.trash.inspect(ZVOL);
+  assert.ok(found);
+  return found;
 }
 
 Deno.test("Trash.removeVolume of a zvol records its refreservation with the marks, then drops it", async () => {
   const h = setup();
-  zvol(h.pool, FULL);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, FULL);
   const start = h.runner.argvs.length;
   await h.trash.removeVolume(ZVOL, found);
   assert.deepEqual(h.runner.argvs.slice(start), [
@@ -90,11 +96,7 @@ Deno.test("Trash.removeVolume of a zvol records its refreservation with the mark
 
 Deno.test("Trash.removeVolume of a sparse zvol writes no record and drops nothing", async () => {
   const h = setup();
-  // OpenZFS's `zfs get -p` says 0 for none.
-  zvol(h.pool, "none");
-  h.pool.setValue(ZVOL, "refreservation", ["0", "default"]);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, "none");
   const start = h.runner.argvs.length;
   await h.trash.removeVolume(ZVOL, found);
   assert.deepEqual(h.runner.argvs.slice(start), [
@@ -108,9 +110,7 @@ Deno.test("Trash.removeVolume of a sparse zvol writes no record and drops nothin
 
 Deno.test("Trash.removeVolume of a zvol keeps its reservation when the marks (and the record) could not be set", async () => {
   const h = setup();
-  zvol(h.pool, FULL);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, FULL);
   h.pool.hook = (argv) =>
     argv[1] === "set" && argv.some((a) => a.startsWith(`${AT}=`))
       ? { code: 1, stderr: "cannot set property: I/O error\n" }
@@ -127,9 +127,7 @@ Deno.test("Trash.removeVolume of a zvol keeps its reservation when the marks (an
 
 Deno.test("Trash.removeVolume of a zvol logs a drop that failed, with the command; the delete stands", async () => {
   const h = setup();
-  zvol(h.pool, FULL);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, FULL);
   h.pool.hook = (argv) =>
     argv[2] === "refreservation=none"
       ? { code: 1, stderr: "cannot set property: I/O error\n" }
@@ -146,9 +144,7 @@ Deno.test("Trash.removeVolume of a zvol logs a drop that failed, with the comman
 
 Deno.test("Trash.removeVolume of a zvol whose refreservation cannot be read changes nothing", async () => {
   const h = setup();
-  zvol(h.pool, FULL);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, FULL);
   h.pool.hook = (argv) =>
     argv[1] === "get" && argv.includes("refreservation")
       ? { code: 1, stderr: "cannot open 'tank/nomad/disk': I/O error\n" }
@@ -160,9 +156,7 @@ Deno.test("Trash.removeVolume of a zvol whose refreservation cannot be read chan
 
 Deno.test("Trash.purge destroys a set-aside zvol that gave its reservation back, by the same checks", async () => {
   const h = setup({ retention: 60 });
-  zvol(h.pool, FULL);
-  const found = await h.trash.inspect(ZVOL);
-  assert.ok(found);
+  const found = await inspectedZvol(h, FULL);
   await h.trash.removeVolume(ZVOL, found);
   const start = h.runner.argvs.length;
   h.clock.wall += 61;
