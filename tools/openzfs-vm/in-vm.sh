@@ -256,6 +256,8 @@ capture_fixtures() {
   blkid -p -o export "$dev1" >"$f/blkid_ext4.txt"
   mkfs.xfs -q -K "$dev2"
   blkid -p -o export "$dev2" >"$f/blkid_xfs.txt"
+  # udev probes the new filesystems too: let it finish before the pool goes.
+  udevadm settle || true
   zpool destroy tpool
   rm -rf "$d"
   for x in "$f"/*; do
