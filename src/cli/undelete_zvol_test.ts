@@ -13,6 +13,7 @@ import { Trash } from "../volume/trash.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
+import { openZfsFixture, openZfsProperties } from "../../tests/support/openzfs_fixtures.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { run } from "./undelete.ts";
 import { memoryIo, TEST_FLAGS, trashMarks } from "./test_io.ts";
@@ -21,14 +22,12 @@ const HIDDEN = "tank/nomad/.deleted-1795392530-db";
 const DEST = "tank/nomad/db";
 const RECORD = "org.zfs-csi:deleted-refreservation";
 const VOLSIZE = 64 * 1024 * 1024;
-/** What `refreservation=auto` gives a 64 MiB zvol of 16K blocks (OpenZFS 2.2 and later). */
-const FULL = 70254592;
-const NO_SPACE = await Deno.readTextFile(
-  new URL(
-    "../../tests/fixtures/openzfs/stderr_set_busy_refreservation_no_space.txt",
-    import.meta.url,
-  ),
+/** What `zfs create -V` (and refreservation=auto) reserved for a 64 MiB zvol, captured on OpenZFS. */
+const FULL = Number(
+  openZfsProperties("zfs_get_zvol_reservation.txt", "tpool/nomad/z1").get("refreservation")!.value,
 );
+/** OpenZFS refusing a zvol's reservation the pool has no room for (captured). */
+const NO_SPACE = openZfsFixture("stderr_set_zvol_refreservation_no_space.txt");
 const zfs = zfsArgv("zfs");
 
 /**
@@ -58,7 +57,7 @@ function setup(record: string | undefined, room = Infinity) {
     if (!kv.startsWith("refreservation=")) return undefined;
     const value = kv.slice("refreservation=".length);
     const bytes = value === "auto" ? FULL : value === "none" ? 0 : Number(value);
-    if (bytes > room) return { code: 1, stderr: NO_SPACE.replace("tpool/nomad/busy", argv[3]!) };
+    if (bytes > room) return { code: 1, stderr: NO_SPACE.replace("tpool/nomad/z1", argv[3]!) };
     pool.setValue(argv[3]!, "refreservation", [String(bytes), "local"]);
     return {};
   };

@@ -9,6 +9,7 @@ import { KeyedLock } from "../lock.ts";
 import { Logger } from "../log.ts";
 import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
+import { openZfsProperties } from "../../tests/support/openzfs_fixtures.ts";
 import { zfsArgv } from "../../tests/support/zfs_argv.ts";
 import { Trash } from "./trash.ts";
 
@@ -19,8 +20,9 @@ const HIDDEN = `${PARENT}/.deleted-${NOW}-disk`;
 const AT = "org.zfs-csi:deleted-at";
 const NAME = "org.zfs-csi:deleted-name";
 const RECORD = "org.zfs-csi:deleted-refreservation";
-/** A 64 MiB zvol's full reservation (OpenZFS 2.2 and later, 16K blocks: 64 MiB and 3 MiB metadata). */
-const FULL = "70254592";
+/** What `zfs create -V` reserved for a 64 MiB zvol, captured on OpenZFS. */
+const FULL = openZfsProperties("zfs_get_zvol_reservation.txt", "tpool/nomad/z1")
+  .get("refreservation")!.value;
 const SUBTREE = "type,mountpoint,org.zfs-csi:managed,org.zfs-csi:deleted-at," +
   "org.zfs-csi:deleted-name,userrefs,defer_destroy,clones";
 
