@@ -10,6 +10,7 @@ import {
   wipefsArgs,
 } from "./args.ts";
 import { mountDeviceArgs } from "../mount/mounter.ts";
+import { openZfsExitCode, openZfsFixture } from "../../tests/support/openzfs_fixtures.ts";
 
 Deno.test("block argv builders return the exact argument lists", () => {
   assert.deepEqual(blkidArgs("/dev/zd0"), ["blkid", "-p", "-o", "export", "/dev/zd0"]);
@@ -63,19 +64,18 @@ Deno.test("block argv builders take nothing but a zvol's /dev/zdN device", () =>
   assert.throws(() => growArgs("xfs", "/dev/zd0", "relative"), TypeError);
 });
 
-// The documented `blkid -p -o export` formats (util-linux blkid(8)); to be replaced by output
-// captured in the OpenZFS VM.
-const EXT4 = "DEVNAME=/dev/zd0\nUUID=0b7e2c1e-1d7a-4a5f-9d1e-3c1f5b2a9e01\nVERSION=1.0\n" +
-  "BLOCK_SIZE=4096\nTYPE=ext4\nUSAGE=filesystem\n";
-const XFS = "DEVNAME=/dev/zd16\nUUID=5d7c1c5a-6a1e-4f0e-8f5e-2b9e1c7d4a33\nBLOCK_SIZE=512\n" +
-  "TYPE=xfs\nUSAGE=filesystem\n";
+// `blkid -p -o export` of a zvol captured in the OpenZFS VM (tests/fixtures/README.md): empty,
+// after mkfs.ext4 and after mkfs.xfs. A partition table was not captured; its lines follow
+// util-linux's documented format (blkid(8)).
 const GPT = "DEVNAME=/dev/zd32\nPTUUID=1c2d3e4f-0000-4000-8000-000000000001\nPTTYPE=gpt\n";
 
-Deno.test("parseBlkid reads the type, a partition table, and exit 2 as nothing", () => {
-  assert.deepEqual(parseBlkid(EXT4, 0), { type: "ext4" });
-  assert.deepEqual(parseBlkid(XFS, 0), { type: "xfs" });
+Deno.test("parseBlkid reads blkid -p of a zvol as captured: nothing (exit 2), ext4, xfs", () => {
+  assert.equal(openZfsExitCode("blkid_empty"), 2);
+  assert.equal(openZfsFixture("blkid_empty.txt"), "");
+  assert.equal(parseBlkid(openZfsFixture("blkid_empty.txt"), 2), undefined);
+  assert.deepEqual(parseBlkid(openZfsFixture("blkid_ext4.txt"), 0), { type: "ext4" });
+  assert.deepEqual(parseBlkid(openZfsFixture("blkid_xfs.txt"), 0), { type: "xfs" });
   assert.deepEqual(parseBlkid(GPT, 0), { ptType: "gpt" });
-  assert.equal(parseBlkid("", 2), undefined);
   // Exit 0 and only the device name: no signature either.
   assert.equal(parseBlkid("DEVNAME=/dev/zd0\n", 0), undefined);
   assert.throws(() => parseBlkid('/dev/zd0: TYPE="ext4"\n', 0), SyntaxError);
@@ -95,8 +95,15 @@ Deno.test("lsblkArgs asks where a zvol link leads, and takes nothing but /dev/zv
 });
 
 Deno.test("parseLsblk reads the kernel name and device number (lsblk -r, as util-linux 2.38 prints it)", () => {
+  // Captured in the OpenZFS VM: lsblk of a zvol's /dev/zvol link, as lsblkArgs asks; a zvol's
+  // major is the zvol driver's (230).
+  assert.equal(openZfsFixture("lsblk_zvol.txt"), "/dev/zd0 230:0 disk\n");
+  assert.deepEqual(parseLsblk(openZfsFixture("lsblk_zvol.txt")), {
+    name: "/dev/zd0",
+    rdev: 230 * 256,
+  });
   // `lsblk -adnrp -o NAME,MAJ:MIN,TYPE` of a link to /dev/vda on this machine printed
-  // "/dev/vda 254:0 disk"; a zvol's major is the zvol driver's (230 on OpenZFS here).
+  // "/dev/vda 254:0 disk".
   assert.deepEqual(parseLsblk("/dev/vda 254:0 disk\n"), { name: "/dev/vda", rdev: 254 * 256 });
   assert.deepEqual(parseLsblk("/dev/zd16 230:16 disk\n"), {
     name: "/dev/zd16",

@@ -9,8 +9,9 @@ import { ConfigError } from "../config.ts";
 import { Code, CsiError } from "../errors.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "../follow/copy.ts";
 import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../replicate/local.ts";
-import { effectiveSchedule, SCHEDULE_PROPS } from "../replicate/scheduler.ts";
+import { effectiveSchedule, SCHEDULE_PROPS, scheduledType } from "../replicate/scheduler.ts";
 import { formatKeepPolicy, parseInterval, parseKeepPolicy } from "../store/policy.ts";
+import { ZVOL_CONTENT_PROPERTY } from "../volume/zvol.ts";
 import { MANAGED_PROPERTY, MANAGED_VALUE } from "../zfs/names.ts";
 import { hasOwnMarker, type PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
@@ -59,15 +60,22 @@ export function parseSettings(
 }
 
 /**
- * Checks that `dataset` is a volume of zfs-csi's that takes a schedule of its own.
- * @throws {CsiError} NOT_FOUND; FAILED_PRECONDITION for a dataset that is not zfs-csi's, or a
- *   volume that follows its job (its interval is its owner record's)
+ * Checks that `dataset` is a volume of zfs-csi's that takes a schedule of its own: a filesystem
+ * or a zvol, by the scheduler's rule ({@linkcode scheduledType}), with the plugin's marker.
+ * @throws {CsiError} NOT_FOUND; FAILED_PRECONDITION for a dataset that is not zfs-csi's (a zvol
+ *   without its own fs-type record), or a volume that follows its job (its interval is its owner
+ *   record's)
  */
 export async function readVolume(zfs: Zfs, dataset: string): Promise<PropertyMap> {
   const props = await zfs.getProperties(dataset, [...SCHEDULE_PROPS, BACKUP_KEEP_PROPERTY]);
   if (!props) throw new CsiError(Code.NOT_FOUND, `No volume "${dataset}"`);
-  if (props.get("type")?.value !== "filesystem") {
-    throw new CsiError(Code.FAILED_PRECONDITION, `"${dataset}" is not a filesystem`);
+  if (scheduledType(props) === undefined) {
+    throw new CsiError(
+      Code.FAILED_PRECONDITION,
+      props.get("type")?.value === "volume"
+        ? `"${dataset}" is a zvol zfs-csi did not make (no ${ZVOL_CONTENT_PROPERTY} of its own)`
+        : `"${dataset}" is not a filesystem or a zvol`,
+    );
   }
   if (!hasOwnMarker(props, MANAGED_PROPERTY, MANAGED_VALUE)) {
     throw new CsiError(

@@ -16,6 +16,19 @@ function setup() {
     "org.zfs-csi:follow-generation": "2",
   });
   pool.add("tank/nomad/byhand");
+  // Zvols: one the plugin made (its own fs-type record), one with the marker but no record of
+  // its own (inherited from above), one made by hand.
+  pool.add("tank/nomad/disk", {
+    type: "volume",
+    "org.zfs-csi:managed": "yes",
+    "org.zfs-csi:fs-type": "ext4",
+  });
+  pool.add("tank/nomad/inherited", {
+    type: "volume",
+    "org.zfs-csi:managed": "yes",
+    "org.zfs-csi:fs-type": ["block", "inherited from tank/nomad"],
+  });
+  pool.add("tank/nomad/handzvol", { type: "volume" });
   runner.on(["zfs", "inherit"], (argv) => {
     pool.objects.get(argv.at(-1)!)?.delete(argv.at(-2)!);
     return {};
@@ -71,6 +84,54 @@ Deno.test("backup set gives a volume its own interval and keep policy, as the sc
   assert.equal(pool.value("tank/nomad/pg", "org.zfs-csi:backup-interval"), undefined);
   assert.match(back.stdout[0]!, /backups every 2h \(default\) \(was every 1h30m\)/);
   runner.assertNoUnexpected();
+});
+
+Deno.test("backup set gives a zvol the plugin made a schedule of its own, as a dataset", async () => {
+  const { runner, pool } = setup();
+  const io = memoryIo();
+  assert.equal(
+    await run(["set", ...TEST_FLAGS, "disk", "--interval", "15m", "--keep", "last=3"], io, {
+      runner,
+    }),
+    0,
+  );
+  assert.equal(pool.value("tank/nomad/disk", "org.zfs-csi:backup-interval"), "900");
+  assert.equal(
+    pool.value("tank/nomad/disk", "org.zfs-csi:backup-keep"),
+    "last=3,hourly=0,daily=0,weekly=0",
+  );
+  assert.match(io.stdout[0]!, /^Volume "disk": backups every 15m \(was none of its own/);
+  assert.deepEqual(
+    runner.argvs.filter((a) => a[1] === "set"),
+    [[
+      "zfs",
+      "set",
+      "org.zfs-csi:backup-interval=900",
+      "org.zfs-csi:backup-keep=last=3,hourly=0,daily=0,weekly=0",
+      "tank/nomad/disk",
+    ]],
+  );
+  const back = memoryIo();
+  assert.equal(
+    await run(["set", ...TEST_FLAGS, "disk", "--interval", "default"], back, { runner }),
+    0,
+  );
+  assert.equal(pool.value("tank/nomad/disk", "org.zfs-csi:backup-interval"), undefined);
+  runner.assertNoUnexpected();
+});
+
+Deno.test("backup set refuses a zvol the plugin did not make, by its own fs-type record", async () => {
+  const { runner, pool } = setup();
+  for (const name of ["inherited", "handzvol"]) {
+    await assert.rejects(
+      () => run(["set", ...TEST_FLAGS, name, "--interval", "1h"], memoryIo(), { runner }),
+      new RegExp(
+        `"tank/nomad/${name}" is a zvol zfs-csi did not make \\(no org.zfs-csi:fs-type of its own\\)`,
+      ),
+    );
+    assert.equal(pool.value(`tank/nomad/${name}`, "org.zfs-csi:backup-interval"), undefined);
+  }
+  assert.ok(!runner.argvs.some((a) => a[1] === "set"));
 });
 
 Deno.test("backup set refuses what is not a volume of zfs-csi's, and a volume that follows its job", async () => {

@@ -18,7 +18,14 @@ import {
   isDeletedComponent,
   volumeForDataset,
 } from "../zfs/names.ts";
+import type { PropertyMap } from "../zfs/parse.ts";
 import type { Zfs } from "../zfs/zfs.ts";
+import {
+  RESERVATION_PROPERTIES,
+  RESERVATION_RECORD_PROPERTY,
+  reservationPlan,
+  restoreReservation,
+} from "../volume/zvol_reservation.ts";
 import { type CliIo, isoSeconds, printJson } from "./io.ts";
 import { type DeletedRow, deletedRows, LIST_PROPERTIES } from "./list.ts";
 import {
@@ -121,9 +128,12 @@ export function destinationOf(parent: string, row: DeletedRow, as?: string): str
 
 /**
  * Renames `row.hidden` back to `dest`, removes its deletion marks and, for a volume, lets it
- * mount again and mounts it. Nothing is destroyed; a step that fails after the rename says
- * which commands finish the job.
- * @throws {CsiError} FAILED_PRECONDITION when `dest` exists or the item changed since it was read
+ * mount again and mounts it; a zvol first gets back the reservation it gave back when it was
+ * set aside (src/volume/zvol_reservation.ts). Nothing is destroyed; a step that fails after the
+ * rename says which commands finish the job.
+ * @throws {CsiError} FAILED_PRECONDITION when `dest` exists or the item changed since it was
+ *   read; RESOURCE_EXHAUSTED when the pool has no room for the zvol's reservation (it is left
+ *   set aside, unchanged)
  */
 export async function undelete(zfs: Zfs, row: DeletedRow, dest: string): Promise<boolean> {
   const taken = await zfs.getProperties(dest, ["type"]);
@@ -142,17 +152,26 @@ export async function undelete(zfs: Zfs, row: DeletedRow, dest: string): Promise
       `"${row.hidden}" changed or went (purged?) since it was listed; nothing was changed`,
     );
   }
-  // A zvol (a block volume) has no canmount and is not mounted by zfs.
-  const filesystem = row.kind === "volume" && now.get("type")?.value === "filesystem";
+  // A zvol (a block volume) has no canmount and is not mounted by zfs. Its reservation, given
+  // back at the delete, is put back first: where there is no room, it stays set aside as it was.
+  const type = row.kind === "volume" ? now.get("type")?.value : undefined;
+  const filesystem = type === "filesystem";
+  const plan = type === "volume"
+    ? reservationPlan(row.hidden, await zvolReservation(zfs, row.hidden))
+    : { kind: "none" as const };
+  await restoreReservation(zfs, row.hidden, dest, plan);
   await zfs.rename(row.hidden, dest);
+  const recorded = plan.kind !== "none";
   const finish = [
     `zfs inherit ${DELETED_AT_PROPERTY} ${dest}`,
     `zfs inherit ${DELETED_NAME_PROPERTY} ${dest}`,
+    ...(recorded ? [`zfs inherit ${RESERVATION_RECORD_PROPERTY} ${dest}`] : []),
     ...(filesystem ? [`zfs set canmount=on ${dest}`] : []),
   ];
   try {
     await zfs.inherit(dest, DELETED_AT_PROPERTY);
     await zfs.inherit(dest, DELETED_NAME_PROPERTY);
+    if (recorded) await zfs.inherit(dest, RESERVATION_RECORD_PROPERTY);
     if (filesystem) await zfs.set(dest, "canmount", "on");
   } catch (err) {
     throw new Error(
@@ -169,6 +188,15 @@ export async function undelete(zfs: Zfs, row: DeletedRow, dest: string): Promise
     if (err instanceof ZfsError) return false;
     throw err;
   }
+}
+
+/** A set-aside zvol's {@linkcode RESERVATION_PROPERTIES}. */
+async function zvolReservation(zfs: Zfs, hidden: string): Promise<PropertyMap> {
+  const props = await zfs.getProperties(hidden, RESERVATION_PROPERTIES);
+  if (!props) {
+    throw new CsiError(Code.FAILED_PRECONDITION, `"${hidden}" went since it was listed (purged?)`);
+  }
+  return props;
 }
 
 /** Usage of `undelete`. */

@@ -10,6 +10,7 @@ import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
 import { type FakeRunner, mountLine } from "../../tests/support/fake_runner.ts";
+import { openZfsFixture } from "../../tests/support/openzfs_fixtures.ts";
 import { blockCap, fakeNode, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
 import { BlockTools } from "../block/tools.ts";
 import type { DeviceProbe } from "../block/device.ts";
@@ -19,11 +20,9 @@ const PARENT = "tank/nomad";
 const DB = `${PARENT}/db`;
 const DEVICE = "/dev/zd0";
 const GiB = 1024 * 1024 * 1024;
-/** `blkid -p -o export` of an ext4 and an xfs device (util-linux's documented format). */
-const EXT4 =
-  `DEVNAME=${DEVICE}\nUUID=0b7e2c1e-1d7a-4a5f-9d1e-3c1f5b2a9e01\nTYPE=ext4\nUSAGE=filesystem\n`;
-const XFS =
-  `DEVNAME=${DEVICE}\nUUID=5d7c1c5a-6a1e-4f0e-8f5e-2b9e1c7d4a33\nTYPE=xfs\nUSAGE=filesystem\n`;
+/** `blkid -p -o export` of an ext4 and an xfs zvol, captured on OpenZFS (tests/fixtures/openzfs/). */
+const EXT4 = openZfsFixture("blkid_ext4.txt");
+const XFS = openZfsFixture("blkid_xfs.txt");
 
 /** A node's mounts and zvol device, as mount, blkid, mkfs and wipefs see and change them. */
 class BlockHost {

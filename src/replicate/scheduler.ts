@@ -191,6 +191,18 @@ export function effectiveSchedule(
 }
 
 /**
+ * What kind of dataset `props` describe, if it is one the scheduler backs up: a filesystem, or
+ * a zvol the plugin made (its own fs-type record, set at create; a zvol without it is not the
+ * plugin's, whatever its marker says).
+ */
+export function scheduledType(props: PropertyMap): "filesystem" | "zvol" | undefined {
+  const type = props.get("type")?.value;
+  if (type === "filesystem") return "filesystem";
+  if (type === "volume" && props.get(ZVOL_CONTENT_PROPERTY)?.source === "local") return "zvol";
+  return undefined;
+}
+
+/**
  * Whether a child of the parent is one the scheduler backs up (a managed volume or host volume,
  * not one set aside or hidden).
  */
@@ -201,10 +213,7 @@ export function isScheduledKind(
 ): boolean {
   const component = dataset.slice(parent.length + 1);
   if (!dataset.startsWith(`${parent}/`) || component.includes("/")) return false;
-  // A zvol is backed up as a dataset is when the plugin made it (its own fs-type record).
-  const type = props.get("type")?.value;
-  const zvol = type === "volume" && props.get(ZVOL_CONTENT_PROPERTY)?.source === "local";
-  if (type !== "filesystem" && !zvol) return false;
+  if (scheduledType(props) === undefined) return false;
   // Host volumes (src/dhv/) are hidden from CSI but backed up here: their plugin has no daemon.
   if (component.startsWith(".") && !isHostDataset(parent, dataset)) return false;
   if (component.startsWith(DELETED_PREFIX)) return false;

@@ -52,6 +52,7 @@ export const OWN_PROPERTIES: readonly string[] = [
   "org.zfs-csi:backup-last",
   "org.zfs-csi:deleted-at",
   "org.zfs-csi:deleted-name",
+  "org.zfs-csi:deleted-refreservation",
   "org.zfs-csi:follow-generation",
   "org.zfs-csi:follow-released",
   "org.zfs-csi:follow-suspended",

@@ -10,6 +10,7 @@
  * without `-r`, so whatever appeared since the check stops the destroy instead of going with it.
  * A name alone never makes anything the purge's: an unmarked `.deleted-*` dataset (made by hand,
  * by an older zfs-csi, or left by a crash between rename and marking) is logged, never destroyed.
+ * A zvol set aside reserves nothing until undelete puts its recorded reservation back.
  *
  * Age is never taken from the wall clock alone: it counts wall-clock time only up to when this
  * process first saw an item, and monotonic time after that, and nothing is destroyed before the
@@ -42,6 +43,7 @@ import {
   SUBTREE_PROPERTIES,
   type SubtreeCheck,
 } from "./subtree.ts";
+import { RESERVATION_RECORD_PROPERTY, reservationRecord } from "./zvol_reservation.ts";
 
 /** What the trash works with. */
 export interface TrashDeps {
@@ -151,7 +153,8 @@ export class Trash {
    * unused, and passes the {@linkcode inspect}ion that found nothing in the way. It is unmounted
    * first, so a busy filesystem stops the delete before anything changed. With retention 0 it is
    * destroyed (its own hidden snapshots one by one, then the dataset without `-r`); a volume that
-   * clones still need is set aside instead, like every volume with a retention.
+   * clones still need is set aside instead, like every volume with a retention. A zvol set aside
+   * gives its reservation back: recorded with the marks, then dropped (zvol_reservation.ts).
    * @throws {CsiError} FAILED_PRECONDITION when something not made by zfs-csi is in the way
    * @throws {ZfsError} busy (FAILED_PRECONDITION) when the filesystem is in use
    */
@@ -193,23 +196,64 @@ export class Trash {
         }
       }
     }
+    // A zvol's reservation is given back while it is set aside (zvol_reservation.ts): read now,
+    // so that a failed read stops the delete before anything changed.
+    const reserved = filesystem ? undefined : await this.#reservation(dataset);
     const at = this.#now();
     const hidden = await this.#renameAside(dataset, this.#d.parentDataset, at);
-    await this.#mark(hidden, [
+    const marked = await this.#mark(hidden, [
       // Volumes carry the marker; one received with `zfs send -p` gets it set locally too.
       ...(found.props.get(MANAGED_PROPERTY)?.source === "local"
         ? []
         : [[MANAGED_PROPERTY, MANAGED_VALUE] as const]),
       [DELETED_NAME_PROPERTY, dataset],
+      // Recorded with the marks, before the reservation is dropped.
+      ...(reserved === undefined ? [] : [[RESERVATION_RECORD_PROPERTY, reserved] as const]),
       [DELETED_AT_PROPERTY, String(at)],
       // Not mounted again at boot; `zfs set canmount=on` undoes this (zvols are not mounted).
       ...(filesystem ? [["canmount", "noauto"] as const] : []),
     ], at);
+    if (marked && reserved !== undefined) await this.#dropReservation(hidden);
     this.#d.log.info("volume set aside", {
       dataset,
       deletedAs: hidden,
       retentionSeconds: this.#d.retentionSeconds,
+      ...(reserved === undefined ? {} : { reservationBytes: Number(reserved) }),
     });
+  }
+
+  /**
+   * The record of a zvol's refreservation ({@linkcode reservationRecord}): undefined when it
+   * reserves nothing (sparse).
+   * @throws {ZfsError} when zfs fails; CsiError INTERNAL when zfs gives no byte count
+   */
+  async #reservation(zvol: string): Promise<string | undefined> {
+    const props = await this.#d.zfs.getProperties(zvol, ["refreservation"]);
+    const value = props?.get("refreservation")?.value;
+    try {
+      return reservationRecord(value);
+    } catch (err) {
+      throw new CsiError(Code.INTERNAL, `zfs gave "${value}" as the refreservation of "${zvol}"`, {
+        cause: err,
+      });
+    }
+  }
+
+  /**
+   * Sets a set-aside zvol's refreservation to none, its record written already. A failure is
+   * logged: the delete has happened, and the zvol holds its space until the purge.
+   */
+  async #dropReservation(hidden: string): Promise<void> {
+    try {
+      await this.#d.zfs.set(hidden, "refreservation", "none");
+    } catch (err) {
+      this.#d.log.error("set aside but its reservation is kept until the purge", {
+        name: hidden,
+        error: err,
+        hint: `zfs set refreservation=none ${hidden} (its value is recorded in ` +
+          `${RESERVATION_RECORD_PROPERTY}, which zfs-csi undelete puts back)`,
+      });
+    }
   }
 
   /** Removes a snapshot; one that clones depend on is set aside and goes with the last clone. */
@@ -503,17 +547,20 @@ export class Trash {
    * after the other in the order given (the deletion time after the marker it needs, so an
    * interruption leaves it unmarked, which the purge never destroys). A failure is logged with
    * the commands that finish the job: the delete itself has happened.
+   * @returns whether it is marked
    */
-  async #mark(hidden: string, props: PropertyList, at: number): Promise<void> {
+  async #mark(hidden: string, props: PropertyList, at: number): Promise<boolean> {
     try {
       await this.#d.zfs.setProperties(hidden, props);
       this.#seen.set(sightingKey(hidden, at), { mono: this.#mono(), age: 0 });
+      return true;
     } catch (err) {
       this.#d.log.error("set aside but not marked: the purge will not destroy it", {
         name: hidden,
         error: err,
         hint: props.map(([k, v]) => `zfs set ${k}=${v} ${hidden}`).join("; "),
       });
+      return false;
     }
   }
 

@@ -11,7 +11,7 @@
  * (a pattern written with dd onto the published device, read back after unpublish/republish,
  * restage and expansion; a read-only claim is refused), ext4 and xfs volumes (files survive
  * restaging, the filesystem is never made again, expansion grows it as seen from inside), snapshot,
- * clone and restore, the set-aside delete and its undo, a SIGKILL of the plugin and of mkfs while
+ * clone and restore, the set-aside delete (the reservation given back at once) and its undo, a SIGKILL of the plugin and of mkfs while
  * it formats, and hostile input (a block capability for a filesystem volume and the reverse, a
  * volume_context that lies, a /dev/zvol link swapped to a zvol outside the parent dataset).
  */
@@ -858,7 +858,7 @@ Deno.test({
 
 Deno.test({
   name:
-    "block volumes: a deleted zvol is set aside, marked, and brought back by undelete with its data",
+    "block volumes: a deleted zvol is set aside, marked, gives its reservation back, and undelete brings it back reserved with its data (refused, unchanged, without room)",
   ignore: !onOpenZfs,
   async fn() {
     await using pool = await TestPool.create(2048);
@@ -885,18 +885,39 @@ Deno.test({
     await a.release();
     await b.release();
 
+    // What each zvol reserves, which the delete gives back to the pool at once (docs/deleting.md).
+    const reserved = new Map<string, string>();
+    const hidden = new Map<string, string>();
+    const available = async () => Number(await pool.get(pool.parent, "available"));
     for (const name of ["raw", "e4"]) {
+      const dataset = `${pool.parent}/${name}`;
+      reserved.set(name, await pool.get(dataset, "refreservation"));
+      assert.ok(Number(reserved.get(name)) > 64 * MiB, `${name} is reserved in full`);
+      const unused = Number(await pool.get(dataset, "usedbyrefreservation"));
+      const before = await available();
       await c.controller("DeleteVolume", { volume_id: `${name}@${NODE}` });
-      assert.equal((await tryRun("zfs", "get", "-H", "type", `${pool.parent}/${name}`)).code, 1);
+      assert.equal((await tryRun("zfs", "get", "-H", "type", dataset)).code, 1);
       const aside =
         (await sh("zfs", "list", "-H", "-d", "1", "-t", "volume", "-o", "name", pool.parent)).split(
           "\n",
         )
           .filter((n) => n.startsWith(`${pool.parent}/.deleted-`) && n.endsWith(`-${name}`));
       assert.equal(aside.length, 1, `${name} is set aside: ${aside}`);
-      assert.equal(await pool.get(aside[0]!, "org.zfs-csi:deleted-name"), `${pool.parent}/${name}`);
+      hidden.set(name, aside[0]!);
+      assert.equal(await pool.get(aside[0]!, "org.zfs-csi:deleted-name"), dataset);
       assert.match(await pool.get(aside[0]!, "org.zfs-csi:deleted-at"), /^\d+$/);
       assert.equal(await pool.get(aside[0]!, "org.zfs-csi:managed"), "yes");
+      assert.equal(await pool.get(aside[0]!, "refreservation"), "0");
+      assert.equal(
+        await pool.get(aside[0]!, "org.zfs-csi:deleted-refreservation"),
+        reserved.get(name),
+      );
+      const after = await available();
+      print(
+        `  delete ${name}: reserved ${reserved.get(name)}, of it unused ${unused}; ` +
+          `available ${before} -> ${after}`,
+      );
+      assert.ok(after - before >= unused * 0.9, `the pool's space came back at ${name}'s delete`);
     }
     const listed = await c.controller("ListVolumes", {});
     assert.deepEqual(listed.entries, [], "Nomad sees no deleted volume");
@@ -909,12 +930,33 @@ Deno.test({
       "--stage-publish-base-dir",
       plugin.baseDir,
     ];
+    // With no room left for its reservation, undelete refuses and the zvol stays set aside as it
+    // was; with room again, it comes back reserved in full.
+    const filler = `${pool.pool}/filler`;
+    await sh("zfs", "create", "-o", `refreservation=${(await available()) - 8 * MiB}`, filler);
+    const refused = await runZfsCsi(pool.dir, ["undelete", ...flags, "raw"]);
+    print(`  undelete raw without room: ${refused.code} ${refused.stderr.trim()}`);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /The pool has no room to reserve \d+ bytes for .* unchanged/);
+    const rawAside = hidden.get("raw")!;
+    assert.equal(await pool.get(rawAside, "type"), "volume");
+    assert.equal(await pool.get(rawAside, "refreservation"), "0");
+    assert.equal(
+      await pool.get(rawAside, "org.zfs-csi:deleted-refreservation"),
+      reserved.get("raw"),
+    );
+    assert.match(await pool.get(rawAside, "org.zfs-csi:deleted-at"), /^\d+$/);
+    assert.equal((await tryRun("zfs", "get", "-H", "type", `${pool.parent}/raw`)).code, 1);
+    await destroyRetrying(filler);
     for (const name of ["raw", "e4"]) {
       const r = await runZfsCsi(pool.dir, ["undelete", ...flags, name]);
       assert.equal(r.code, 0, `undelete ${name}: ${r.stdout}${r.stderr}`);
       print(`  undelete ${name}: ${r.stdout.trim()}`);
-      assert.equal(await pool.get(`${pool.parent}/${name}`, "type"), "volume");
-      assert.equal(await pool.get(`${pool.parent}/${name}`, "org.zfs-csi:deleted-at"), "-");
+      const dataset = `${pool.parent}/${name}`;
+      assert.equal(await pool.get(dataset, "type"), "volume");
+      assert.equal(await pool.get(dataset, "org.zfs-csi:deleted-at"), "-");
+      assert.equal(await pool.get(dataset, "org.zfs-csi:deleted-refreservation"), "-");
+      assert.equal(await pool.get(dataset, "refreservation"), reserved.get(name), "reserved again");
     }
     const again = await claim(p, raw, "alloc-3", blockCapability());
     assert.deepEqual(

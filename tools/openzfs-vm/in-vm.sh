@@ -215,6 +215,49 @@ capture_fixtures() {
   failing umount_busy umount "$t2"
   wait "$busy" || true
   umount "$t2" "$t1" "$stage"
+
+  # Zvols as the plugin makes them and asks about them (docs/block-volumes.md): a full one (ext4)
+  # and a sparse one (xfs: mkfs.xfs wants 300 MiB); their properties as the controller
+  # (ZVOL_STATE, src/csi/volume_kinds/zvol.ts) and the node (NODE_ZVOL_STATE, node_zvol.ts) read
+  # them; the reservation after create, and again after none then auto (as a set-aside zvol and
+  # its undelete, src/volume/zvol_reservation.ts), and one the pool has no room for; where the
+  # /dev/zvol link leads (lsblk as src/block/args.ts asks; exit 32 for a missing link); what
+  # zvol_id says of the device; blkid -p of a device empty, after mkfs.ext4 and after mkfs.xfs
+  # (with the plugin's flags).
+  local z1=tpool/nomad/z1 z2=tpool/nomad/z2 link1=/dev/zvol/tpool/nomad/z1 link2=/dev/zvol/tpool/nomad/z2
+  local dev1 dev2 zvol_id=/usr/lib/udev/zvol_id code
+  zfs create -V 67108864 -o org.zfs-csi:managed=yes -o org.zfs-csi:fs-type=ext4 "$z1"
+  zfs create -s -V 335544320 -o org.zfs-csi:managed=yes -o org.zfs-csi:fs-type=xfs "$z2"
+  udevadm settle || true
+  for _ in $(seq 120); do [ -e "$link1" ] && [ -e "$link2" ] && break; sleep 0.5; done
+  zfs get -Hp -o name,property,value,source \
+    type,creation,referenced,refquota,org.zfs-csi:managed,org.zfs-csi:parameters,org.zfs-csi:source,volsize,org.zfs-csi:fs-type,quota,refreservation,mountpoint,org.zfs-csi:name,org.zfs-csi:staged-at,volblocksize,org.zfs-csi:attached \
+    "$z1" >"$f/zfs_get_zvol.txt"
+  zfs get -Hp -o name,property,value,source \
+    type,org.zfs-csi:managed,org.zfs-csi:fs-type,volsize,org.zfs-csi:format,org.zfs-csi:attached,org.zfs-csi:staged-at \
+    "$z1" >"$f/zfs_get_zvol_node.txt"
+  zfs get -Hp -o name,property,value,source volsize,volblocksize,refreservation,usedbyrefreservation \
+    "$z1" "$z2" >"$f/zfs_get_zvol_reservation.txt"
+  zfs set refreservation=none "$z1"
+  zfs get -Hp -o name,property,value,source refreservation "$z1" >"$f/zfs_get_zvol_reservation_none.txt"
+  zfs set refreservation=auto "$z1"
+  zfs get -Hp -o name,property,value,source refreservation "$z1" >"$f/zfs_get_zvol_reservation_auto.txt"
+  failing set_zvol_refreservation_no_space zfs set refreservation=1099511627776 "$z1"
+  lsblk -adnrp -o NAME,MAJ:MIN,TYPE "$link1" >"$f/lsblk_zvol.txt"
+  failing lsblk_missing lsblk -adnrp -o NAME,MAJ:MIN,TYPE /dev/zvol/tpool/nomad/none
+  dev1=$(readlink -f "$link1")
+  dev2=$(readlink -f "$link2")
+  [ -x "$zvol_id" ] || zvol_id=/lib/udev/zvol_id
+  "$zvol_id" "$dev1" >"$f/zvol_id.txt"
+  code=0
+  blkid -p -o export "$dev1" >"$f/blkid_empty.txt" || code=$?
+  echo "blkid_empty exit $code" >>"$f/exit_codes.txt"
+  mkfs.ext4 -q -E nodiscard "$dev1"
+  blkid -p -o export "$dev1" >"$f/blkid_ext4.txt"
+  mkfs.xfs -q -K "$dev2"
+  blkid -p -o export "$dev2" >"$f/blkid_xfs.txt"
+  # udev probes the new filesystems too: let it finish before the pool goes.
+  udevadm settle || true
   zpool destroy tpool
   rm -rf "$d"
   for x in "$f"/*; do

@@ -42,7 +42,7 @@ import type { ZvolSupport } from "../zvol_support.ts";
 import { checkOwnedZvol } from "./zvol.ts";
 
 /** What the node reads of a zvol before acting on it. */
-const NODE_ZVOL_STATE = [
+export const NODE_ZVOL_STATE = [
   "type",
   MANAGED_PROPERTY,
   ZVOL_CONTENT_PROPERTY,

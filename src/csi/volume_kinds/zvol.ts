@@ -52,7 +52,7 @@ import { contentSource, type Source } from "./sources.ts";
 import type { StoredKind } from "./stored.ts";
 
 /** What the zvol kind reads of a zvol before acting on it. */
-const ZVOL_STATE = [...VOLUME_STATE, "volblocksize", ATTACHED_PROPERTY] as const;
+export const ZVOL_STATE = [...VOLUME_STATE, "volblocksize", ATTACHED_PROPERTY] as const;
 
 /**
  * Checks that `props` are of a zvol this plugin made.
