@@ -61,17 +61,19 @@ export class FollowStaging implements NodeKind {
   }
 
   /**
-   * The follow volume to release after an unstage: one whose copy here is a follow copy
-   * (it carries a generation) and that no other bind on this node still uses.
+   * The follow volume to release after an unstage: one whose copy here is a follow copy of a
+   * ZFS dataset (it carries a generation; a zvol's copy is node_follow_zvol.ts's, judged by
+   * what uses its device) and that no other bind on this node still uses.
    */
   async #toRelease(dataset: string): Promise<FollowVolume | undefined> {
     if (!this.#d.follow) return undefined;
     const props = await this.#d.zfs.getProperties(dataset, [
-      "mountpoint",
+      "type",
       FOLLOW_GENERATION_PROPERTY,
     ]);
     if (props?.get(FOLLOW_GENERATION_PROPERTY)?.source !== "local") return undefined;
-    const users = await this.#users(dataset, props.get("mountpoint")?.value);
+    if (props.get("type")?.value !== "filesystem") return undefined;
+    const users = await this.#users(dataset);
     if (users.length > 0) {
       this.#d.log.info("follow volume still in use on this node: not released", {
         dataset,
