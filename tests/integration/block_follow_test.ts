@@ -386,6 +386,19 @@ Deno.test({
         "written on node-a\nand on node-b\n",
       );
       assert.deepEqual(await Deno.readFile(`${backOnA.target}/db/table.bin`), data);
+      // Measured, not asserted: what readonly=on (a fenced or suspended copy) does to writes
+      // of a filesystem mounted on the zvol, which holds its device open.
+      await sh("zfs", "set", "readonly=on", ds(a));
+      const fenced = await tryRun(
+        "sh",
+        "-c",
+        `echo fenced >> ${backOnA.target}/fenced.txt && sync ${backOnA.target}/fenced.txt`,
+      );
+      print(
+        `  a write while readonly=on and ext4 stays mounted: exit ${fenced.code} ` +
+          `${fenced.stderr.trim()}`,
+      );
+      await sh("zfs", "set", "readonly=off", ds(a));
       await backOnA.release();
       assert.equal((await ownerOf(storeDir, "files")).state, "released");
     } catch (err) {
