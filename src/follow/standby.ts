@@ -78,6 +78,11 @@ export interface StandbyDeps extends CopyDeps {
   };
   /** Time between ticks. */
   readonly intervalSeconds: number;
+  /**
+   * Whether this node serves zvols (--block-volumes, and a zfs that makes them): a follow zvol's
+   * copy is kept only where it could be staged. Default: whether this node's zfs makes zvols.
+   */
+  readonly servesZvols?: () => Promise<boolean>;
   /** Wall clock (ms since the epoch), for the stamps shown; replaceable in tests. */
   readonly now?: () => number;
 }
@@ -228,6 +233,9 @@ export class StandbyFollower {
     note: (text: string) => void,
   ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
     const head = r.head!;
+    if (r.settings.zvol && !(await (this.#d.servesZvols ?? (() => this.#d.zfs.canMakeZvols()))())) {
+      return void note("this node serves no zvols (--block-volumes, OpenZFS): no copy kept here");
+    }
     const local = await this.#d.copies.readCopy(dataset);
     if (local && local.generation === undefined) {
       throw new CsiError(

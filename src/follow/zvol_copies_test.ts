@@ -2,8 +2,8 @@
  * Copies of follow volumes that are zvols, in src/follow/ (copy_kind.ts and its users): the
  * owner object's zvol settings, the plan for a copy of the other kind, a chain that does not fit,
  * the record's growth in whole volsize steps and a copy given its volsize, the standby's receives
- * into a zvol (no unmount, no dataset-only property, its reservation and format record), the
- * sweep of a deleted follow zvol's copy, and no scheduled backup while a stage runs. On a model
+ * into a zvol (no unmount, no dataset-only property, its reservation and format record), and no
+ * scheduled backup while a stage runs (the sweep of a deleted follow zvol's copy: sweep_test.ts). On a model
  * pool that refuses filesystem-only properties and `zfs unmount` on a zvol, as OpenZFS does; the
  * node's side is src/csi/node_follow_zvol_test.ts, real zvols tests/integration/block_follow_test.ts.
  */
@@ -12,34 +12,26 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { assertThrowsCsi } from "../../tests/support/assert_errors.ts";
 import type { FakePool } from "../../tests/support/fake_pool.ts";
-import { FakePool as Pool, FILESYSTEM_ONLY } from "../../tests/support/fake_pool.ts";
-import { FakeRunner, fakeTools } from "../../tests/support/fake_runner.ts";
+import { FILESYSTEM_ONLY } from "../../tests/support/fake_pool.ts";
 import {
   createFollowOwner,
   DATASET as DS,
   followHarness,
   followManifest,
   holdAs,
-  PARENT,
   storeManifests,
 } from "../../tests/support/follow_harness.ts";
-import { MemoryStore } from "../../tests/support/memory_store.ts";
 import { Code } from "../errors.ts";
 import { KeyedLock } from "../lock.ts";
-import { STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import type { SnapshotManifest, StoredZvol } from "../store/layout.ts";
-import { Trash } from "../volume/trash.ts";
 import type { PropertyMap } from "../zfs/parse.ts";
 import { FOLLOW_GENERATION_PROPERTY, FOLLOW_RELEASED_PROPERTY, planCopy } from "./copy.ts";
 import { checkChainFits } from "./copy_kind.ts";
-import { CopyGate } from "./gate.ts";
 import { writeMarkers } from "./markers.ts";
 import { FollowVolumes } from "./mover.ts";
 import {
-  createOwner,
   encodeOwner,
   type FollowSettings,
-  markDeleted,
   moveHead,
   parseOwner,
   readOwner,
@@ -52,7 +44,6 @@ import {
   SizedFollowVolumes,
 } from "./resize.ts";
 import { StandbyFollower } from "./standby.ts";
-import { DeletedCopySweep } from "./sweep.ts";
 
 const GiB = 1024 * 1024 * 1024;
 const STEP = 128 * 1024;
@@ -212,7 +203,7 @@ Deno.test("SizedFollowVolumes gives a warm zvol copy made before an expansion it
  * Node "n2" stands by for the follow zvol "pg", which "n1" holds with the head at 2 (1 ← 2 in
  * the store): `zfs receive` makes each stream's snapshot, and a full one its zvol.
  */
-async function standbySetup() {
+async function standbySetup(servesZvols = true) {
   const pending: SnapshotManifest[] = [];
   let txg = 100;
   const h = followHarness({
@@ -235,6 +226,7 @@ async function standbySetup() {
     locks: new KeyedLock(),
     copies: follow,
     intervalSeconds: 60,
+    servesZvols: () => Promise.resolve(servesZvols),
   });
   await createFollowOwner(h.store, { settings: zvolSettings(2 * GiB), standbys: ["n2"] });
   await writeMarkers(h.store, "pg", "pg", ["n2"]);
@@ -268,6 +260,15 @@ Deno.test("a standby receives a follow zvol in full with its reservation and for
   assertNoDatasetOnly(s.runner.argvs);
 });
 
+Deno.test("a standby that serves no zvols (zfs-fuse, no --block-volumes) keeps no copy of a follow zvol", async () => {
+  const s = await standbySetup(false);
+  s.pending.push(...s.chain);
+  assert.equal((await s.standby.tick()).received, undefined);
+  assert.match(s.standby.state("pg")?.note ?? "", /serves no zvols/);
+  assert.equal(s.pool.has(DS), false);
+  assert.equal(s.pending.length, 2, "nothing received");
+});
+
 Deno.test("a standby leaves a diverged zvol copy alone while a stage here marks it attached", async () => {
   const s = await standbySetup();
   addZvol(s.pool, DS, {
@@ -281,54 +282,6 @@ Deno.test("a standby leaves a diverged zvol copy alone while a stage here marks 
   assert.match(s.standby.state("pg")?.error ?? "", /diverged.*still staged here/);
   assert.ok(s.pool.has(DS));
   assertNoDatasetOnly(s.runner.argvs);
-});
-
-Deno.test("the sweep sets a deleted follow zvol's copy aside, and leaves one a stage here marks attached", async () => {
-  const runner = new FakeRunner();
-  const pool = new Pool(runner);
-  const { zfs, mounter, log } = fakeTools(runner);
-  const store = new MemoryStore();
-  const locks = new KeyedLock();
-  const trash = new Trash({ zfs, parentDataset: PARENT, retentionSeconds: 3600, locks, log });
-  pool.add(PARENT, { "org.zfs-csi:managed": ["yes", "local"] });
-  const sweep = new DeletedCopySweep({
-    zfs,
-    store,
-    locks,
-    trash,
-    log,
-    parentDataset: PARENT,
-    gate: new CopyGate(),
-    inUse: async (dataset) => (await mounter.table()).some((e) => e.source === dataset),
-    intervalSeconds: 60,
-  });
-  for (const name of ["pg", "db"]) {
-    await createOwner(store, name, {
-      volume: name,
-      uid: "a".repeat(32),
-      ttlSeconds: 30,
-      settings: zvolSettings(),
-      nowMs: 0,
-    });
-    await markDeleted(store, name, 1000);
-    addZvol(pool, `${PARENT}/${name}`, {
-      "org.zfs-csi:managed": "yes",
-      [FOLLOW_GENERATION_PROPERTY]: "2",
-      [FOLLOW_RELEASED_PROPERTY]: "fenced",
-      [STORE_UID_PROPERTY]: "a".repeat(32),
-      readonly: "on",
-    });
-  }
-  pool.setValue(`${PARENT}/db`, "org.zfs-csi:attached", "n1");
-  const report = await sweep.sweep();
-  assert.deepEqual(report.setAside, ["pg"]);
-  assert.deepEqual(report.kept, [{
-    name: "db",
-    why: 'it is staged on this node (attached to "n1")',
-  }]);
-  assert.equal(pool.has(`${PARENT}/pg`), false);
-  assert.ok(pool.has(`${PARENT}/db`));
-  assertNoDatasetOnly(runner.argvs);
 });
 
 Deno.test("no scheduled backup of a follow copy while a NodeStage of it runs here, up to its mount", async () => {

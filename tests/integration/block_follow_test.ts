@@ -23,7 +23,16 @@ import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng } from "../support/prng.ts";
 import { openZfs } from "../support/stream_bytes.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
-import { blockCapability, type Capability, ddRead, fsCapability, probe } from "../support/zvols.ts";
+import {
+  blockCapability,
+  type Capability,
+  claimZvol,
+  ddRead,
+  fsCapability,
+  probe,
+  type ZvolClaim,
+  zvolDevice,
+} from "../support/zvols.ts";
 
 const MiB = 1024 * 1024;
 const onOpenZfs = await openZfs();
@@ -88,48 +97,21 @@ async function ownerOf(storeDir: string, volume: string): Promise<Record<string,
   return JSON.parse(await Deno.readTextFile(`${storeDir}/v1/volumes/${volume}/owner.json`));
 }
 
-/** A claim of the volume on one node: staged and published as Nomad does for one alloc. */
-interface Claim {
-  readonly staging: string;
-  readonly target: string;
-  /** NodeUnpublish, then NodeUnstage (which releases the volume). */
-  release(): Promise<void>;
-}
-
 let allocs = 0;
 
 /** NodeStage and NodePublish of `volume` on `node` with `cap`, for a new alloc. */
-async function claim(
+function claim(
   node: Node,
   volume: { volume_id: string; volume_context: Record<string, string> },
   cap: Capability,
-): Promise<Claim> {
-  const c = node.plugin.client;
-  const usage = "block" in cap ? BLOCK_USAGE : FS_USAGE;
-  const p = await claimPaths(node.plugin.baseDir, {
-    volumeId: volume.volume_id.replace("@*", ""),
+): Promise<ZvolClaim> {
+  return claimZvol(node.plugin, volume, cap, {
     allocId: `alloc-${++allocs}`,
-    usage,
+    usage: "block" in cap ? BLOCK_USAGE : FS_USAGE,
+    deadlineMs: SLOW_MS,
+    // Nomad's paths name its own volume id, never the plugin's "<name>@*".
+    nomadVolumeId: volume.volume_id.replace("@*", ""),
   });
-  const base = {
-    volume_id: volume.volume_id,
-    volume_capability: cap,
-    volume_context: volume.volume_context,
-    staging_target_path: p.staging,
-  };
-  await c.node("NodeStageVolume", base, SLOW_MS);
-  await c.node("NodePublishVolume", { ...base, target_path: p.target, readonly: false });
-  return {
-    ...p,
-    release: async () => {
-      await c.node("NodeUnpublishVolume", { volume_id: volume.volume_id, target_path: p.target });
-      await c.node(
-        "NodeUnstageVolume",
-        { volume_id: volume.volume_id, staging_target_path: p.staging },
-        SLOW_MS,
-      );
-    },
-  };
 }
 
 /** Writes `data` at `offsetMiB` of the device at `path` (direct I/O, synced), via a file in `dir`. */
@@ -147,17 +129,6 @@ async function ddWrite(path: string, offsetMiB: number, data: Uint8Array, dir: s
     "status=none",
   );
   await Deno.remove(file);
-}
-
-/** The device node of a zvol (asked of readlink: Deno wants --allow-all below /dev). */
-async function zvolDevice(dataset: string): Promise<string> {
-  const link = `/dev/zvol/${dataset}`;
-  for (let i = 0;; i++) {
-    const r = await tryRun("readlink", "-e", link);
-    if (r.code === 0) return r.stdout.trim();
-    if (i >= 240) throw new Error(`${link} did not appear: ${r.stderr}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
 }
 
 /** What the stages of `node` logged about the volume since log record `from`. */

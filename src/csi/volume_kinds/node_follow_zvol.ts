@@ -22,6 +22,7 @@ import { checkCapacity, type CheckedCapability } from "../validate.ts";
 import type { ZvolSupport } from "../zvol_support.ts";
 import type { StageRequest } from "./node_kind.ts";
 import type { NodeZvols } from "./node_zvol.ts";
+import { followVolumesOf } from "./node_follow.ts";
 
 /** The release marker of a copy this node holds (src/follow/mover.ts). */
 const HELD = "none";
@@ -51,14 +52,7 @@ export class FollowZvolStaging {
     mount: () => Promise<unknown>,
   ): Promise<unknown> {
     const { id, dataset, ctx } = v;
-    const follow = this.#d.follow;
-    if (!follow) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
-          `with --store (the same store on every node)`,
-      );
-    }
+    const follow = followVolumesOf(this.#d, id);
     // Before the store: a node that cannot make zvols must not take the volume.
     await this.#support.check();
     if (!v.created) {
