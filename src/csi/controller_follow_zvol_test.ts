@@ -262,6 +262,20 @@ Deno.test("CreateVolume of a follow zvol from a stored snapshot: a zvol's holdin
     /is of a ZFS dataset/,
   );
   assert.deepEqual((await g.store.list("v1/volumes/db/")).map((o) => o.key), []);
+
+  // A zvol's snapshot whose manifest records no volsize: its size cannot be the volume's.
+  const z = setup();
+  const sizeless = await storedSnapshot(z.store, { capacityBytes: 0, ...zvolSnapshot });
+  await assertRejectsCsi(
+    z.controller.CreateVolume(createReq({
+      capacity_range: null,
+      volume_capabilities: [fsTypeCap("ext4")],
+      volume_content_source: { snapshot: { snapshot_id: sizeless } },
+    })),
+    Code.FAILED_PRECONDITION,
+    /records no size/,
+  );
+  assert.deepEqual((await z.store.list("v1/volumes/db/")).map((o) => o.key), []);
 });
 
 Deno.test("ControllerExpandVolume of a follow zvol grows the recorded volsize in whole steps, never shrinks it, and asks the holder to grow its copy", async () => {

@@ -75,7 +75,17 @@ function zvolShape(c: KindCommon, rest: Record<string, string>, content: ZvolCon
         );
       }
     },
-    checkSeed: (id, snapshot, asked) => checkZvolSource(id, snapshot, content, asked),
+    checkSeed(id, snapshot, asked) {
+      checkZvolSource(id, snapshot, content, asked);
+      // Its volsize becomes the volume's (untrusted, and a zvol's size is never 0).
+      if (!Number.isSafeInteger(snapshot.capacityBytes) || snapshot.capacityBytes <= 0) {
+        throw new CsiError(
+          Code.FAILED_PRECONDITION,
+          `Snapshot "${id}" records no size of its zvol: a volume that follows its job cannot be ` +
+            `made from it`,
+        );
+      }
+    },
     settings(props, _params, size) {
       const spec: FollowZvol = {
         content,
