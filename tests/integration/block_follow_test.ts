@@ -12,7 +12,8 @@
  *   a copy written after its release (diverged) is set aside at its next stage, never
  *   published, the head's chain received in full instead;
  * - an ext4 follow zvol moves with its files intact, its filesystem made once on node-a and
- *   never again on node-b (the same UUID, no mkfs in node-b's log).
+ *   never again on node-b (the same UUID, no mkfs in node-b's log); its snapshot (the last copy
+ *   in the store, pinned) makes a new follow zvol holding the same filesystem.
  */
 
 import assert from "node:assert/strict";
@@ -311,7 +312,7 @@ Deno.test({
 
 Deno.test({
   name:
-    "block follow: an ext4 follow zvol moves a→b→a with its files, its filesystem made once and never again",
+    "block follow: an ext4 follow zvol moves a→b→a with its files, its filesystem made once and never again; a new follow zvol from its snapshot",
   ignore: !onOpenZfs,
   async fn() {
     const dir = await Deno.makeTempDir({ prefix: "zfs-csi-block-follow-" });
@@ -361,21 +362,50 @@ Deno.test({
         "written on node-a\nand on node-b\n",
       );
       assert.deepEqual(await Deno.readFile(`${backOnA.target}/db/table.bin`), data);
+      await backOnA.release();
+      assert.equal((await ownerOf(storeDir, "files")).state, "released");
+
+      // A snapshot is its last copy in the store, pinned; a new follow zvol made from it holds
+      // the same filesystem wherever it is staged.
+      const { snapshot } = await a.plugin.client.controller("CreateSnapshot", {
+        source_volume_id: "files@*",
+        name: "files-snap",
+        parameters: {},
+      }, SLOW_MS);
+      assert.equal(snapshot.ready_to_use, true);
+      const copy = (await a.plugin.client.controller("CreateVolume", {
+        ...createRequest("files-copy", 64 * MiB, cap),
+        capacity_range: null,
+        volume_content_source: { snapshot: { snapshot_id: snapshot.snapshot_id } },
+      }, SLOW_MS)).volume;
+      assert.deepEqual(copy.volume_context, { fs_type: "ext4" });
+      assert.equal(copy.capacity_bytes, String(64 * MiB), "the snapshot's volsize");
+      mark = b.plugin.records().length;
+      const copyOnB = await claim(b, copy, cap);
+      assert.equal(stagesSince(b, mark).formatted, 0);
+      assert.equal(
+        (await probe(await zvolDevice(`${b.pool.parent}/files-copy`))).UUID,
+        uuid,
+        "the snapshot's filesystem",
+      );
+      assert.equal(
+        await Deno.readTextFile(`${copyOnB.target}/notes.txt`),
+        "written on node-a\nand on node-b\n",
+      );
       // Measured, not asserted: what readonly=on (a fenced or suspended copy) does to writes
       // of a filesystem mounted on the zvol, which holds its device open.
-      await sh("zfs", "set", "readonly=on", ds(a));
+      await sh("zfs", "set", "readonly=on", `${b.pool.parent}/files-copy`);
       const fenced = await tryRun(
         "sh",
         "-c",
-        `echo fenced >> ${backOnA.target}/fenced.txt && sync ${backOnA.target}/fenced.txt`,
+        `echo fenced >> ${copyOnB.target}/fenced.txt && sync ${copyOnB.target}/fenced.txt`,
       );
       print(
         `  a write while readonly=on and ext4 stays mounted: exit ${fenced.code} ` +
           `${fenced.stderr.trim()}`,
       );
-      await sh("zfs", "set", "readonly=off", ds(a));
-      await backOnA.release();
-      assert.equal((await ownerOf(storeDir, "files")).state, "released");
+      await sh("zfs", "set", "readonly=off", `${b.pool.parent}/files-copy`);
+      await copyOnB.release();
     } catch (err) {
       print(a.plugin.logs().slice(-30).join("\n"));
       print(b.plugin.logs().slice(-30).join("\n"));
