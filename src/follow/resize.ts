@@ -16,7 +16,9 @@
  *
  * A follow zvol's size is its volsize: the record's capacity grows by the rule of any zvol
  * (volume/zvol.ts planZvolGrowth: in whole steps, never shrunk), and a copy gets `volsize` set,
- * never a size property of a dataset (copy_kind.ts).
+ * never a size property of a dataset (copy_kind.ts), and only once it is writable: zfs refuses
+ * to set the volsize of a read-only zvol, and an increment needs no room made before it (the
+ * volsize is part of the zvol's data, which the increment brings as its sender had it).
  */
 
 import { Code, CsiError } from "../errors.ts";
@@ -195,6 +197,9 @@ export class SizedFollowVolumes extends FollowVolumes {
     if (!props) return;
     // A copy of the other kind is the stage's to judge (it sets it aside), never sized here.
     if (kindOfCopy(props) !== kind) return;
+    // A zvol's volsize is in its data: each increment received brings its sender's, and zfs
+    // refuses to set it on a read-only zvol (EROFS). Set once the copy is writable.
+    if (before && kind === "volume") return;
     const ours = props.get(MANAGED_PROPERTY)?.source === "local" &&
       props.get(FOLLOW_GENERATION_PROPERTY)?.source === "local";
     // After a stage the copy is this volume's (the stage checked it); before, it must say so.

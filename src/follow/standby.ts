@@ -13,7 +13,8 @@
  * copy stays as the core leaves a released one: read-only, not mounted, its release marker on
  * its newest snapshot (moved after every increment), so the next stage here finds it clean.
  * Before increments, the copy is grown to the size the owner object records (an expansion since
- * the copy was made: resize.ts), so what it receives has the volume's room.
+ * the copy was made: resize.ts), so what it receives has the volume's room (a zvol's increments
+ * bring their volsize themselves).
  * A copy that diverged is set aside with the trash, as a stage would, unless it is mounted
  * (something still uses it; a zvol: a stage here marks it attached): then it is left alone and
  * the error shown. A follow zvol's copy is handled as a stage handles it (copy_kind.ts).
@@ -53,8 +54,8 @@ import {
   kindOf,
   lockDownProperties,
   receivedZvolProperties,
-  sizeProperties,
 } from "./copy_kind.ts";
+import { SIZE_PROPERTIES } from "../volume/sizing.ts";
 import { ATTACHED_PROPERTY } from "../volume/zvol.ts";
 
 /** Default time between two ticks. */
@@ -298,8 +299,9 @@ export class StandbyFollower {
         let bytes = 0;
         // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
         if (kind === "filesystem") await this.#d.zfs.unmount(dataset);
-        // The volume may have grown since the copy was made: the increments need its room.
-        await this.#grow(dataset, kind, r, log);
+        // The volume may have grown since the copy was made: the increments need its room. A
+        // zvol's increments bring its volsize, and zfs refuses to set it on a read-only zvol.
+        if (kind === "filesystem") await this.#grow(dataset, r, log);
         for (const manifest of after) {
           signal.throwIfAborted();
           await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });
@@ -342,8 +344,8 @@ export class StandbyFollower {
   }
 
   /** Grows the copy's size properties to what the owner object records (never shrinks). */
-  async #grow(dataset: string, kind: CopyKind, r: OwnerRecord, log: Logger): Promise<void> {
-    const props = await this.#d.zfs.getProperties(dataset, sizeProperties(kind));
+  async #grow(dataset: string, r: OwnerRecord, log: Logger): Promise<void> {
+    const props = await this.#d.zfs.getProperties(dataset, SIZE_PROPERTIES);
     const changes = props ? recordedSizeChanges(props, r.settings) : [];
     if (changes.length === 0) return;
     await this.#d.zfs.setProperties(dataset, changes);

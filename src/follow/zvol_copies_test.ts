@@ -172,7 +172,7 @@ Deno.test("resizedSettings of a follow zvol grows its volsize in whole steps and
   assert.deepEqual(recordedSizeChanges(props({ volsize: String(2 * GiB) }), after), []);
 });
 
-Deno.test("SizedFollowVolumes gives a warm zvol copy made before an expansion its volsize, nothing else", async () => {
+Deno.test("SizedFollowVolumes gives a warm zvol copy made before an expansion its volsize once writable, nothing else", async () => {
   const h = followHarness();
   h.pool.serveCreates(h.runner, { version: "zfs-2.2.2-1" });
   const follow = new SizedFollowVolumes(h.deps);
@@ -193,6 +193,13 @@ Deno.test("SizedFollowVolumes gives a warm zvol copy made before an expansion it
   await follow.prepareStage({ name: "pg", dataset: DS, asZvol: { content: "ext4" } });
   assert.equal(h.pool.value(DS, "volsize"), String(2 * GiB));
   assert.equal(h.pool.value(DS, "readonly"), "off");
+  // Set after the copy was made writable: zfs refuses the volsize of a read-only zvol.
+  const sets = h.runner.argvs.filter((a) => a[1] === "set").map((a) => a.slice(2, -1).join(" "));
+  assert.ok(
+    sets.findIndex((a) => a.includes("readonly=off")) <
+      sets.findIndex((a) => a.includes("volsize=")),
+    sets.join(" | "),
+  );
   assertNoDatasetOnly(h.runner.argvs);
   // What was read of the zvol: no size property of a dataset.
   const gets = h.runner.argvs.filter((a) => a[1] === "get").map((a) => a.at(-2)!).join(",");
@@ -237,7 +244,7 @@ async function standbySetup(servesZvols = true) {
   return { ...h, standby, pending, chain };
 }
 
-Deno.test("a standby receives a follow zvol in full with its reservation and format record, and its increments with no unmount, growing its volsize first", async () => {
+Deno.test("a standby receives a follow zvol in full with its reservation and format record, and its increments with no unmount and no volsize set on the read-only copy", async () => {
   const s = await standbySetup();
   s.pending.push(...s.chain);
   assert.equal((await s.standby.tick()).received?.kind, "full");
@@ -247,7 +254,8 @@ Deno.test("a standby receives a follow zvol in full with its reservation and for
   assert.equal(s.pool.value(DS, "org.zfs-csi:format"), "done", "the head says formatted");
   assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "2");
   assert.equal(s.pool.value(DS, "canmount"), undefined);
-  // The holder stores 3; the volume was grown meanwhile: the copy gets its volsize first.
+  // The holder stores 3 (the volume was grown meanwhile): the increment brings its volsize;
+  // zfs would refuse to set one on the read-only copy, and the standby sets none.
   const m3 = manifest("3", "2", EXT4);
   await storeManifests(s.store, [m3], { stream: (m) => bytesOf(m.guid) });
   const owner = (await readOwner(s.store, "pg"))!;
@@ -255,8 +263,12 @@ Deno.test("a standby receives a follow zvol in full with its reservation and for
   s.pool.setValue(DS, "volsize", [String(GiB), "received"]);
   s.pending.push(m3);
   assert.equal((await s.standby.tick()).received?.kind, "increment");
-  assert.equal(s.pool.value(DS, "volsize"), String(2 * GiB));
   assert.equal(s.pool.value(DS, FOLLOW_RELEASED_PROPERTY), "3");
+  assert.equal(s.pool.value(DS, "readonly"), "on");
+  assert.deepEqual(
+    s.runner.argvs.filter((a) => a[1] === "set" && a.some((kv) => kv.startsWith("volsize="))),
+    [],
+  );
   assertNoDatasetOnly(s.runner.argvs);
 });
 

@@ -7,7 +7,8 @@
  * are refused saying why, and nothing is written to the store or made in the pool. On OpenZFS
  * (tools/openzfs-vm/):
  * - a raw follow zvol moves node-a → node-b → node-a with a dd pattern intact, the move back
- *   receiving only the increment; the warm copy left behind is read-only (a write to its device
+ *   receiving only the increment; grown while node-b holds it (the store's record, node-b's
+ *   copy by NodeExpandVolume, node-a's at its next stage); the warm copy left behind is read-only (a write to its device
  *   is refused); a release is refused while the device is still bound onto a target file; and
  *   a copy written after its release (diverged) is set aside at its next stage, never
  *   published, the head's chain received in full instead;
@@ -245,6 +246,24 @@ Deno.test({
       assert.deepEqual(await ddRead(onB.target, 10, 8 * MiB, dir), p1, "node-a's pattern on b");
       const p2 = new Prng(42).bytes(MiB);
       await ddWrite(onB.target, 20, p2, dir);
+      // Grown while node-b holds it: the store's record, then node-b's copy (NodeExpandVolume).
+      const range = { required_bytes: String(96 * MiB), limit_bytes: "0" };
+      const grown = await a.plugin.client.controller("ControllerExpandVolume", {
+        volume_id: "moving@*",
+        capacity_range: range,
+      }, SLOW_MS);
+      assert.deepEqual(grown, {
+        capacity_bytes: String(96 * MiB),
+        node_expansion_required: true,
+      });
+      await b.plugin.client.node("NodeExpandVolume", {
+        volume_id: "moving@*",
+        volume_path: onB.target,
+        staging_target_path: onB.staging,
+        capacity_range: range,
+        volume_capability: blockCapability(),
+      }, SLOW_MS);
+      assert.equal(await b.pool.get(ds(b), "volsize"), String(96 * MiB));
       // Nomad unstages another usage while this one's device is still bound: not released.
       const other = await claimPaths(b.plugin.baseDir, {
         volumeId: "moving",
@@ -268,6 +287,7 @@ Deno.test({
       const aStage = stagesSince(a, mark);
       print(`  node-a's stage: ${JSON.stringify(aStage)}`);
       assert.deepEqual(aStage.plans, ["increment"]);
+      assert.equal(await a.pool.get(ds(a), "volsize"), String(96 * MiB), "the recorded size");
       assert.ok(
         aStage.receivedBytes < bStage.receivedBytes / 2,
         "node-b's increment only, not the whole chain",

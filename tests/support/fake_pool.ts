@@ -7,7 +7,7 @@
  * given with that source ("received", "local"); the probe `zfs receive -n` (zfs.ts receiveOverrides) answers as
  * zfs-fuse does (no `-x`) unless {@linkcode FakePool.receiveOverrides} says otherwise. A zvol
  * (type "volume") refuses what OpenZFS refuses on one: a filesystem-only property set or made
- * with it ({@linkcode FILESYSTEM_ONLY}), and `zfs unmount`. Everything else is unexpected.
+ * with it ({@linkcode FILESYSTEM_ONLY}), `zfs unmount`, and a volsize while it is read-only. Everything else is unexpected.
  */
 
 import type { PropertyValue } from "../../src/zfs/parse.ts";
@@ -412,6 +412,13 @@ export class FakePool {
         FILESYSTEM_ONLY.has(p)
       );
       if (misfit !== undefined) return notApplicable("set property for", name, misfit);
+      // zvol_set_volsize refuses a read-only zvol (EROFS), whatever else the command sets.
+      if (
+        this.value(name, "readonly") === "on" && argv.some((kv) => kv.startsWith("volsize=")) &&
+        !argv.includes("readonly=off")
+      ) {
+        return { code: 1, stderr: `cannot set property for '${name}': dataset is read-only\n` };
+      }
     }
     for (const kv of argv.slice(2, -1)) {
       const eq = kv.indexOf("=");
