@@ -297,11 +297,14 @@ export class StandbyFollower {
       case "increment": {
         const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
         let bytes = 0;
-        // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
-        if (kind === "filesystem") await this.#d.zfs.unmount(dataset);
-        // The volume may have grown since the copy was made: the increments need its room. A
-        // zvol's increments bring its volsize, and zfs refuses to set it on a read-only zvol.
-        if (kind === "filesystem") await this.#grow(dataset, r, log);
+        // A zvol has no mount of its own, and its increments bring their volsize (zfs refuses
+        // to set one on a read-only zvol).
+        if (kind === "filesystem") {
+          // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
+          await this.#d.zfs.unmount(dataset);
+          // The volume may have grown since the copy was made: the increments need its room.
+          await this.#grow(dataset, r, log);
+        }
         for (const manifest of after) {
           signal.throwIfAborted();
           await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });
