@@ -84,6 +84,27 @@ async function stopAll(nodes: readonly Node[]): Promise<void> {
   for (const n of nodes) await n.pool.destroy();
 }
 
+/**
+ * Runs `fn` on two nodes sharing a store below a temporary directory, printing their last log
+ * lines when it fails, and stops and removes everything after.
+ */
+async function withCluster(
+  fn: (c: { a: Node; b: Node; storeDir: string; dir: string }) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "zfs-csi-block-follow-" });
+  const { a, b, storeDir } = await cluster(dir);
+  try {
+    await fn({ a, b, storeDir, dir });
+  } catch (err) {
+    print(a.plugin.logs().slice(-30).join("\n"));
+    print(b.plugin.logs().slice(-30).join("\n"));
+    throw err;
+  } finally {
+    await stopAll([a, b]);
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
 function createRequest(name: string, bytes: number, capability: Capability) {
   return {
     name,
@@ -150,10 +171,8 @@ Deno.test({
   name:
     "block follow: on zfs-fuse, a follow zvol is refused saying why, at CreateVolume and NodeStage, with nothing written",
   ignore: onOpenZfs,
-  async fn() {
-    const dir = await Deno.makeTempDir({ prefix: "zfs-csi-block-follow-" });
-    const { a, b, storeDir } = await cluster(dir);
-    try {
+  fn: () =>
+    withCluster(async ({ a, b, storeDir }) => {
       for (const cap of [blockCapability(), fsCapability("ext4")]) {
         const details = await rejects(
           a.plugin.client.controller("CreateVolume", createRequest("moving", 64 * MiB, cap)),
@@ -186,11 +205,7 @@ Deno.test({
       for (const n of [a, b]) {
         assert.deepEqual(await n.pool.datasets(), [n.pool.pool, n.pool.parent], n.name);
       }
-    } finally {
-      await stopAll([a, b]);
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
+    }),
 });
 
 // --- OpenZFS ----------------------------------------------------------------------------------
@@ -199,11 +214,9 @@ Deno.test({
   name:
     "block follow: a raw follow zvol moves a→b→a with its dd pattern, the way back an increment; a read-only warm copy; release waits for the bound device; a diverged copy set aside",
   ignore: !onOpenZfs,
-  async fn() {
-    const dir = await Deno.makeTempDir({ prefix: "zfs-csi-block-follow-" });
-    const { a, b, storeDir } = await cluster(dir);
-    const ds = (n: Node) => `${n.pool.parent}/moving`;
-    try {
+  fn: () =>
+    withCluster(async ({ a, b, storeDir, dir }) => {
+      const ds = (n: Node) => `${n.pool.parent}/moving`;
       const volume = (await a.plugin.client.controller(
         "CreateVolume",
         createRequest("moving", 64 * MiB, blockCapability()),
@@ -319,27 +332,17 @@ Deno.test({
       assert.deepEqual(await ddRead(again.target, 10, 8 * MiB, dir), p1);
       assert.deepEqual(await ddRead(again.target, 20, MiB, dir), p2);
       await again.release();
-    } catch (err) {
-      print(a.plugin.logs().slice(-30).join("\n"));
-      print(b.plugin.logs().slice(-30).join("\n"));
-      throw err;
-    } finally {
-      await stopAll([a, b]);
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
+    }),
 });
 
 Deno.test({
   name:
     "block follow: an ext4 follow zvol moves a→b→a with its files, its filesystem made once and never again; a new follow zvol from its snapshot",
   ignore: !onOpenZfs,
-  async fn() {
-    const dir = await Deno.makeTempDir({ prefix: "zfs-csi-block-follow-" });
-    const { a, b, storeDir } = await cluster(dir);
-    const ds = (n: Node) => `${n.pool.parent}/files`;
-    const cap = fsCapability("ext4");
-    try {
+  fn: () =>
+    withCluster(async ({ a, b, storeDir }) => {
+      const ds = (n: Node) => `${n.pool.parent}/files`;
+      const cap = fsCapability("ext4");
       const volume = (await a.plugin.client.controller(
         "CreateVolume",
         createRequest("files", 64 * MiB, cap),
@@ -426,13 +429,5 @@ Deno.test({
       );
       await sh("zfs", "set", "readonly=off", `${b.pool.parent}/files-copy`);
       await copyOnB.release();
-    } catch (err) {
-      print(a.plugin.logs().slice(-30).join("\n"));
-      print(b.plugin.logs().slice(-30).join("\n"));
-      throw err;
-    } finally {
-      await stopAll([a, b]);
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
+    }),
 });
