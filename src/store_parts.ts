@@ -116,6 +116,7 @@ export function storeParts(
     receive,
     copies: follow,
     intervalSeconds: standbyInterval,
+    servesZvols: async () => config.blockVolumes && await deps.zfs.canMakeZvols(),
   });
   // A volume that follows its job is backed up in turn with its stage and release, and the
   // stored snapshot becomes its head (src/follow/mover.ts).

@@ -42,6 +42,7 @@ import type {
 import { checkCapability, checkCapacity, required } from "./validate.ts";
 import { KindCommon, requiredCapabilities } from "./volume_kinds/common.ts";
 import { FollowKind } from "./volume_kinds/follow.ts";
+import { FollowZvolKind } from "./volume_kinds/follow_zvol.ts";
 import type { VolumeKind } from "./volume_kinds/kind.ts";
 import { OrdinaryVolumes } from "./volume_kinds/ordinary.ts";
 import { StoredKind } from "./volume_kinds/stored.ts";
@@ -108,14 +109,16 @@ export class ControllerService {
   readonly #ordinary: OrdinaryVolumes;
   readonly #follow: FollowKind;
   readonly #zvol: ZvolVolumes;
+  readonly #followZvol: FollowZvolKind;
 
   constructor(deps: ControllerDeps) {
     this.#d = deps;
     this.#c = new KindCommon(deps);
     this.#stored = new StoredKind(this.#c);
     this.#ordinary = new OrdinaryVolumes(this.#c, this.#stored);
-    this.#follow = new FollowKind(this.#c, this.#ordinary);
     this.#zvol = new ZvolVolumes(this.#c, this.#stored, this.#ordinary);
+    this.#follow = new FollowKind(this.#c, this.#ordinary, this.#zvol);
+    this.#followZvol = new FollowZvolKind(this.#c, this.#follow);
   }
 
   ControllerGetCapabilities(): Promise<unknown> {
@@ -132,11 +135,7 @@ export class ControllerService {
     const { fs_type: fsType, ...others } = rest;
     const zvol = this.#c.zvols.requested(req.volume_capabilities, rest);
     if (zvol !== undefined && follow) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        "A volume that follows its job cannot be a zvol in this release: leave out follow, " +
-          "or ask for a ZFS dataset",
-      );
+      return await this.#followZvol.create(req, requested, rest, zvol);
     }
     if (zvol !== undefined) return await this.#zvol.create(req, requested, rest);
     const parameters = fsType === undefined || fsType === "" || fsType === "zfs" ? others : rest;
@@ -164,6 +163,7 @@ export class ControllerService {
     // What the volume really is decides what fits it, never the context alone.
     let content: ZvolContent | undefined;
     if (kind === this.#zvol) content = await this.#zvol.contentOf(id, dataset);
+    else if (kind === this.#follow) content = await this.#follow.contentOf(id, dataset);
     else await kind.checkExists(id, dataset);
     if (ctx.zvol !== content) {
       return {
@@ -184,9 +184,13 @@ export class ControllerService {
         throw err;
       }
     }
+    // A follow volume's own keys (follow, standby_nodes) are not the dataset's or zvol's.
+    const parameters = kind === this.#follow
+      ? FollowKind.volumeParameters(req.parameters)
+      : req.parameters ?? {};
     const refusal = content === undefined
-      ? parametersRefusal(req.parameters, this.#d.config.parameterPolicy)
-      : this.#zvolParametersRefusal(req.parameters ?? {});
+      ? parametersRefusal(parameters, this.#d.config.parameterPolicy)
+      : this.#zvolParametersRefusal(parameters);
     if (refusal !== undefined) return { message: refusal };
     return {
       confirmed: {

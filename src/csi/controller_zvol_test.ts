@@ -2,7 +2,8 @@
  * The controller's zvol kind (docs/block-volumes.md) on a model pool: when zvols are refused
  * (no --block-volumes; a zfs that cannot make them), how a raw and an ext4/xfs zvol are made,
  * repeated, checked against capabilities, grown and deleted. zfs-fuse has no zvols, so the real
- * commands are proven in the OpenZFS VM (tests/integration/block_volumes_test.ts).
+ * commands are proven in the OpenZFS VM (tests/integration/block_volumes_test.ts). Zvols that
+ * follow their job (once refused here) are controller_follow_zvol_test.ts's.
  */
 
 import assert from "node:assert/strict";
@@ -178,7 +179,6 @@ Deno.test("CreateVolume refuses a request for two kinds, filesystem-only paramet
     [{ parameters: { volblocksize: "256K" } }, /power of two from 4K to 128K/],
     [{ parameters: { sparse: "true" } }, /--allow-sparse-zvols/],
     [{ parameters: { sparse: "yes" } }, /"true" or "false"/],
-    [{ parameters: { follow: "true" } }, /cannot be a zvol/],
   ];
   for (const [over, message] of cases) {
     await assertRejectsCsi(

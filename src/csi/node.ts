@@ -44,6 +44,7 @@ import { BlockTools } from "../block/tools.ts";
 import { type DeviceProbe, realDeviceProbe } from "../block/device.ts";
 import { DenoCommandRunner } from "../run.ts";
 import { NodeZvols } from "./volume_kinds/node_zvol.ts";
+import { FollowZvolStaging } from "./volume_kinds/node_follow_zvol.ts";
 import { ZvolSupport } from "./zvol_support.ts";
 import type { VolumeCapability } from "./types.ts";
 
@@ -102,6 +103,8 @@ export class NodeService {
   /** Zvols (docs/block-volumes.md), chosen by the capability, the context or what zfs says. */
   readonly #zvol: NodeZvols;
   readonly #zvols: ZvolSupport;
+  /** Zvols that follow their job: brought here as follow volumes, then staged as zvols. */
+  readonly #followZvol: FollowZvolStaging;
 
   constructor(deps: NodeDeps) {
     this.#d = deps;
@@ -122,6 +125,7 @@ export class NodeService {
       probe: deps.deviceProbe ?? realDeviceProbe(tools),
       statfs: this.#statfs,
     });
+    this.#followZvol = new FollowZvolStaging(deps, this.#zvol, this.#zvols);
   }
 
   /**
@@ -184,12 +188,18 @@ export class NodeService {
     const cap = checkCapability(req.volume_capability, this.#zvols.options);
     const ctx = this.#context(req.volume_context, dataset);
     if (await this.#isZvolCall(cap, req.volume_capability, ctx, dataset)) {
-      this.#refuseFollowZvol(follow || splitFollow(req.volume_context).follow);
-      return await this.#zvol.stage(
-        { id, dataset, stagingArg },
+      const stageZvol = () =>
+        this.#zvol.stage(
+          { id, dataset, stagingArg },
+          cap,
+          req.volume_capability?.mount?.fs_type ?? "",
+          ctx,
+        );
+      if (!(follow || splitFollow(req.volume_context).follow)) return await stageZvol();
+      return await this.#followZvol.stage(
+        { id, dataset, ctx, created: follow === true },
         cap,
-        req.volume_capability?.mount?.fs_type ?? "",
-        ctx,
+        stageZvol,
       );
     }
     const mount = () => this.#stage(id, dataset, stagingArg, ctx);
@@ -271,7 +281,17 @@ export class NodeService {
   async NodeUnstageVolume(req: NodeUnstageVolumeRequest): Promise<unknown> {
     const { id, dataset } = this.#dataset(req.volume_id);
     const stagingArg = required("staging_target_path", req.staging_target_path);
-    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.unstage(id, dataset, stagingArg);
+    if (await this.#zvol.isZvol(dataset)) {
+      await this.#zvol.unstage(id, dataset, stagingArg);
+      // A follow zvol's copy is released (outside the lock) once nothing here uses it.
+      const release = await withLock(
+        this.#d.locks,
+        [dataset],
+        () => this.#followZvol.unstaged(dataset),
+      );
+      if (release) await release();
+      return {};
+    }
     const finish = await withLock(this.#d.locks, [dataset], async () => {
       const staging = await this.#path("staging_target_path", stagingArg);
       if (!(await this.#m.unmountFast(staging, dataset))) {
@@ -439,10 +459,14 @@ export class NodeService {
   }
 
   async NodeExpandVolume(req: NodeExpandVolumeRequest): Promise<unknown> {
-    const { id, dataset } = this.#dataset(req.volume_id);
+    const { id, dataset, follow } = this.#dataset(req.volume_id);
     const path = await this.#volumePath(req.volume_path, id);
     if (req.volume_capability) checkCapability(req.volume_capability, this.#zvols.options);
-    if (await this.#zvol.isZvol(dataset)) return await this.#zvol.expand(id, dataset, path);
+    if (await this.#zvol.isZvol(dataset)) {
+      // A follow zvol's copy gets its volsize here; an ordinary zvol's, from the controller.
+      if (follow) await this.#followZvol.grow(id, dataset, req.capacity_range ?? undefined);
+      return await this.#zvol.expand(id, dataset, path);
+    }
     // capacity_range is optional in CSI: without one the volume keeps its size, which is answered.
     const cap = checkCapacity(req.capacity_range);
     return await withLock(this.#d.locks, [dataset], async () => {
@@ -463,16 +487,6 @@ export class NodeService {
       await this.#d.zfs.setProperties(dataset, plan.changes);
       return { capacity_bytes: plan.refquota };
     });
-  }
-
-  /** A volume that follows its job cannot be a zvol in this release (docs/block-volumes.md). */
-  #refuseFollowZvol(follow: boolean | undefined): void {
-    if (follow) {
-      throw new CsiError(
-        Code.INVALID_ARGUMENT,
-        "A volume that follows its job is a ZFS dataset: it cannot be staged as a zvol",
-      );
-    }
   }
 
   /**

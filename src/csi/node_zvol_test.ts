@@ -9,113 +9,14 @@ import assert from "node:assert/strict";
 import { Code } from "../errors.ts";
 import { assertRejectsCsi } from "../../tests/support/assert_errors.ts";
 import { FakePool } from "../../tests/support/fake_pool.ts";
-import { type FakeRunner, mountLine } from "../../tests/support/fake_runner.ts";
-import { openZfsFixture } from "../../tests/support/openzfs_fixtures.ts";
+import { BlockHost, DEVICE, EXT4, XFS } from "../../tests/support/fake_block_host.ts";
 import { blockCap, fakeNode, fakeServices, fsCap } from "../../tests/support/service_harness.ts";
 import { BlockTools } from "../block/tools.ts";
-import type { DeviceProbe } from "../block/device.ts";
 import type { VolumeCapability } from "./types.ts";
 
 const PARENT = "tank/nomad";
 const DB = `${PARENT}/db`;
-const DEVICE = "/dev/zd0";
 const GiB = 1024 * 1024 * 1024;
-/** `blkid -p -o export` of an ext4 and an xfs zvol, captured on OpenZFS (tests/fixtures/openzfs/). */
-const EXT4 = openZfsFixture("blkid_ext4.txt");
-const XFS = openZfsFixture("blkid_xfs.txt");
-
-/** A node's mounts and zvol device, as mount, blkid, mkfs and wipefs see and change them. */
-class BlockHost {
-  readonly mounts: { source: string; mountPoint: string; fsType: string; options: string }[] = [];
-  /** What blkid finds on the device; undefined: nothing. */
-  signature: string | undefined;
-  /** Where /dev/zvol/tank/nomad/db leads; undefined: missing. */
-  link: string | undefined = DEVICE;
-  /** The dataset zvol_id says /dev/zd0 is (another: the link was swapped to another zvol). */
-  zvolOfDevice = DB;
-  /** Targets the device is bound onto. */
-  readonly bound = new Set<string>();
-
-  constructor(runner: FakeRunner) {
-    runner
-      .onExact(["mount"], () => ({
-        stdout: this.mounts.map((m) =>
-          mountLine(m.source, m.mountPoint, m.fsType, m.options) + "\n"
-        ).join(""),
-      }))
-      .on(["mount", "-c", "-t"], (argv) => {
-        const opts = argv[4] === "-o" ? argv[5]! : "rw";
-        this.mounts.push({
-          source: argv.at(-2)!,
-          mountPoint: argv.at(-1)!,
-          fsType: argv[3]!,
-          options: opts,
-        });
-        return {};
-      })
-      .on(["mount", "-c", "--bind"], (argv) => {
-        const [source, target] = [argv[3]!, argv[4]!];
-        if (source === DEVICE) {
-          this.bound.add(target);
-          this.mounts.push({
-            source: "udev",
-            mountPoint: target,
-            fsType: "devtmpfs",
-            options: "rw",
-          });
-        } else {
-          const top = this.mounts.filter((m) => m.mountPoint === source).at(-1)!;
-          this.mounts.push({ ...top, mountPoint: target });
-        }
-        return {};
-      })
-      .on(["mount", "-c", "-o"], () => ({}))
-      .on(["umount", "-c"], (argv) => {
-        const at = this.mounts.findLastIndex((m) => m.mountPoint === argv[2]);
-        if (at < 0) return { code: 32, stderr: `umount: ${argv[2]}: not mounted.\n` };
-        this.mounts.splice(at, 1);
-        this.bound.delete(argv[2]!);
-        return {};
-      })
-      .on(["blkid"], () => this.signature === undefined ? { code: 2 } : { stdout: this.signature })
-      .on(["mkfs.ext4"], () => {
-        if (this.signature !== undefined) return { code: 1, stderr: "contains a file system\n" };
-        this.signature = EXT4;
-        return {};
-      })
-      .on(["mkfs.xfs"], () => {
-        if (this.signature !== undefined) return { code: 1, stderr: "appears to contain\n" };
-        this.signature = XFS;
-        return {};
-      })
-      .on(["wipefs", "-a"], () => {
-        this.signature = undefined;
-        return {};
-      })
-      .on(["resize2fs"], () => ({}))
-      .on(["xfs_growfs"], () => ({}));
-  }
-
-  readonly probe: DeviceProbe = {
-    // What lsblk says /dev/zvol/<dataset> leads to.
-    blockDevice: (link: string) =>
-      Promise.resolve(
-        link === `/dev/zvol/${DB}` && this.link !== undefined
-          ? { name: this.link, rdev: 230 * 256 }
-          : undefined,
-      ),
-    datasetOf: (device: string) =>
-      Promise.resolve(device === DEVICE ? this.zvolOfDevice : "tank/elsewhere"),
-    // A device bound onto a target file shows the device's number there.
-    rdev: (path: string) => Promise.resolve(this.bound.has(path) ? 230 * 256 : undefined),
-    sleep: () => Promise.resolve(),
-    now: (() => {
-      let t = 0;
-      return () => (t += 1000);
-    })(),
-  };
-}
-
 async function setup(
   content: "block" | "ext4" | "xfs",
   opts: { flags?: string[]; zfsFuse?: boolean; props?: Record<string, string> } = {},
@@ -126,7 +27,7 @@ async function setup(
     parent: PARENT,
     flags: ["--stage-publish-base-dir", base, ...opts.flags ?? ["--block-volumes"]],
     before: (runner) => {
-      block = new BlockHost(runner);
+      block = new BlockHost(runner, DB);
     },
     host: (runner) =>
       new FakePool(runner).add(PARENT).add(DB, {

@@ -8,9 +8,12 @@
  * that snapshot (its newest snapshot, `readonly=on` since, and OpenZFS's `written` is 0 where it
  * exists), so nothing was written after what the store got.
  * Only a clean copy whose snapshot is on the head's chain receives incrementally; any other copy
- * (a lost holder's, one written after its release, one off the chain) has diverged and is set
- * aside, never destroyed and never published.
+ * (a lost holder's, one written after its release, one off the chain, one of the other kind: a
+ * zvol where the volume is a dataset, or the reverse) has diverged and is set aside, never
+ * destroyed and never published.
  */
+
+import type { CopyKind } from "./copy_kind.ts";
 
 /** The property that names the generation under which this node last made its copy writable. */
 export const FOLLOW_GENERATION_PROPERTY = "org.zfs-csi:follow-generation";
@@ -22,6 +25,8 @@ export const FOLLOW_RELEASED_PROPERTY = "org.zfs-csi:follow-released";
 
 /** The local copy as read from zfs. */
 export interface LocalCopy {
+  /** A ZFS dataset or a zvol, as zfs says (`type`); undefined when unknown. */
+  readonly kind?: CopyKind;
   /** Generation it was last made writable under, if it says. */
   readonly generation?: number;
   /** Guid its release marker names, if any. */
@@ -41,6 +46,8 @@ export interface OwnerView {
   readonly heldBefore: boolean;
   /** The head's chain, full stream first, as guids; empty when the store has no head. */
   readonly chain: readonly string[];
+  /** What the volume's copies are (its settings say); undefined: not checked. */
+  readonly kind?: CopyKind;
 }
 
 /** The plan for the local copy. */
@@ -60,6 +67,14 @@ export function planCopy(local: LocalCopy | undefined, owner: OwnerView): CopyPl
   const fresh = (setAside: boolean, why: string): CopyPlan =>
     head === undefined ? { kind: "create", setAside, why } : { kind: "full", setAside, why };
   if (!local) return fresh(false, "this node has no copy");
+  if (owner.kind !== undefined && local.kind !== undefined && local.kind !== owner.kind) {
+    const what = (k: CopyKind) => k === "volume" ? "a zvol" : "a ZFS dataset";
+    return fresh(
+      true,
+      `its copy is ${what(local.kind)}, and the volume is ${what(owner.kind)} (a volume of the ` +
+        `same name made anew)`,
+    );
+  }
   if (owner.heldBefore) {
     // This node held it all along: its copy is the volume, writes after the head included.
     if (local.generation === owner.generation) return { kind: "current" };

@@ -24,7 +24,8 @@ import { Code, CsiError, ZfsError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { KeyedLock } from "../lock.ts";
 import type { Inspection } from "../volume/trash.ts";
-import { checkOwned } from "../volume/datasets.ts";
+import { checkOwnedVolume } from "../volume/datasets.ts";
+import type { ZvolContent } from "../volume/zvol.ts";
 import type { BackupOptions, BackupOutcome } from "../replicate/backup.ts";
 import { BACKUP_INTERVAL_PROPERTY, STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import { readManifests } from "../replicate/records.ts";
@@ -57,6 +58,15 @@ import {
   release,
   renew,
 } from "./owner.ts";
+import {
+  checkChainFits,
+  type CopyKind,
+  kindOf,
+  kindOfCopy,
+  lockDownProperties,
+  openProperties,
+  receivedZvolProperties,
+} from "./copy_kind.ts";
 import { CopyGate } from "./gate.ts";
 import { movesForward } from "./head.ts";
 import {
@@ -103,7 +113,7 @@ export async function setAsideCopy(
   try {
     const found = await d.trash.inspect(dataset);
     if (!found) return;
-    checkOwned(dataset, found.props);
+    checkOwnedVolume(dataset, found.props);
     await d.trash.removeVolume(dataset, found);
   } finally {
     held.release();
@@ -161,6 +171,12 @@ export interface StageSpec extends FollowVolume {
    * which makes one with these settings.
    */
   readonly registered?: FollowSettings;
+  /**
+   * Present when the caller stages the volume as a zvol (its node path: device, format, mount),
+   * with the content it asks for when the request says; absent: as a ZFS dataset. A volume
+   * whose settings say otherwise is refused before its copy is touched.
+   */
+  readonly asZvol?: { readonly content?: ZvolContent };
 }
 
 /** Options of {@linkcode FollowVolumes.release}. */
@@ -393,6 +409,9 @@ export class FollowVolumes {
     const props = await this.#d.zfs.getProperties(dataset, [FOLLOW_GENERATION_PROPERTY]);
     if (!props) return { status: "busy" };
     if (generationOf(props) === undefined) return await backup(options);
+    // Nor while a NodeStage of it runs here, up to its mount: a zvol's filesystem is made then,
+    // and a snapshot taken before its format record says done would be stored as unformatted.
+    if (this.#claims.has(dataset)) return { status: "busy" };
     const run = await this.#gate.background(dataset, async (preempt): Promise<BackupOutcome> => {
       // Read in the gate: a release that marked the copy has ended, a later one waits for us.
       const released = await this.#d.zfs.getProperties(dataset, [FOLLOW_RELEASED_PROPERTY]);
@@ -568,7 +587,10 @@ export class FollowVolumes {
       });
     }
     try {
+      checkStagedAs(spec, r.settings);
+      const kind = kindOf(r.settings);
       const chain = r.head === null ? [] : await this.#chain(volumeKey, r.head, log);
+      checkChainFits(spec.name, r.settings, chain);
       const local = await this.#readCopy(spec.dataset);
       if (local && local.generation === undefined) {
         // Never a copy of a volume that follows its job: a node-local volume of the same name.
@@ -580,18 +602,18 @@ export class FollowVolumes {
         );
       }
       // Made with its generation: a copy of a follow volume always says it is one. And made
-      // read-only and not mounted at boot: only #makeWritable opens it, right after its proof,
-      // so a stage that fails leaves nothing writable behind.
+      // read-only and (a dataset) not mounted at boot: only #makeWritable opens it, right after
+      // its proof, so a stage that fails leaves nothing writable behind.
       const marks = {
         [FOLLOW_GENERATION_PROPERTY]: String(r.generation),
         [FOLLOW_RELEASED_PROPERTY]: HELD,
-        readonly: "on",
-        canmount: "noauto",
+        ...Object.fromEntries(lockDownProperties(kind)),
       };
       const plan = planCopy(local, {
         generation: r.generation,
         heldBefore: !acquired,
         chain: chain.map((m) => m.guid),
+        kind,
       });
       log.info("follow volume held here", {
         generation: r.generation,
@@ -609,7 +631,8 @@ export class FollowVolumes {
         case "increment": {
           const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
           await this.#receive(spec.dataset, after, log, async (receive) => {
-            await this.#d.zfs.unmount(spec.dataset);
+            // zfs receives into an unmounted filesystem; a zvol has no mount of its own.
+            if (kind === "filesystem") await this.#d.zfs.unmount(spec.dataset);
             for (const manifest of after) {
               await receiveFromStore(receive, { manifest, target: spec.dataset });
             }
@@ -622,14 +645,16 @@ export class FollowVolumes {
               parentDataset: this.#d.parentDataset,
               chain,
               target: spec.dataset,
-              properties: Object.entries({ ...r.settings.properties, ...marks }).filter(([k]) =>
-                !CREATE_ONLY.has(k)
-              ),
+              properties: Object.entries({
+                ...r.settings.properties,
+                ...receivedZvolProperties(r.settings, chain.at(-1)),
+                ...marks,
+              }).filter(([k]) => !CREATE_ONLY.has(k)),
             }));
           break;
         case "create":
           try {
-            await this.#d.zfs.create(spec.dataset, { ...r.settings.properties, ...marks });
+            await this.#create(spec.dataset, r.settings, marks);
           } catch (err) {
             // A dataset without data of ours (judged by the marker below) or a repeat.
             if (!(err instanceof ZfsError && err.kind === "exists")) throw err;
@@ -639,7 +664,7 @@ export class FollowVolumes {
       const held = await stopLease().catch((err) => {
         throw fencedStage(err, "while this node received it");
       });
-      await this.#makeWritable(spec.dataset, volumeKey, held, log, landed).catch((err) => {
+      await this.#makeWritable(spec.dataset, kind, volumeKey, held, log, landed).catch((err) => {
         throw fencedStage(err, "before this node could make its copy writable");
       });
     } catch (err) {
@@ -657,6 +682,22 @@ export class FollowVolumes {
       }
       throw err;
     }
+  }
+
+  /** Makes an empty copy as the settings say: a dataset, or a zvol of the volume's size. */
+  async #create(
+    dataset: string,
+    settings: FollowSettings,
+    marks: Readonly<Record<string, string>>,
+  ): Promise<void> {
+    const props = { ...settings.properties, ...marks };
+    const z = settings.zvol;
+    if (!z) return await this.#d.zfs.create(dataset, props);
+    await this.#d.zfs.createVolume(
+      dataset,
+      { sizeBytes: settings.capacityBytes, sparse: z.sparse },
+      { ...props, ...(z.volblocksize ? { volblocksize: String(z.volblocksize) } : {}) },
+    );
   }
 
   /** The head's chain, full stream first. */
@@ -706,7 +747,7 @@ export class FollowVolumes {
     const tree = await this.#d.zfs.getTree(dataset, 1, COPY_PROPS);
     const props = tree?.get(dataset);
     if (!tree || !props) return undefined;
-    checkOwned(dataset, props);
+    checkOwnedVolume(dataset, props);
     let newest: { guid: string; txg: number } | undefined;
     for (const [name, p] of tree) {
       if (!name.startsWith(`${dataset}@`) || p.get("type")?.value !== "snapshot") continue;
@@ -719,7 +760,9 @@ export class FollowVolumes {
     const generation = generationOf(props);
     const released = props.get(FOLLOW_RELEASED_PROPERTY);
     const written = await this.#written(dataset);
+    const kind = kindOfCopy(props);
     return {
+      ...(kind ? { kind } : {}),
       ...(generation === undefined ? {} : { generation }),
       ...(released?.source === "local" && /^\d{1,20}$/.test(released.value)
         ? { releasedAt: released.value }
@@ -766,6 +809,7 @@ export class FollowVolumes {
    */
   async #makeWritable(
     dataset: string,
+    kind: CopyKind,
     volumeKey: string,
     held: Holding,
     log: Logger,
@@ -804,7 +848,7 @@ export class FollowVolumes {
       dataset,
       { volume: r.volume, generation: r.generation },
       { sentAt: proof.sentAt, promised: this.#terms.selfFence },
-      [["readonly", "off"], ["canmount", "on"]],
+      openProperties(kind),
     );
     if (!this.#outlasted(proof)) return proof.holding;
     // zfs took longer than the margin: whether this node still held the volume when the copy
@@ -878,11 +922,12 @@ export class FollowVolumes {
     }
     const props = await zfs.getProperties(volume.dataset, ["type", MANAGED_PROPERTY]);
     if (!props) return;
-    checkOwned(volume.dataset, props);
+    checkOwnedVolume(volume.dataset, props);
+    const kind = kindOfCopy(props) ?? "filesystem";
     const state = await this.#holding(volume);
     if (state.kind !== "mine") {
       await this.#fence.forget(volume.dataset);
-      await this.#lockDown(volume.dataset);
+      await this.#lockDown(volume.dataset, kind);
       if (state.kind === "fenced") {
         log.warn("this node no longer holds the follow volume: its copy stays read-only", {
           owner: describeOwner(state.record),
@@ -921,17 +966,20 @@ export class FollowVolumes {
           "at its next stage, and its last writes are not the volume's",
         { error: err },
       );
-      await this.#lockDown(volume.dataset);
+      await this.#lockDown(volume.dataset, kind);
       return;
     }
-    await this.#lockDown(volume.dataset);
+    await this.#lockDown(volume.dataset, kind);
     log.info("follow volume released", { head: m.guid, bytes: m.size, base: m.baseGuid });
   }
 
-  /** Read-only, unmounted, not mounted at boot: a warm copy nothing writes to. */
-  async #lockDown(dataset: string): Promise<void> {
-    await this.#d.zfs.setProperties(dataset, [["readonly", "on"], ["canmount", "noauto"]]);
-    await this.#d.zfs.unmount(dataset);
+  /**
+   * Read-only, unmounted, not mounted at boot: a warm copy nothing writes to. A zvol: read-only
+   * (its device too, on OpenZFS); nothing of it is mounted by zfs.
+   */
+  async #lockDown(dataset: string, kind: CopyKind): Promise<void> {
+    await this.#d.zfs.setProperties(dataset, lockDownProperties(kind));
+    if (kind === "filesystem") await this.#d.zfs.unmount(dataset);
   }
 
   async #advance(volume: FollowVolume, m: SnapshotManifest): Promise<void> {
@@ -1058,13 +1106,16 @@ export class FollowVolumes {
         "what was written here after the store's head is not the volume's",
       { dataset: volume.dataset, owner: describeOwner(record) },
     );
+    const kind = kindOfCopy(await this.#d.zfs.getProperties(volume.dataset, ["type"])) ??
+      "filesystem";
     await this.#d.zfs.setProperties(volume.dataset, [
       [FOLLOW_RELEASED_PROPERTY, FENCED],
       // Not the volume any more: no more uploads of it.
       [BACKUP_INTERVAL_PROPERTY, "0"],
-      ["readonly", "on"],
-      ["canmount", "noauto"],
+      ...lockDownProperties(kind),
     ]);
+    // A zvol's filesystem is the node's mount, which its NodeUnstage undoes.
+    if (kind === "volume") return;
     try {
       await this.#d.zfs.unmount(volume.dataset);
     } catch (err) {
@@ -1073,6 +1124,29 @@ export class FollowVolumes {
         error: err,
       });
     }
+  }
+}
+
+/**
+ * Refuses a stage of the volume as what it is not: a zvol staged as a ZFS dataset or the
+ * reverse, or a zvol holding one thing staged as another (the settings say what it is).
+ * @throws {CsiError} INVALID_ARGUMENT saying what the volume is
+ */
+function checkStagedAs(spec: StageSpec, settings: FollowSettings): void {
+  const z = settings.zvol;
+  const asked = spec.asZvol;
+  const hint = (c: ZvolContent) => c === "block" ? "a block capability" : `fs_type "${c}"`;
+  let why: string | undefined;
+  if (z && !asked) {
+    why = `it is a zvol holding ${z.content}: stage it as one (${hint(z.content)})`;
+  } else if (!z && asked) {
+    why = `it is a ZFS dataset, not a zvol: stage it with a mount capability and fs_type ` +
+      `"zfs" or none`;
+  } else if (z && asked?.content !== undefined && asked.content !== z.content) {
+    why = `it is a zvol holding ${z.content}, and the request stages it as ${asked.content}`;
+  }
+  if (why !== undefined) {
+    throw new CsiError(Code.INVALID_ARGUMENT, `Volume "${spec.name}" follows its job, and ${why}`);
   }
 }
 

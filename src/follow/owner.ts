@@ -15,16 +15,32 @@
 import { Code, CsiError } from "../errors.ts";
 import { ownerKey } from "../store/layout.ts";
 import { type RequestOptions, type Store, StoreError } from "../store/store.ts";
+import { isZvolContent, type ZvolContent } from "../volume/zvol.ts";
 
 /** Whether a node holds the volume, none does, or it was deleted. */
 export type OwnerState = "held" | "released" | "deleted";
 
 /** What a volume's settings are, wherever it is staged: set once by CreateVolume. */
 export interface FollowSettings {
-  /** The volume's size (its refquota); 0 for none. */
+  /** The volume's size (a dataset's refquota, 0 for none; a zvol's volsize). */
   readonly capacityBytes: number;
   /** The dataset properties a node creates (or completes) its copy with. */
   readonly properties: Readonly<Record<string, string>>;
+  /** Present when the volume is a zvol (its copies are zvols); absent for a ZFS dataset. */
+  readonly zvol?: FollowZvol;
+}
+
+/**
+ * What every node makes its copy of a follow zvol as (docs/block-volumes.md): `zfs create -V`
+ * with the settings' capacity as volsize, or a receive of the head's chain (a zvol's stream).
+ */
+export interface FollowZvol {
+  /** What it holds: a raw device, or the filesystem the first stage makes on it. */
+  readonly content: ZvolContent;
+  /** Its volblocksize in bytes, when CreateVolume asked for one (a received copy keeps its stream's). */
+  readonly volblocksize?: number;
+  /** Thin: no refreservation (`zfs create -s`; `refreservation=none` on a received copy). */
+  readonly sparse: boolean;
 }
 
 /** `v1/volumes/<volume>/owner.json`. */
@@ -163,6 +179,8 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
   ) {
     fail("settings.properties", "an object of strings");
   }
+  const zvol = settings.zvol === undefined ? undefined : parseZvolSettings(settings.zvol, fail);
+  if (zvol && (capacityBytes as number) <= 0) fail("settings.capacityBytes", "positive for a zvol");
   const releasedBy = o.releasedBy === undefined ? undefined : str("releasedBy");
   if (o.selfFence !== undefined && typeof o.selfFence !== "boolean") {
     fail("selfFence", "true or false");
@@ -191,7 +209,39 @@ export function parseOwner(input: Uint8Array | string): OwnerRecord {
     settings: {
       capacityBytes: capacityBytes as number,
       properties: { ...(props as Record<string, string>) },
+      ...(zvol ? { zvol } : {}),
     },
+  };
+}
+
+/** Whether `v` is a volblocksize the plugin makes zvols with (volume/zvol.ts parseVolblocksize). */
+function isVolblocksize(v: unknown): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 4096 && v <= 131072 &&
+    (v & (v - 1)) === 0;
+}
+
+/** `settings.zvol` of an owner object, checked field by field with `fail`. */
+function parseZvolSettings(
+  value: unknown,
+  fail: (field: string, want: string) => never,
+): FollowZvol {
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    fail("settings.zvol", "an object");
+  }
+  const z = value as Record<string, unknown>;
+  const content = z.content;
+  if (typeof content !== "string" || !isZvolContent(content)) {
+    fail("settings.zvol.content", `"block", "ext4" or "xfs"`);
+  }
+  if (typeof z.sparse !== "boolean") fail("settings.zvol.sparse", "true or false");
+  const volblocksize = z.volblocksize;
+  if (volblocksize !== undefined && !isVolblocksize(volblocksize)) {
+    fail("settings.zvol.volblocksize", "a power of two from 4096 to 131072");
+  }
+  return {
+    content: content as ZvolContent,
+    ...(volblocksize === undefined ? {} : { volblocksize: volblocksize as number }),
+    sparse: z.sparse as boolean,
   };
 }
 

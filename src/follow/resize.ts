@@ -13,6 +13,12 @@
  * received on top of it (they may need the room), a full receive makes the copy with them, and
  * the copy as staged gets them once more. A standby copy gets them before each background
  * receive of increments (standby.ts).
+ *
+ * A follow zvol's size is its volsize: the record's capacity grows by the rule of any zvol
+ * (volume/zvol.ts planZvolGrowth: in whole steps, never shrunk), and a copy gets `volsize` set,
+ * never a size property of a dataset (copy_kind.ts), and only once it is writable: zfs refuses
+ * to set the volsize of a read-only zvol, and an increment needs no room made before it (the
+ * volsize is part of the zvol's data, which the increment brings as its sender had it).
  */
 
 import { Code, CsiError } from "../errors.ts";
@@ -28,6 +34,8 @@ import { type Store, StoreError } from "../store/store.ts";
 import type { PropertyList } from "../zfs/args.ts";
 import { encodeComponent, MANAGED_PROPERTY } from "../zfs/names.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "./copy.ts";
+import { kindOf, kindOfCopy, sizeProperties } from "./copy_kind.ts";
+import { planZvolGrowth } from "../volume/zvol.ts";
 import { parseBytes, type PropertyMap } from "../zfs/parse.ts";
 import { type FollowDeps, FollowVolumes, type StageSpec } from "./mover.ts";
 import { encodeOwner, type FollowSettings, readOwner } from "./owner.ts";
@@ -60,6 +68,10 @@ export function resizedSettings(
   settings: FollowSettings,
   capacity: Capacity,
 ): FollowSettings {
+  if (settings.zvol) {
+    const volsize = planZvolGrowth(id, settings.capacityBytes, capacity);
+    return volsize === settings.capacityBytes ? settings : { ...settings, capacityBytes: volsize };
+  }
   // The settings always say "filesystem" and ours: sizing.ts reads only the sizes and parameters.
   const plan = planSize(id, asProps(settings.properties), capacity);
   if (plan.changes.length === 0 && plan.refquota === settings.capacityBytes) return settings;
@@ -121,6 +133,13 @@ export async function resizeFollowVolume(
  * order zfs accepts one at a time.
  */
 export function recordedSizeChanges(copy: PropertyMap, settings: FollowSettings): PropertyList {
+  if (settings.zvol) {
+    // A zvol's size is its volsize; a copy grown further by hand keeps its size.
+    const volsize = parseBytes(copy.get("volsize")?.value ?? "0");
+    return volsize > 0 && volsize < settings.capacityBytes
+      ? [["volsize", String(settings.capacityBytes)]]
+      : [];
+  }
   const current = currentSizes(copy);
   const target: Partial<Record<typeof SIZE_PROPERTIES[number], number>> = {};
   for (const name of SIZE_PROPERTIES) {
@@ -167,17 +186,25 @@ export class SizedFollowVolumes extends FollowVolumes {
     const { zfs, store, log } = this.#deps;
     const owner = await readOwner(store, encodeComponent("Volume name", spec.name));
     if (!owner) return;
+    const settings = owner.record.settings;
+    const kind = kindOf(settings);
     const props = await zfs.getProperties(spec.dataset, [
+      "type",
       MANAGED_PROPERTY,
       FOLLOW_GENERATION_PROPERTY,
-      ...SIZE_PROPERTIES,
+      ...sizeProperties(kind),
     ]);
     if (!props) return;
+    // A copy of the other kind is the stage's to judge (it sets it aside), never sized here.
+    if (kindOfCopy(props) !== kind) return;
+    // A zvol's volsize is in its data: each increment received brings its sender's, and zfs
+    // refuses to set it on a read-only zvol (EROFS). Set once the copy is writable.
+    if (before && kind === "volume") return;
     const ours = props.get(MANAGED_PROPERTY)?.source === "local" &&
       props.get(FOLLOW_GENERATION_PROPERTY)?.source === "local";
     // After a stage the copy is this volume's (the stage checked it); before, it must say so.
     if (before && !ours) return;
-    const changes = recordedSizeChanges(props, owner.record.settings);
+    const changes = recordedSizeChanges(props, settings);
     if (changes.length === 0) return;
     await zfs.setProperties(spec.dataset, changes);
     log.info("follow volume's copy sized as the store records it", {

@@ -45,6 +45,11 @@ export interface SeedSpec {
   readonly log: Logger;
   /** A new uid; replaceable in tests. */
   readonly newUid?: () => string;
+  /**
+   * Refuses a snapshot the new volume cannot be made from (a zvol's for a dataset, another
+   * content, a larger zvol), before anything is copied; it throws to refuse.
+   */
+  readonly check?: (snapshot: SnapshotManifest) => void;
 }
 
 /**
@@ -61,6 +66,7 @@ export async function seedFromSnapshot(store: Store, spec: SeedSpec): Promise<Se
   if (!snapshot) {
     throw new CsiError(Code.NOT_FOUND, `Snapshot "${source.id}" not found in ${store.description}`);
   }
+  spec.check?.(snapshot);
   let chain: SnapshotManifest[];
   try {
     chain = chainTo(manifests.filter((m) => m.volumeUid === snapshot.volumeUid), source.guid);

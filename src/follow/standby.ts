@@ -13,9 +13,11 @@
  * copy stays as the core leaves a released one: read-only, not mounted, its release marker on
  * its newest snapshot (moved after every increment), so the next stage here finds it clean.
  * Before increments, the copy is grown to the size the owner object records (an expansion since
- * the copy was made: resize.ts), so what it receives has the volume's room.
+ * the copy was made: resize.ts), so what it receives has the volume's room (a zvol's increments
+ * bring their volsize themselves).
  * A copy that diverged is set aside with the trash, as a stage would, unless it is mounted
- * (something still uses it): then it is left alone and the error shown.
+ * (something still uses it; a zvol: a stage here marks it attached): then it is left alone and
+ * the error shown. A follow zvol's copy is handled as a stage handles it (copy_kind.ts).
  *
  * Bounds: one tick at a time; volumes are looked at in turn, and a tick ends after the first
  * volume it received into (the next tick starts after it). Never while this node holds the
@@ -45,7 +47,16 @@ import { listMarked, type MarkedVolume, standbyPrefix } from "./markers.ts";
 import { type CopyDeps, CREATE_ONLY, setAsideCopy } from "./mover.ts";
 import { type OwnerRecord, readOwner } from "./owner.ts";
 import { recordedSizeChanges } from "./resize.ts";
+import {
+  attachedTo,
+  checkChainFits,
+  type CopyKind,
+  kindOf,
+  lockDownProperties,
+  receivedZvolProperties,
+} from "./copy_kind.ts";
 import { SIZE_PROPERTIES } from "../volume/sizing.ts";
+import { ATTACHED_PROPERTY } from "../volume/zvol.ts";
 
 /** Default time between two ticks. */
 export const DEFAULT_STANDBY_INTERVAL_SECONDS = 30;
@@ -68,6 +79,11 @@ export interface StandbyDeps extends CopyDeps {
   };
   /** Time between ticks. */
   readonly intervalSeconds: number;
+  /**
+   * Whether this node serves zvols (--block-volumes, and a zfs that makes them): a follow zvol's
+   * copy is kept only where it could be staged. Default: whether this node's zfs makes zvols.
+   */
+  readonly servesZvols?: () => Promise<boolean>;
   /** Wall clock (ms since the epoch), for the stamps shown; replaceable in tests. */
   readonly now?: () => number;
 }
@@ -218,6 +234,9 @@ export class StandbyFollower {
     note: (text: string) => void,
   ): Promise<{ kind: "increment" | "full"; bytes: number } | undefined> {
     const head = r.head!;
+    if (r.settings.zvol && !(await (this.#d.servesZvols ?? (() => this.#d.zfs.canMakeZvols()))())) {
+      return void note("this node serves no zvols (--block-volumes, OpenZFS): no copy kept here");
+    }
     const local = await this.#d.copies.readCopy(dataset);
     if (local && local.generation === undefined) {
       throw new CsiError(
@@ -248,10 +267,13 @@ export class StandbyFollower {
       this.#manifests,
     );
     const chain = chainTo(manifests, head);
+    checkChainFits(volume.name, r.settings, chain);
+    const kind = kindOf(r.settings);
     const plan = planCopy(local, {
       generation: r.generation,
       heldBefore: false,
       chain: chain.map((m) => m.guid),
+      kind,
     });
     const started = performance.now();
     const received = (kind: "increment" | "full", streams: number, bytes: number) => {
@@ -275,10 +297,14 @@ export class StandbyFollower {
       case "increment": {
         const after = chain.slice(chain.findIndex((m) => m.guid === plan.from) + 1);
         let bytes = 0;
-        // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
-        await this.#d.zfs.unmount(dataset);
-        // The volume may have grown since the copy was made: the increments need its room.
-        await this.#grow(dataset, r, log);
+        // A zvol has no mount of its own, and its increments bring their volsize (zfs refuses
+        // to set one on a read-only zvol).
+        if (kind === "filesystem") {
+          // As a stage does: zfs receives into an unmounted filesystem (a clean copy is one).
+          await this.#d.zfs.unmount(dataset);
+          // The volume may have grown since the copy was made: the increments need its room.
+          await this.#grow(dataset, r, log);
+        }
         for (const manifest of after) {
           signal.throwIfAborted();
           await receiveFromStore(this.#d.receive, { manifest, target: dataset, signal });
@@ -289,22 +315,22 @@ export class StandbyFollower {
         return received("increment", after.length, bytes);
       }
       case "full": {
-        if (plan.setAside) await this.#setAside(dataset, plan.why, log);
+        if (plan.setAside) await this.#setAside(dataset, local?.kind ?? kind, plan.why, log);
         await restoreVolume(this.#d.receive, {
           parentDataset: this.#d.parentDataset,
           chain,
           target: dataset,
           properties: [
-            ...Object.entries(r.settings.properties).filter(([k]) =>
-              !CREATE_ONLY.has(k) && k !== BACKUP_INTERVAL_PROPERTY
-            ),
+            ...Object.entries({
+              ...r.settings.properties,
+              ...receivedZvolProperties(r.settings, chain.at(-1)),
+            }).filter(([k]) => !CREATE_ONLY.has(k) && k !== BACKUP_INTERVAL_PROPERTY),
             // A standby copy is never backed up: only the holder uploads.
             [BACKUP_INTERVAL_PROPERTY, "0"],
             [FOLLOW_GENERATION_PROPERTY, STANDBY_GENERATION],
             [FOLLOW_RELEASED_PROPERTY, head],
             [STORE_UID_PROPERTY, r.uid],
-            ["readonly", "on"],
-            ["canmount", "noauto"],
+            ...lockDownProperties(kind),
           ],
           signal,
         });
@@ -329,14 +355,22 @@ export class StandbyFollower {
     log.info("standby copy sized as the store records it", { set: Object.fromEntries(changes) });
   }
 
-  /** Sets a diverged copy aside with the trash, unless something still has it mounted. */
-  async #setAside(dataset: string, why: string, log: Logger): Promise<void> {
-    const mounted = (await this.#d.zfs.getProperties(dataset, ["mounted"]))?.get("mounted");
-    if (mounted?.value === "yes") {
+  /**
+   * Sets a diverged copy aside with the trash, unless something still has it mounted (a zvol:
+   * unless a stage on this node marks it attached, which the NodeUnstage leaving nothing using
+   * it removes).
+   */
+  async #setAside(dataset: string, kind: CopyKind, why: string, log: Logger): Promise<void> {
+    const inUse = kind === "volume"
+      ? attachedTo(await this.#d.zfs.getProperties(dataset, [ATTACHED_PROPERTY])) !== undefined
+      : (await this.#d.zfs.getProperties(dataset, ["mounted"]))?.get("mounted")?.value === "yes";
+    if (inUse) {
       throw new CsiError(
         Code.FAILED_PRECONDITION,
-        `This node's copy diverged from the store's head (${why}) and is still mounted: it is ` +
-          `left alone until nothing uses it`,
+        `This node's copy diverged from the store's head (${why}) and is still ` +
+          `${
+            kind === "volume" ? "staged here" : "mounted"
+          }: it is left alone until nothing uses it`,
       );
     }
     await setAsideCopy(this.#d, dataset, "a standby copy's set-aside");

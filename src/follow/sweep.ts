@@ -13,13 +13,16 @@
  * the copy was made from; an owner object that is missing, unreadable or otherwise, or a store
  * that cannot be read, changes nothing. Never a copy this node holds (release marker "none":
  * its lease renewal finds out first), never one that is mounted (staged, or a fenced copy a job
- * still uses), never while a stage or release of it runs here, and never a dataset that is not
- * the plugin's (checked under the dataset's lock right before the rename).
+ * still uses; a zvol's copy: while a stage here marks it attached), never while a stage or
+ * release of it runs here, and never a dataset that is not the plugin's (checked under the
+ * dataset's lock right before the rename). Copies of follow zvols are swept as datasets are.
  */
 
 import type { KeyedLock } from "../lock.ts";
 import type { Logger } from "../log.ts";
-import { checkOwned } from "../volume/datasets.ts";
+import { checkOwnedVolume } from "../volume/datasets.ts";
+import { ATTACHED_PROPERTY } from "../volume/zvol.ts";
+import { attachedTo, kindOfCopy } from "./copy_kind.ts";
 import { STORE_UID_PROPERTY } from "../replicate/backup.ts";
 import type { Store } from "../store/store.ts";
 import { encodeComponent, MANAGED_PROPERTY, volumeForDataset } from "../zfs/names.ts";
@@ -123,7 +126,7 @@ export class DeletedCopySweep {
       const name = volumeForDataset(parent, dataset);
       // Hidden datasets (set aside, being restored) are not volumes.
       if (name === undefined || dataset.slice(parent.length + 1).startsWith(".")) continue;
-      if (props.get("type")?.value !== "filesystem") continue;
+      if (kindOfCopy(props) === undefined) continue;
       if (props.get(MANAGED_PROPERTY)?.source !== "local") continue;
       if (props.get(FOLLOW_GENERATION_PROPERTY)?.source !== "local") continue;
       if (props.get(FOLLOW_RELEASED_PROPERTY)?.value === HELD) continue;
@@ -183,8 +186,13 @@ export class DeletedCopySweep {
     try {
       const found = await this.#d.trash.inspect(dataset);
       if (!found) return "it is gone";
-      checkOwned(dataset, found.props);
-      if (await this.#d.inUse(dataset)) return "it is mounted on this node";
+      checkOwnedVolume(dataset, found.props);
+      if (kindOfCopy(found.props) === "volume") {
+        // A zvol's filesystem or bound device shows in no mount table as the dataset.
+        const props = await this.#d.zfs.getProperties(dataset, [ATTACHED_PROPERTY]);
+        const node = attachedTo(props);
+        if (node !== undefined) return `it is staged on this node (attached to "${node}")`;
+      } else if (await this.#d.inUse(dataset)) return "it is mounted on this node";
       await this.#d.trash.removeVolume(dataset, found);
       return undefined;
     } finally {

@@ -188,3 +188,24 @@ Deno.test("sweep waits for its turn: a copy being staged or released here stays 
   assert.ok(s.pool.has(ds));
   assert.deepEqual((await s.sweep.sweep()).setAside, ["pg"]);
 });
+
+Deno.test("sweep sets a deleted follow zvol's copy aside as a dataset's, and leaves one a stage here marks attached", async () => {
+  const s = await setup();
+  for (const name of ["pg", "db"]) {
+    await volume(s.store, name);
+    const ds = copy(s.pool, name, "fenced");
+    s.pool.setValue(ds, "type", "volume");
+    s.pool.setValue(ds, "mountpoint", ["-", "-"]);
+  }
+  // A zvol's filesystem or bound device shows in no mount table as the dataset: the mark does.
+  s.pool.setValue(`${PARENT}/db`, "org.zfs-csi:attached", "n1");
+  const report = await s.sweep.sweep();
+  assert.deepEqual(report.setAside, ["pg"]);
+  assert.deepEqual(report.kept, [{
+    name: "db",
+    why: 'it is staged on this node (attached to "n1")',
+  }]);
+  assert.equal(s.pool.has(`${PARENT}/pg`), false);
+  assert.equal(setAsideNames(s.pool).length, 1);
+  assert.ok(s.pool.has(`${PARENT}/db`));
+});

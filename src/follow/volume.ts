@@ -151,5 +151,14 @@ function sorted(s: FollowSettings): unknown {
   return {
     capacityBytes: s.capacityBytes,
     properties: Object.fromEntries(Object.entries(s.properties).sort(([a], [b]) => a < b ? -1 : 1)),
+    ...(s.zvol
+      ? {
+        zvol: {
+          content: s.zvol.content,
+          volblocksize: s.zvol.volblocksize ?? null,
+          sparse: s.zvol.sparse,
+        },
+      }
+      : {}),
   };
 }

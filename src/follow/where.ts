@@ -17,7 +17,8 @@ export function followVolumeMessage(r: OwnerRecord): Record<string, unknown> {
   return {
     volume_id: `${r.volume}${FOLLOW_SUFFIX}`,
     capacity_bytes: String(r.settings.capacityBytes),
-    volume_context: {},
+    // A follow zvol says what it holds, as any zvol's context does (csi/context.ts fs_type).
+    volume_context: r.settings.zvol ? { fs_type: r.settings.zvol.content } : {},
     ...(standbys.length > 0
       ? {
         accessible_topology: standbys.map((node) => ({ segments: { [NODE_TOPOLOGY_KEY]: node } })),

@@ -205,3 +205,41 @@ export function planZvolSize(
   }
   return size;
 }
+
+/**
+ * The volsize a zvol of `current` bytes (volume `id`) grows to for `capacity`: what it asks for
+ * (required_bytes, else limit_bytes) rounded up to a multiple of {@linkcode ZVOL_SIZE_STEP}, or
+ * the largest such multiple within limit_bytes when that is not one; never less than `current`
+ * (a zvol is never shrunk). An ordinary zvol's ControllerExpandVolume and a follow zvol's record
+ * in the store grow by this one rule.
+ * @throws {CsiError} OUT_OF_RANGE when the zvol is above limit_bytes already, or when no
+ *   multiple of the step lies between required_bytes and limit_bytes
+ */
+export function planZvolGrowth(
+  id: string,
+  current: number,
+  capacity: { readonly requiredBytes: number; readonly limitBytes: number },
+): number {
+  if (capacity.limitBytes > 0 && current > capacity.limitBytes) {
+    throw new CsiError(
+      Code.OUT_OF_RANGE,
+      `Volume "${id}" is ${current} bytes already, above limit_bytes ` +
+        `${capacity.limitBytes}: a zvol is never shrunk`,
+    );
+  }
+  const asked = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
+  const target = Math.ceil(asked / ZVOL_SIZE_STEP) * ZVOL_SIZE_STEP;
+  if (target <= current) return current;
+  // The largest whole step within limit_bytes, when the asked size is not one.
+  const fit = capacity.limitBytes > 0 && target > capacity.limitBytes
+    ? Math.floor(capacity.limitBytes / ZVOL_SIZE_STEP) * ZVOL_SIZE_STEP
+    : target;
+  if (fit < capacity.requiredBytes) {
+    throw new CsiError(
+      Code.OUT_OF_RANGE,
+      `No size in steps of ${ZVOL_SIZE_STEP} bytes lies between required_bytes ` +
+        `${capacity.requiredBytes} and limit_bytes ${capacity.limitBytes}`,
+    );
+  }
+  return Math.max(fit, current);
+}

@@ -14,12 +14,20 @@
 import assert from "node:assert/strict";
 import { Code } from "../../src/errors.ts";
 import { rejects, retryWhileBusy } from "../support/csi_client.ts";
-import { claimPaths, mountCapability } from "../support/nomad.ts";
+import { mountCapability } from "../support/nomad.ts";
 import { PluginProcess } from "../support/plugin_process.ts";
 import { Prng } from "../support/prng.ts";
 import { openZfs } from "../support/stream_bytes.ts";
 import { sh, TestPool, tryRun } from "../support/zfs_pool.ts";
-import { blockCapability, type Capability, ddRead, fsCapability, probe } from "../support/zvols.ts";
+import {
+  blockCapability,
+  type Capability,
+  claimZvol,
+  ddRead,
+  fsCapability,
+  probe,
+  zvolDevice,
+} from "../support/zvols.ts";
 
 const MiB = 1024 * 1024;
 const onOpenZfs = await openZfs();
@@ -127,20 +135,6 @@ Deno.test({
 
 // --- OpenZFS ----------------------------------------------------------------------------------
 
-/**
- * The device node of a zvol, waiting for udev to make its link. Asked of readlink: Deno wants
- * --allow-all for any path below /dev.
- */
-async function zvolDevice(dataset: string): Promise<string> {
-  const link = `/dev/zvol/${dataset}`;
-  for (let i = 0;; i++) {
-    const r = await tryRun("readlink", "-e", link);
-    if (r.code === 0) return r.stdout.trim();
-    if (i >= 240) throw new Error(`${link} did not appear: ${r.stderr}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
 Deno.test({
   name:
     "block store: a raw zvol's dd pattern comes back through the store; mismatched restores are refused",
@@ -234,35 +228,8 @@ Deno.test({
       (await c.controller("CreateVolume", createRequest("files", 64 * MiB, fsCapability("ext4"))))
         .volume;
     const cap = fsCapability("ext4");
-    const use = async (volume: { volume_id: string; volume_context: object }, alloc: string) => {
-      const p = await claimPaths(plugin.baseDir, {
-        volumeId: volume.volume_id,
-        allocId: alloc,
-        usage: FS_USAGE,
-      });
-      const base = {
-        volume_id: volume.volume_id,
-        volume_capability: cap,
-        volume_context: volume.volume_context,
-        staging_target_path: p.staging,
-      };
-      await c.node("NodeStageVolume", base, SLOW_MS);
-      await c.node("NodePublishVolume", { ...base, target_path: p.target, readonly: false });
-      return {
-        target: p.target,
-        release: async () => {
-          await c.node("NodeUnpublishVolume", {
-            volume_id: volume.volume_id,
-            target_path: p.target,
-          });
-          await c.node(
-            "NodeUnstageVolume",
-            { volume_id: volume.volume_id, staging_target_path: p.staging },
-            SLOW_MS,
-          );
-        },
-      };
-    };
+    const use = (volume: { volume_id: string; volume_context: object }, allocId: string) =>
+      claimZvol(plugin, volume, cap, { allocId, usage: FS_USAGE, deadlineMs: SLOW_MS });
     const a = await use(vol, "alloc-1");
     const data = new Prng(7).bytes(2 * MiB);
     await Deno.mkdir(`${a.target}/db`);

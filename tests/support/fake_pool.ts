@@ -5,8 +5,9 @@
  * `set`, `unmount` and `mount` like zfs. `clones` is computed from origins as OpenZFS does, or
  * refused as an unknown property as zfs-fuse does. `zfs get -s <source> all` lists the values
  * given with that source ("received", "local"); the probe `zfs receive -n` (zfs.ts receiveOverrides) answers as
- * zfs-fuse does (no `-x`) unless {@linkcode FakePool.receiveOverrides} says otherwise. Everything
- * else is unexpected.
+ * zfs-fuse does (no `-x`) unless {@linkcode FakePool.receiveOverrides} says otherwise. A zvol
+ * (type "volume") refuses what OpenZFS refuses on one: a filesystem-only property set or made
+ * with it ({@linkcode FILESYSTEM_ONLY}), `zfs unmount`, and a volsize while it is read-only. Everything else is unexpected.
  */
 
 import type { PropertyValue } from "../../src/zfs/parse.ts";
@@ -25,6 +26,41 @@ const COMPUTED = new Set([
   "mounted",
   "clones",
 ]);
+
+/**
+ * Properties that apply to filesystems only: OpenZFS refuses to set them on a zvol, or make one
+ * with them ("'canmount' does not apply to datasets of this type").
+ */
+export const FILESYSTEM_ONLY: ReadonlySet<string> = new Set([
+  "mountpoint",
+  "canmount",
+  "quota",
+  "refquota",
+  "recordsize",
+  "atime",
+  "relatime",
+  "exec",
+  "setuid",
+  "devices",
+  "xattr",
+  "acltype",
+  "snapdir",
+  "sharenfs",
+  "sharesmb",
+  "overlay",
+  "zoned",
+  "casesensitivity",
+  "normalization",
+  "utf8only",
+]);
+
+/** OpenZFS's refusal of a filesystem-only property on a zvol. */
+function notApplicable(what: string, name: string, prop: string): FakeResponse {
+  return {
+    code: 1,
+    stderr: `cannot ${what} '${name}': '${prop}' does not apply to datasets of this type\n`,
+  };
+}
 
 function notFound(name: string): FakeResponse {
   return { code: 1, stderr: `cannot open '${name}': dataset does not exist\n` };
@@ -66,7 +102,18 @@ export class FakePool {
       .on(["zfs", "destroy"], answer((argv) => this.#destroy(argv)))
       .on(["zfs", "rename"], answer((argv) => this.#rename(argv)))
       .on(["zfs", "set"], answer((argv) => this.#set(argv)))
-      .on(["zfs", "unmount"], answer(() => ({})))
+      .on(
+        ["zfs", "unmount"],
+        answer((argv) =>
+          this.value(argv.at(-1)!, "type") === "volume"
+            ? {
+              code: 1,
+              stderr: `cannot unmount '${argv.at(-1)}': operation not applicable to datasets ` +
+                `of this type\n`,
+            }
+            : {}
+        ),
+      )
       .when(
         (argv) => argv[1] === "receive" && argv.includes("-n"),
         answer(() =>
@@ -313,6 +360,10 @@ export class FakePool {
     if (this.objects.has(name)) {
       return { code: 1, stderr: `cannot create '${name}': dataset already exists\n` };
     }
+    const misfit = volsize === undefined
+      ? undefined
+      : Object.keys(props).find((p) => FILESYSTEM_ONLY.has(p));
+    if (misfit !== undefined) return notApplicable("create", name, misfit);
     this.add(name, props);
     if (volsize !== undefined) {
       this.setValue(name, "type", "volume");
@@ -356,6 +407,19 @@ export class FakePool {
     // `zfs set a=1 [b=2 ...] <name>`
     const name = argv.at(-1)!;
     if (!this.objects.has(name)) return notFound(name);
+    if (this.value(name, "type") === "volume") {
+      const misfit = argv.slice(2, -1).map((kv) => kv.slice(0, kv.indexOf("="))).find((p) =>
+        FILESYSTEM_ONLY.has(p)
+      );
+      if (misfit !== undefined) return notApplicable("set property for", name, misfit);
+      // zvol_set_volsize refuses a read-only zvol (EROFS), whatever else the command sets.
+      if (
+        this.value(name, "readonly") === "on" && argv.some((kv) => kv.startsWith("volsize=")) &&
+        !argv.includes("readonly=off")
+      ) {
+        return { code: 1, stderr: `cannot set property for '${name}': dataset is read-only\n` };
+      }
+    }
     for (const kv of argv.slice(2, -1)) {
       const eq = kv.indexOf("=");
       this.setValue(name, kv.slice(0, eq), [kv.slice(eq + 1), "local"]);

@@ -5,6 +5,8 @@
  */
 
 import assert from "node:assert/strict";
+import { claimPaths } from "./nomad.ts";
+import type { PluginProcess } from "./plugin_process.ts";
 import { sh, tryRun } from "./zfs_pool.ts";
 
 const MiB = 1024 * 1024;
@@ -68,4 +70,69 @@ export async function probe(device: string): Promise<Record<string, string>> {
       return [l.slice(0, i), l.slice(i + 1)];
     }),
   );
+}
+
+/**
+ * The device node of a zvol, waiting for udev to make its link. Asked of readlink: Deno wants
+ * --allow-all for any path below /dev.
+ */
+export async function zvolDevice(dataset: string): Promise<string> {
+  const link = `/dev/zvol/${dataset}`;
+  for (let i = 0;; i++) {
+    const r = await tryRun("readlink", "-e", link);
+    if (r.code === 0) return r.stdout.trim();
+    if (i >= 240) throw new Error(`${link} did not appear: ${r.stderr}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** A claim of a volume on one plugin: staged and published as Nomad does for one alloc. */
+export interface ZvolClaim {
+  readonly staging: string;
+  readonly target: string;
+  /** NodeUnpublish, then NodeUnstage. */
+  release(): Promise<void>;
+}
+
+/**
+ * NodeStage and NodePublish (read-write) of `volume` on `plugin` with `capability`, at the
+ * paths Nomad gives alloc `allocId` for `usage` (below the Nomad volume id, default the volume
+ * id); stage and unstage wait up to `deadlineMs`.
+ */
+export async function claimZvol(
+  plugin: PluginProcess,
+  volume: { readonly volume_id: string; readonly volume_context: object },
+  capability: Capability,
+  opts: {
+    readonly allocId: string;
+    readonly usage: string;
+    readonly deadlineMs: number;
+    readonly nomadVolumeId?: string;
+  },
+): Promise<ZvolClaim> {
+  const c = plugin.client;
+  const p = await claimPaths(plugin.baseDir, {
+    volumeId: opts.nomadVolumeId ?? volume.volume_id,
+    allocId: opts.allocId,
+    usage: opts.usage,
+  });
+  const base = {
+    volume_id: volume.volume_id,
+    volume_capability: capability,
+    volume_context: volume.volume_context,
+    staging_target_path: p.staging,
+  };
+  await c.node("NodeStageVolume", base, opts.deadlineMs);
+  await c.node("NodePublishVolume", { ...base, target_path: p.target, readonly: false });
+  return {
+    ...p,
+    release: async () => {
+      await c.node("NodeUnpublishVolume", { volume_id: volume.volume_id, target_path: p.target });
+      await c.node(
+        "NodeUnstageVolume",
+        { volume_id: volume.volume_id, staging_target_path: p.staging },
+        opts.deadlineMs,
+      );
+    },
+  };
 }

@@ -20,8 +20,11 @@ import {
   BACKUP_PARAMETERS,
   checkSizes,
   parseParameters,
+  type VolumeParameters,
   ZFS_PARAMETERS,
 } from "../../parameters.ts";
+import type { SnapshotManifest } from "../../store/layout.ts";
+import type { ZvolContent } from "../../volume/zvol.ts";
 import {
   parseStoredSnapshotId,
   storedSnapshotId,
@@ -34,8 +37,9 @@ import {
   createFollowVolume,
   DEFAULT_FOLLOW_INTERVAL_SECONDS,
   deleteFollowVolume,
+  splitFollow,
 } from "../../follow/volume.ts";
-import { type OwnerRecord, readOwner } from "../../follow/owner.ts";
+import { type FollowSettings, type OwnerRecord, readOwner } from "../../follow/owner.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "../../follow/copy.ts";
 import { followVolumesPrefix, listMarked } from "../../follow/markers.ts";
 import { followTopologies, splitStandbys } from "../../follow/placement.ts";
@@ -45,8 +49,8 @@ import { seedFromSnapshot } from "../../follow/seed.ts";
 import { followVolumeMessage, followVolumeStatus } from "../../follow/where.ts";
 import { MIN_VOLUME_BYTES } from "../../size.ts";
 import type { CreateVolumeRequest } from "../types.ts";
-import { checkCapacity } from "../validate.ts";
-import { checkCapabilities, type KindCommon } from "./common.ts";
+import { checkCapability, checkCapacity } from "../validate.ts";
+import { type KindCommon, requiredCapabilities } from "./common.ts";
 import type { SnapshotRequest, VolumeKind } from "./kind.ts";
 import type { OrdinaryVolumes } from "./ordinary.ts";
 import type { ControllerDeps } from "../controller.ts";
@@ -55,14 +59,24 @@ import type { ControllerDeps } from "../controller.ts";
 export class FollowKind implements VolumeKind {
   readonly #c: KindCommon;
   readonly #ordinary: OrdinaryVolumes;
+  /** This node's copy of a follow zvol is set aside as a zvol is. */
+  readonly #zvol: VolumeKind;
   /** Snapshots of follow volumes: their last copy in the store, pinned (src/follow/). */
   readonly #snapshots: FollowSnapshots | undefined;
 
-  constructor(common: KindCommon, ordinary: OrdinaryVolumes) {
+  constructor(common: KindCommon, ordinary: OrdinaryVolumes, zvol: VolumeKind) {
     this.#c = common;
     this.#ordinary = ordinary;
+    this.#zvol = zvol;
     const follow = common.d.follow;
     this.#snapshots = follow && new FollowSnapshots(follow.store, common.d.log);
+  }
+
+  /** A follow volume's parameters less its own keys (follow, standby_nodes). */
+  static volumeParameters(
+    parameters: Readonly<Record<string, string>> | null | undefined,
+  ): Record<string, string> {
+    return splitStandbys(splitFollow(parameters).rest).rest;
   }
 
   /**
@@ -70,10 +84,25 @@ export class FollowKind implements VolumeKind {
    * with the dataset properties every node creates its copy with; no dataset here. Its topology
    * is its standby nodes, if it names some (src/follow/placement.ts), else none.
    */
-  async create(
+  create(
     req: CreateVolumeRequest,
     requested: string,
     parameters: Record<string, string>,
+  ): Promise<unknown> {
+    return this.createShaped(req, requested, parameters, (rest) => datasetShape(this.#c, rest));
+  }
+
+  /**
+   * CreateVolume of a follow volume of either kind: a ZFS dataset (`create`) or a zvol
+   * (follow_zvol.ts), whose differences `shapeOf` gives from the parameters left once `follow`
+   * and `standby_nodes` are out. Everything else is the same: the store, the sources, the name,
+   * the sync interval, the owner object and record, the answer.
+   */
+  async createShaped(
+    req: CreateVolumeRequest,
+    requested: string,
+    parameters: Record<string, string>,
+    shapeOf: (rest: Record<string, string>) => Promise<FollowShape>,
   ): Promise<unknown> {
     const follow = this.#c.d.follow;
     if (!follow) {
@@ -94,15 +123,17 @@ export class FollowKind implements VolumeKind {
     }
     const name = fittedVolumeName(requested, this.#c.d.config.parentDataset, "*");
     const id = followVolumeId(name);
-    checkCapabilities(req.volume_capabilities);
+    // Block and ext4/xfs capabilities only reach here for a zvol (controller.ts).
+    for (const cap of requiredCapabilities(req.volume_capabilities)) {
+      checkCapability(cap, this.#c.zvols.options);
+    }
     const capacity = checkCapacity(req.capacity_range);
     const { standbys, rest } = splitStandbys(parameters);
     // Where Nomad may place its job: the standby nodes, or any node (src/follow/placement.ts).
     const topologies = followTopologies(standbys, req.accessibility_requirements);
-    const params = parseParameters(rest, this.#c.d.config.parameterPolicy);
-    let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
-    if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
-    checkSizes(params, size);
+    const shape = await shapeOf(rest);
+    const params = parseParameters(shape.rest, this.#c.d.config.parameterPolicy);
+    const asked = shape.size(capacity, params, source !== undefined);
     const interval = params.backup?.intervalSeconds ?? DEFAULT_FOLLOW_INTERVAL_SECONDS;
     if (interval === 0) {
       throw new CsiError(
@@ -112,6 +143,7 @@ export class FollowKind implements VolumeKind {
       );
     }
     await this.#c.checkSupported(params);
+    if (source) shape.checkSource?.();
     const createOnly = Object.keys(params.properties).filter((k) =>
       Object.hasOwn(ZFS_PARAMETERS, k) && ZFS_PARAMETERS[k]!.createOnly
     );
@@ -130,10 +162,11 @@ export class FollowKind implements VolumeKind {
       ...params.properties,
       [MANAGED_PROPERTY]: MANAGED_VALUE,
       [NAME_PROPERTY]: requested,
-      [PARAMETERS_PROPERTY]: params.canonical,
+      [PARAMETERS_PROPERTY]: shape.canonical(params),
     };
     // Two nodes could hold one volume on a store that ignores conditional writes.
     await follow.conditionalWrites?.require();
+    let size = asked;
     await withLock(this.#c.d.locks, [`follow:${name}`], async () => {
       // From a stored snapshot: its chain becomes the new volume's (src/follow/seed.ts), and
       // without a size asked for, the volume has the size it had when the snapshot was taken.
@@ -142,13 +175,12 @@ export class FollowKind implements VolumeKind {
         volume: name,
         node: this.#c.d.config.nodeId,
         log: this.#c.d.log,
+        check: (m) => shape.checkSeed(source.id, m, asked),
       });
       if (seed && size === 0) size = seed.source.capacityBytes;
-      if (size > 0) props.refquota = String(size);
-      this.#c.sizeProps(props, params, size);
       await createFollowVolume(follow.store, {
         name,
-        settings: { capacityBytes: size, properties: props },
+        settings: shape.settings(props, params, size),
         parameters: { ...parameters, follow: "true" },
         ttlSeconds: follow.ttlSeconds,
         standbys,
@@ -160,12 +192,13 @@ export class FollowKind implements VolumeKind {
     this.#c.d.log.info("follow volume created in the store", {
       volumeId: id,
       store: follow.store.description,
+      ...shape.context,
     });
     return {
       volume: {
         volume_id: id,
         capacity_bytes: String(size),
-        volume_context: {},
+        volume_context: shape.context,
         ...(source ? { content_source: { snapshot: { snapshot_id: source.id } } } : {}),
         // None: any node running the plugin may stage it.
         ...(topologies.length > 0 ? { accessible_topology: topologies } : {}),
@@ -179,7 +212,9 @@ export class FollowKind implements VolumeKind {
    */
   async delete(id: string, dataset: string): Promise<unknown> {
     await this.#deleteInStore(id, dataset);
-    return await this.#ordinary.delete(id, dataset);
+    const copy = await this.#c.d.zfs.getProperties(dataset, ["type"]);
+    const local = copy?.get("type")?.value === "volume" ? this.#zvol : this.#ordinary;
+    return await local.delete(id, dataset);
   }
 
   /** A volume that follows its job exists in the store, whichever node holds it. */
@@ -187,6 +222,17 @@ export class FollowKind implements VolumeKind {
     if (!(await this.#owner(dataset))) {
       throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
     }
+  }
+
+  /**
+   * What the follow volume is, as its settings in the store say: a zvol holding this, or a ZFS
+   * dataset (undefined).
+   * @throws {CsiError} NOT_FOUND when the store has no such volume
+   */
+  async contentOf(id: string, dataset: string): Promise<ZvolContent | undefined> {
+    const r = await this.#owner(dataset);
+    if (!r) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
+    return r.settings.zvol?.content;
   }
 
   async get(id: string, dataset: string): Promise<unknown> {
@@ -372,4 +418,63 @@ function unreadableFollowEntry(id: string, err: unknown): Record<string, unknown
       },
     },
   };
+}
+
+/**
+ * What differs between the follow kinds' CreateVolume (FollowKind.createShaped): a ZFS
+ * dataset's (here) and a zvol's (follow_zvol.ts). Every method may refuse with a CsiError,
+ * before anything is written.
+ */
+export interface FollowShape {
+  /** The parameters parseParameters checks, once the kind took out its own. */
+  readonly rest: Record<string, string>;
+  /** What the answer's volume_context says (a zvol's fs_type), also logged. */
+  readonly context: Record<string, string>;
+  /**
+   * The size asked for, checked, from the capacity range (`fromSnapshot`: the volume is made
+   * from a stored snapshot); 0: none (the snapshot's own size, or unlimited).
+   */
+  size(capacity: Capacity, params: VolumeParameters, fromSnapshot: boolean): number;
+  /** The record's `org.zfs-csi:parameters`, by which a repeated CreateVolume is known. */
+  canonical(params: VolumeParameters): string;
+  /** Refuses what cannot be given to a volume made from a stored snapshot. */
+  checkSource?(): void;
+  /** Refuses a stored snapshot this volume cannot be made from, before it is copied. */
+  checkSeed(id: string, snapshot: SnapshotManifest, asked: number): void;
+  /** The settings every node makes its copy with, for a volume of `size` bytes (0: unlimited). */
+  settings(props: Record<string, string>, params: VolumeParameters, size: number): FollowSettings;
+}
+
+/** A follow volume that is a ZFS dataset: refquota, quota and refreservation by its size. */
+function datasetShape(c: KindCommon, rest: Record<string, string>): Promise<FollowShape> {
+  return Promise.resolve({
+    rest,
+    context: {},
+    size(capacity, params) {
+      let size = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
+      if (size > 0) size = Math.max(size, MIN_VOLUME_BYTES);
+      checkSizes(params, size);
+      return size;
+    },
+    canonical: (params) => params.canonical,
+    checkSeed(id, snapshot) {
+      if (snapshot.zvol) {
+        throw new CsiError(
+          Code.INVALID_ARGUMENT,
+          `Snapshot "${id}" is of a zvol holding ${snapshot.zvol.content}: a volume that ` +
+            `follows its job made from it is a zvol too (ask for ${
+              snapshot.zvol.content === "block"
+                ? "a block capability"
+                : `fs_type "${snapshot.zvol.content}"`
+            })`,
+        );
+      }
+    },
+    settings(props, params, size) {
+      const all = { ...props };
+      if (size > 0) all.refquota = String(size);
+      c.sizeProps(all, params, size);
+      return { capacityBytes: size, properties: all };
+    },
+  });
 }

@@ -8,12 +8,25 @@ import { Code, CsiError } from "../../errors.ts";
 import { withLock } from "../../lock.ts";
 import { MANAGED_PROPERTY, MANAGED_VALUE, volumeForDataset } from "../../zfs/names.ts";
 import { FOLLOW_GENERATION_PROPERTY } from "../../follow/copy.ts";
-import type { FollowVolume } from "../../follow/mover.ts";
+import type { FollowVolume, FollowVolumes } from "../../follow/mover.ts";
 import { DEFAULT_FOLLOW_INTERVAL_SECONDS } from "../../follow/volume.ts";
 import { BACKUP_INTERVAL_PROPERTY, BACKUP_KEEP_PROPERTY } from "../../replicate/backup.ts";
 import { formatKeepPolicy } from "../../store/policy.ts";
 import type { NodeDeps } from "../node.ts";
 import type { NodeKind, StageRequest } from "./node_kind.ts";
+
+/**
+ * The node's follow side, for a stage of the follow volume `id`.
+ * @throws {CsiError} FAILED_PRECONDITION when this plugin has no store
+ */
+export function followVolumesOf(d: NodeDeps, id: string): FollowVolumes {
+  if (d.follow) return d.follow;
+  throw new CsiError(
+    Code.FAILED_PRECONDITION,
+    `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
+      `with --store (the same store on every node)`,
+  );
+}
 
 /** The node's side of volumes that follow their job. */
 export class FollowStaging implements NodeKind {
@@ -32,14 +45,7 @@ export class FollowStaging implements NodeKind {
    */
   async stage(v: StageRequest, mount: () => Promise<unknown>): Promise<unknown> {
     const { id, dataset, ctx, created } = v;
-    const follow = this.#d.follow;
-    if (!follow) {
-      throw new CsiError(
-        Code.FAILED_PRECONDITION,
-        `Volume "${id}" follows its job through a store, and this plugin has none: start it ` +
-          `with --store (the same store on every node)`,
-      );
-    }
+    const follow = followVolumesOf(this.#d, id);
     const name = volumeForDataset(this.#d.config.parentDataset, dataset) ?? id;
     const size = ctx.sizeBytes ?? 0;
     const interval = ctx.backupIntervalSeconds || DEFAULT_FOLLOW_INTERVAL_SECONDS;
@@ -61,17 +67,19 @@ export class FollowStaging implements NodeKind {
   }
 
   /**
-   * The follow volume to release after an unstage: one whose copy here is a follow copy
-   * (it carries a generation) and that no other bind on this node still uses.
+   * The follow volume to release after an unstage: one whose copy here is a follow copy of a
+   * ZFS dataset (it carries a generation; a zvol's copy is node_follow_zvol.ts's, judged by
+   * what uses its device) and that no other bind on this node still uses.
    */
   async #toRelease(dataset: string): Promise<FollowVolume | undefined> {
     if (!this.#d.follow) return undefined;
     const props = await this.#d.zfs.getProperties(dataset, [
-      "mountpoint",
+      "type",
       FOLLOW_GENERATION_PROPERTY,
     ]);
     if (props?.get(FOLLOW_GENERATION_PROPERTY)?.source !== "local") return undefined;
-    const users = await this.#users(dataset, props.get("mountpoint")?.value);
+    if (props.get("type")?.value !== "filesystem") return undefined;
+    const users = await this.#users(dataset);
     if (users.length > 0) {
       this.#d.log.info("follow volume still in use on this node: not released", {
         dataset,

@@ -400,15 +400,46 @@ export class NodeZvols {
 
   /** Whether `device` is bound onto a file below the base directories (a raw publish). */
   async #boundAnywhere(table: readonly MountEntry[], device: BlockDevice): Promise<boolean> {
+    return (await this.#boundAt(table, device, true)).length > 0;
+  }
+
+  /** Where `device` is bound onto a file below the base directories (the first only, if `one`). */
+  async #boundAt(
+    table: readonly MountEntry[],
+    device: BlockDevice,
+    one = false,
+  ): Promise<string[]> {
+    const found: string[] = [];
     for (const e of table) {
       const below = this.#d.config.stagePublishDirs.some((d) => e.mountPoint.startsWith(`${d}/`));
       if (
         below && e.source !== device.name && await this.#probe.rdev(e.mountPoint) === device.rdev
       ) {
-        return true;
+        found.push(e.mountPoint);
+        if (one) break;
       }
     }
-    return false;
+    return found;
+  }
+
+  /**
+   * What on this node still uses the zvol, in words (empty: nothing): a stage's mark
+   * (`org.zfs-csi:attached`, which NodeUnstage removes only once nothing else uses it), a mount
+   * of its device anywhere, its device bound onto a file below the base directories. A zvol has
+   * no mountpoint of its own, so this, not a dataset's mount test, says whether a follow zvol's
+   * copy may be released.
+   */
+  async users(dataset: string): Promise<string[]> {
+    const props = await this.#d.zfs.getProperties(dataset, [ATTACHED_PROPERTY]);
+    if (!props) return [];
+    const attached = userValue(props, ATTACHED_PROPERTY);
+    const out = attached === "" ? [] : [`staged on node "${attached}" (${ATTACHED_PROPERTY})`];
+    const device = await resolveZvolDevice(dataset, this.#probe);
+    if (device === undefined) return out;
+    const table = await this.#d.mounter.table();
+    out.push(...table.filter((e) => e.source === device.name).map((e) => e.mountPoint));
+    out.push(...await this.#boundAt(table, device));
+    return out;
   }
 
   /** The zvol's state, or NOT_FOUND. */

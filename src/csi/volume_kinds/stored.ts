@@ -184,34 +184,14 @@ export class StoredKind {
       );
     }
     const manifest = await this.storeFor(ref.id).restore(ref, dataset, (m) => {
-      if (!m.zvol) {
-        throw new CsiError(
-          Code.INVALID_ARGUMENT,
-          `Snapshot "${ref.id}" is of a ZFS dataset: a zvol is restored only from a zvol's ` +
-            `snapshot (ask for a filesystem volume without fs_type ext4/xfs or a block capability)`,
-        );
-      }
-      if (m.zvol.content !== content) {
-        throw new CsiError(
-          Code.INVALID_ARGUMENT,
-          `Snapshot "${ref.id}" is of a zvol holding ${m.zvol.content}, and the request asks ` +
-            `for ${content}`,
-        );
-      }
+      checkZvolSource(ref.id, m, content, size);
       checkRestoredKey(ref.id, m.raw, params);
-      if (size > 0 && size < m.capacityBytes) {
-        throw new CsiError(
-          Code.OUT_OF_RANGE,
-          `Snapshot "${ref.id}" is of a zvol of ${m.capacityBytes} bytes, more than the ` +
-            `requested capacity of ${size} bytes (a zvol is never shrunk)`,
-        );
-      }
       const all: Record<string, string> = {
         ...into.props,
         // Received zvols reserve nothing: a full one reserves its size again, as a clone does.
         refreservation: into.sparse ? "none" : "auto",
       };
-      if (m.zvol.formatted && content !== "block") all[FORMAT_PROPERTY] = FORMAT.done;
+      if (m.zvol?.formatted && content !== "block") all[FORMAT_PROPERTY] = FORMAT.done;
       if (m.volume === this.#c.nameOf(dataset)) all[STORE_UID_PROPERTY] = m.volumeUid;
       return Object.entries(all) as PropertyList;
     });
@@ -248,6 +228,42 @@ export class StoredKind {
         error: err,
       });
     }
+  }
+}
+
+/**
+ * Refuses a stored snapshot a zvol holding `content` of `size` bytes (0: the snapshot's own)
+ * cannot be made from: a dataset's, a zvol's holding something else, or a larger zvol's (a zvol
+ * is never shrunk). For a restore here and a follow zvol made from it, before anything is
+ * received or copied.
+ * @throws {CsiError} INVALID_ARGUMENT, OUT_OF_RANGE
+ */
+export function checkZvolSource(
+  id: string,
+  m: SnapshotManifest,
+  content: ZvolContent,
+  size: number,
+): void {
+  if (!m.zvol) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `Snapshot "${id}" is of a ZFS dataset: a zvol is restored only from a zvol's ` +
+        `snapshot (ask for a filesystem volume without fs_type ext4/xfs or a block capability)`,
+    );
+  }
+  if (m.zvol.content !== content) {
+    throw new CsiError(
+      Code.INVALID_ARGUMENT,
+      `Snapshot "${id}" is of a zvol holding ${m.zvol.content}, and the request asks ` +
+        `for ${content}`,
+    );
+  }
+  if (size > 0 && size < m.capacityBytes) {
+    throw new CsiError(
+      Code.OUT_OF_RANGE,
+      `Snapshot "${id}" is of a zvol of ${m.capacityBytes} bytes, more than the ` +
+        `requested capacity of ${size} bytes (a zvol is never shrunk)`,
+    );
   }
 }
 

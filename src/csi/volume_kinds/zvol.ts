@@ -33,9 +33,9 @@ import { checkRequisite } from "../../volume/topology.ts";
 import {
   ATTACHED_PROPERTY,
   parseZvolParameters,
+  planZvolGrowth,
   planZvolSize,
   ZVOL_CONTENT_PROPERTY,
-  ZVOL_SIZE_STEP,
   type ZvolContent,
 } from "../../volume/zvol.ts";
 import { BACKUP_PARAMETERS, parseParameters, type VolumeParameters } from "../../parameters.ts";
@@ -287,33 +287,10 @@ export class ZvolVolumes implements VolumeKind {
       if (!props) throw new CsiError(Code.NOT_FOUND, `Volume "${id}" not found`);
       const content = checkOwnedZvol(dataset, props);
       const current = parseBytes(props.get("volsize")?.value ?? "0");
-      const asked = capacity.requiredBytes > 0 ? capacity.requiredBytes : capacity.limitBytes;
-      const target = Math.ceil(asked / ZVOL_SIZE_STEP) * ZVOL_SIZE_STEP;
-      if (capacity.limitBytes > 0 && current > capacity.limitBytes) {
-        throw new CsiError(
-          Code.OUT_OF_RANGE,
-          `Volume "${id}" is ${current} bytes already, above limit_bytes ` +
-            `${capacity.limitBytes}: a zvol is never shrunk`,
-        );
-      }
-      let size = current;
-      if (target > current) {
-        // The largest whole step within limit_bytes, when the asked size is not one.
-        const fit = capacity.limitBytes > 0 && target > capacity.limitBytes
-          ? Math.floor(capacity.limitBytes / ZVOL_SIZE_STEP) * ZVOL_SIZE_STEP
-          : target;
-        if (fit < capacity.requiredBytes) {
-          throw new CsiError(
-            Code.OUT_OF_RANGE,
-            `No size in steps of ${ZVOL_SIZE_STEP} bytes lies between required_bytes ` +
-              `${capacity.requiredBytes} and limit_bytes ${capacity.limitBytes}`,
-          );
-        }
-        if (fit > current) {
-          await this.#c.d.zfs.setProperties(dataset, [["volsize", String(fit)]]);
-          this.#c.d.log.info("zvol grown", { volumeId: id, from: current, to: fit });
-          size = fit;
-        }
+      const size = planZvolGrowth(id, current, capacity);
+      if (size > current) {
+        await this.#c.d.zfs.setProperties(dataset, [["volsize", String(size)]]);
+        this.#c.d.log.info("zvol grown", { volumeId: id, from: current, to: size });
       }
       return {
         capacity_bytes: String(size),
