@@ -75,6 +75,10 @@ cleanup() {
     say "-- the end of the agent's log"
     tail -n 30 "$tmp/agent.log"
   fi
+  if [ "$failed" -gt 0 ] && [ -f "$tmp/dockerd.log" ]; then
+    say "-- dockerd's errors and warnings"
+    grep -E 'level=(error|warning|fatal)' "$tmp/dockerd.log" | tail -n 20
+  fi
   say "-- the kernel's messages about zvols and filesystems"
   dmesg | grep -E 'zd[0-9]|EXT4-fs|XFS' | tail -n 20
   finish_run block-nomad "$pool"
@@ -108,12 +112,14 @@ programs=(sh head sha256sum dd cat ls sleep blockdev df mkdir stat)
 chroot_entries=$(chroot_env_entries "${programs[@]}") || abort "the tasks' programs found"
 
 # Docker, when the VM has it: a daemon of this run's own (socket, state and containers in $tmp),
-# no bridge and no iptables (the VM has no network), and one image imported from a tarball of
-# the programs above (nothing to pull).
+# no bridge and no iptables (the VM has no network), cgroupfs (systemd's driver needs D-Bus,
+# which the image has not), and one image imported from a tarball of the programs above
+# (nothing to pull).
 have_docker=""
 if command -v dockerd >/dev/null && command -v docker >/dev/null; then
   dockerd --host "unix://$docker_sock" --data-root "$tmp/docker" --exec-root "$tmp/docker-run" \
-    --pidfile "$tmp/docker.pid" --bridge none --iptables=false >"$tmp/dockerd.log" 2>&1 &
+    --pidfile "$tmp/docker.pid" --bridge none --iptables=false \
+    --exec-opt native.cgroupdriver=cgroupfs >"$tmp/dockerd.log" 2>&1 &
   docker_pid=$!
   if wait_until 180 dk info; then
     run dk version --format 'docker {{.Server.Version}}, API {{.Server.APIVersion}}'
@@ -235,15 +241,16 @@ run zfs list -r -t volume -o name,volsize,volblocksize,refreservation,org.zfs-cs
 run nomad volume status blk
 
 # job id volume attachment driver script: a batch job, no restarts, whose one task (as root: the
-# device belongs to root) runs script with the volume at /data; exec, or docker privileged with
-# the local image and no network.
+# device belongs to root) runs script with the volume at /data; driver exec, or docker (the
+# local image, no network) or docker-privileged (the same, privileged = true).
 job() {
-  local id=$1 vol=$2 attach=$3 driver=$4 script=$5 config
+  local id=$1 vol=$2 attach=$3 driver=$4 script=$5 config privileged=false
+  if [ "$driver" = docker-privileged ]; then privileged=true driver=docker; fi
   if [ "$driver" = docker ]; then
     config="      config {
         image        = \"$image\"
         network_mode = \"none\"
-        privileged   = true
+        privileged   = $privileged
         command      = \"/bin/sh\"
         args         = [\"-c\", \"$script\"]
       }"
@@ -324,13 +331,26 @@ check "exec: /data is the zvol's block device" \
 check "exec: opening it fails with EPERM (Operation not permitted)" \
   grep -q 'Operation not permitted' <<<"$exec_err"
 
+step "the raw device in a docker task that is not privileged: bound, but refused as well"
+if [ -n "$have_docker" ]; then
+  job blk-docker blk block-device docker \
+    "stat -c '%F %t:%T' /data; dd if=/data of=/dev/null bs=4096 count=1 iflag=direct"
+  run_job blk-docker
+  check "docker (not privileged): /data is the zvol's block device" \
+    grep -q 'block special file' <<<"$(nomad alloc logs "$(alloc_of blk-docker)" t 2>/dev/null)"
+  check "docker (not privileged): opening it fails with EPERM (Operation not permitted)" \
+    grep -q 'Operation not permitted' <<<"$(nomad alloc logs -stderr "$(alloc_of blk-docker)" t 2>/dev/null)"
+else
+  fail "the raw device's docker jobs: no docker in the VM (ZFS_CSI_VM_DOCKER=1)"
+fi
+
 step "a privileged docker job writes 1 MiB onto the raw device, a second one reads it back"
 if [ -n "$have_docker" ]; then
-  job blk-write blk block-device docker \
+  job blk-write blk block-device docker-privileged \
     "head -c 1048576 /dev/urandom > /local/p && dd if=/local/p of=/data bs=1M seek=4 oflag=direct conv=notrunc,fsync && blockdev --getsize64 /data && sha256sum < /local/p"
   check "job blk-write completed" run_job blk-write
   written=$(sum_of blk-write)
-  job blk-read blk block-device docker "dd if=/data bs=1M skip=4 count=1 iflag=direct | sha256sum"
+  job blk-read blk block-device docker-privileged "dd if=/data bs=1M skip=4 count=1 iflag=direct | sha256sum"
   check "job blk-read completed" run_job blk-read
   read_back=$(sum_of blk-read)
   check "the second allocation read what the first wrote ($written)" same "$written" "$read_back"
@@ -368,7 +388,7 @@ check "the second allocation read the file the first wrote ($written)" same "$wr
 run blkid -p "/dev/zvol/$pool/nomad/files"
 
 step "delete"
-for j in blk-exec blk-write blk-read files-write files-read; do nomad job stop -purge "$j" >/dev/null 2>&1; done
+for j in blk-exec blk-docker blk-write blk-read files-write files-read; do nomad job stop -purge "$j" >/dev/null 2>&1; done
 check "nomad volume delete blk" wait_until 120 nomad volume delete blk
 check "nomad volume delete files" wait_until 120 nomad volume delete files
 run zfs list -r -t volume -o name,org.zfs-csi:deleted-name "$pool/nomad"
