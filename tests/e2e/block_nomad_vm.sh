@@ -241,8 +241,8 @@ run zfs list -r -t volume -o name,volsize,volblocksize,refreservation,org.zfs-cs
 run nomad volume status blk
 
 # job id volume attachment driver script: a batch job, no restarts, whose one task (as root: the
-# device belongs to root) runs script with the volume at /data; driver exec, or docker (the
-# local image, no network) or docker-privileged (the same, privileged = true).
+# device belongs to root) runs script with the volume at /data; driver exec or raw_exec, or
+# docker (the local image, no network) or docker-privileged (the same, privileged = true).
 job() {
   local id=$1 vol=$2 attach=$3 driver=$4 script=$5 config privileged=false
   if [ "$driver" = docker-privileged ]; then privileged=true driver=docker; fi
@@ -387,8 +387,14 @@ read_back=$(sum_of files-read)
 check "the second allocation read the file the first wrote ($written)" same "$written" "$read_back"
 run blkid -p "/dev/zvol/$pool/nomad/files"
 
+step "raw_exec takes no volume mounts: the task fails, the driver does not support CSI"
+job files-rawexec files file-system raw_exec "cat /data/payload > /dev/null"
+run_job files-rawexec
+check "raw_exec: the task failed with \"does not support CSI\"" \
+  grep -q 'does not support CSI' <<<"$(nomad alloc status "$(alloc_of files-rawexec)" 2>/dev/null)"
+
 step "delete"
-for j in blk-exec blk-docker blk-write blk-read files-write files-read; do nomad job stop -purge "$j" >/dev/null 2>&1; done
+for j in blk-exec blk-docker blk-write blk-read files-write files-read files-rawexec; do nomad job stop -purge "$j" >/dev/null 2>&1; done
 check "nomad volume delete blk" wait_until 120 nomad volume delete blk
 check "nomad volume delete files" wait_until 120 nomad volume delete files
 run zfs list -r -t volume -o name,org.zfs-csi:deleted-name "$pool/nomad"
