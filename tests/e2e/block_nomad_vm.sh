@@ -209,18 +209,7 @@ run nomad plugin status "$plugin_id"
 pass "plugin $plugin_id healthy"
 
 step "volumes: raw block (block-device) and ext4 (fs_type)"
-# The raw one is nomad/volume-block.hcl as an operator would edit it; every edit must change
-# something (a shipped file that drifted fails here).
-spec_from() {
-  local src="$root/nomad/$1" dst="$tmp/$2" e before
-  shift 2
-  cp "$src" "$dst"
-  for e in "$@"; do
-    before=$(cat "$dst")
-    sed -i "$e" "$dst"
-    [ "$before" != "$(cat "$dst")" ] || { say "edit '$e' changed nothing in $src"; return 1; }
-  done
-}
+# The raw one is nomad/volume-block.hcl as an operator would edit it (spec_from, lib.sh).
 check "nomad/volume-block.hcl -> blk on $plugin_id, 64MiB" spec_from volume-block.hcl blk.hcl \
   's/pg-block/blk/g' "s/zfs-node-a/$plugin_id/" 's/capacity_min = "10GiB"/capacity_min = "64MiB"/'
 cat >"$tmp/files.hcl" <<EOF
