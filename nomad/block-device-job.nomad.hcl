@@ -56,7 +56,9 @@ job "zfs-csi-block-example" {
         command      = "sh"
         args = [
           "-c",
-          "ls -lL /dev/pg-block && blockdev --getsize64 /dev/pg-block && dd if=/dev/pg-block bs=4096 count=1 iflag=direct status=none | sha256sum",
+          # The sleep: Nomad can lose the output of a container that exits at once
+          # (hashicorp/nomad#6931), and then "nomad alloc logs" shows nothing.
+          "ls -lL /dev/pg-block && blockdev --getsize64 /dev/pg-block && dd if=/dev/pg-block bs=4096 count=1 iflag=direct status=none | sha256sum && sleep 5",
         ]
       }
 
