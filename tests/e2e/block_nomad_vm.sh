@@ -364,6 +364,9 @@ fi
 step "nomad/block-device-job.nomad.hcl on the raw volume (docker, privileged)"
 if [ -n "$have_docker" ]; then
   example_done() { job_done zfs-csi-block-example; }
+  example_complete() {
+    nomad job allocs -json zfs-csi-block-example | jq -e '.[0].ClientStatus == "complete"' >/dev/null
+  }
   run nomad job run -detach -var volume=blk -var "image=$image" \
     "$root/nomad/block-device-job.nomad.hcl" >/dev/null
   wait_until 300 example_done || say "(the example did not end within 300 s)"
@@ -371,8 +374,7 @@ if [ -n "$have_docker" ]; then
   run nomad alloc status "$example" | tail -n 12
   run nomad alloc logs "$example" probe
   check "the example job completed (it opened the device: ls, blockdev and dd succeeded)" \
-    jq -e '.[0].ClientStatus == "complete"' <<<"$(nomad job allocs -json zfs-csi-block-example)" \
-    >/dev/null
+    example_complete
   check "its log shows the 64 MiB device (it sleeps 5 s for Nomad's log streaming)" \
     grep -qx 67108864 <<<"$(nomad alloc logs "$example" probe 2>/dev/null)"
   nomad job stop -purge zfs-csi-block-example >/dev/null 2>&1
