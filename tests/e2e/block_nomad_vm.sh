@@ -3,11 +3,12 @@
 # (nomad/zfs-csi-raw-exec.nomad.hcl, -var block_volumes=true), creates a raw block volume
 # (attachment_mode = "block-device") and an ext4 volume (mount_options fs_type = "ext4"); jobs
 # write to them and read the data back in a second allocation. The ext4 volume is used by exec
-# tasks. The raw device is bound into an exec task too, but the exec driver's device cgroup
-# refuses to open it (the transcript shows the EPERM); privileged docker tasks (Debian's docker in
-# the VM, ZFS_CSI_VM_DOCKER=1; a local image of the VM's own programs, no network) write and read
-# it. Every command is printed with its output: the log is the transcript. Ends with
-# "block-nomad: N checks passed, N failed".
+# tasks (root writes, nobody reads). The raw device is bound into an exec task and an unprivileged
+# docker task too, but their device cgroups refuse to open it, root or not (the transcript shows
+# the EPERM); privileged docker tasks (Debian's docker in the VM, ZFS_CSI_VM_DOCKER=1; a local
+# image of the VM's own programs, no network) write and read it, and nomad/block-device-job.nomad.hcl
+# runs on it; raw_exec is refused a CSI volume. Every command is printed with its output: the log
+# is the transcript. Ends with "block-nomad: N checks passed, N failed". About 6 min under TCG.
 #
 #   ZFS_CSI_VM_SCRIPT=tests/e2e/block_nomad_vm.sh ZFS_CSI_VM_NOMAD=1 ZFS_CSI_VM_DOCKER=1 \
 #     ZFS_CSI_VM_OPENZFS=2.3 tools/openzfs-vm/openzfs-vm.sh test
