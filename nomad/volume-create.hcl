@@ -38,8 +38,10 @@ capacity_min = "10GiB"
 # in the same run.
 capacity_max = "50GiB"
 
-# At least one capability. zfs-csi serves filesystems only (no "block-device"); every access
-# mode is accepted, but the data lives on one node, so multi-node modes still mean that node.
+# At least one capability. This makes a ZFS dataset ("file-system"); every access mode is
+# accepted, but the data lives on one node, so multi-node modes still mean that node. A zvol, as a
+# raw "block-device" or with fs_type "ext4"/"xfs", needs a plugin with --block-volumes:
+# volume-block.hcl and docs/block-volumes.md.
 capability {
   access_mode     = "single-node-writer"
   attachment_mode = "file-system"
@@ -51,7 +53,7 @@ capability {
 }
 
 mount_options {
-  # "zfs" or leave it out; any other file system type is refused.
+  # "zfs" or leave it out; "ext4" and "xfs" make a zvol (--block-volumes), any other is refused.
   fs_type = "zfs"
 
   # Optional flags for the bind mount into the job: ro, nosuid, nodev, noexec, noatime,

@@ -207,6 +207,16 @@ variable "backup_interval" {
   EOT
 }
 
+variable "block_volumes" {
+  type        = bool
+  default     = false
+  description = <<-EOT
+    Also serve zvols: raw block devices and ext4/xfs volumes (--block-volumes, OpenZFS only; see
+    docs/block-volumes.md). The image must be a block build (podman build --build-arg
+    ZFS_CSI_BLOCK_VOLUMES=on, ../Containerfile), or the plugin refuses to start, saying so.
+  EOT
+}
+
 locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
@@ -251,6 +261,7 @@ locals {
     var.store_region != "" ? ["--store-region", var.store_region] : [],
     var.store_path_style ? ["--store-path-style"] : [],
     var.backup_interval != "" ? ["--backup-interval", var.backup_interval] : [],
+    var.block_volumes ? ["--block-volumes"] : [],
   )
 }
 

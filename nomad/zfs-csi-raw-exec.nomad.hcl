@@ -194,6 +194,16 @@ variable "backup_interval" {
   EOT
 }
 
+variable "block_volumes" {
+  type        = bool
+  default     = false
+  description = <<-EOT
+    Also serve zvols: raw block devices and ext4/xfs volumes (--block-volumes, OpenZFS only; see
+    docs/block-volumes.md). The binary must be a block build (ZFS_CSI_BLOCK_VOLUMES=on deno task
+    compile), or the plugin refuses to start, saying so.
+  EOT
+}
+
 locals {
   # The layout: also the plugin's --mode and the csi_plugin type.
   mode = var.node != "" ? "monolith" : "node"
@@ -240,6 +250,7 @@ locals {
     var.store_region != "" ? ["--store-region", var.store_region] : [],
     var.store_path_style ? ["--store-path-style"] : [],
     var.backup_interval != "" ? ["--backup-interval", var.backup_interval] : [],
+    var.block_volumes ? ["--block-volumes"] : [],
   )
 }
 

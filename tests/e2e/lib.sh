@@ -99,6 +99,20 @@ chroot_env_entries() {
   printf '%s\n' "$entries" | sort -u
 }
 
+# spec_from source target sed-expression...: the shipped file nomad/<source> copied to
+# $tmp/<target> with the edits, each of which must have changed something (a shipped file that
+# drifted should fail here, not later).
+spec_from() {
+  local src="$E2E_ROOT/nomad/$1" dst="$tmp/$2" e before
+  shift 2
+  cp "$src" "$dst" || return 1
+  for e in "$@"; do
+    before=$(cat "$dst")
+    sed -i "$e" "$dst"
+    [ "$before" != "$(cat "$dst")" ] || { say "  edit '$e' changed nothing in $src"; return 1; }
+  done
+}
+
 # pids_of cmdline-part fd-dir...: processes (not this shell) whose command line contains
 # cmdline-part, or that hold a file open below one of the fd-dirs (Nomad's logmon and executors,
 # which outlive an agent).

@@ -38,7 +38,7 @@ passed=0
 failed=0
 
 # say, step, pass, fail, check, same, wait_until, port_free, plugin_wrapper, chroot_env_entries,
-# pids_of: shared with tests/e2e/nomad_cluster.sh.
+# pids_of, spec_from: shared with tests/e2e/nomad_cluster.sh and block_nomad_vm.sh.
 # shellcheck source=tests/e2e/lib.sh
 . "$here/lib.sh"
 
@@ -312,19 +312,8 @@ done
 # ---------------------------------------------------------------------------------------------
 step "volume specs from nomad/, edited as an operator would (node name, sizes)"
 
-# spec_from source target sed-expression...: the shipped file with the edits, each of which must
-# have changed something (a shipped file that drifted should fail here, not later).
-spec_from() {
-  local src="$root/nomad/$1" dst="$tmp/$2" e
-  shift 2
-  cp "$src" "$dst"
-  for e in "$@"; do
-    local before
-    before=$(cat "$dst")
-    sed -i "$e" "$dst"
-    [ "$before" != "$(cat "$dst")" ] || { say "  edit '$e' changed nothing in $src"; return 1; }
-  done
-}
+# spec_from (lib.sh): a file of nomad/ in $tmp with an operator's edits, each of which must
+# change something.
 check "volume-create.hcl -> pg-data on $monolith_plugin, 64MiB" spec_from volume-create.hcl create.hcl \
   "s/zfs-node-a/$monolith_plugin/" 's/capacity_min = "10GiB"/capacity_min = "64MiB"/' \
   's/capacity_max = "50GiB"/capacity_max = "1GiB"/' \

@@ -41,7 +41,18 @@ if compgen -G "$vm/debs/*.deb" >/dev/null; then
       sed -i 's/^update_initramfs=.*/update_initramfs=no/' /etc/initramfs-tools/update-initramfs.conf
     fi
     step "installing ${debs[*]##*/}"
+    # Their services (docker, containerd) neither start now nor at later boots: a script starts
+    # the daemon it needs, with its own settings, and stops it (tests/e2e/block_nomad_vm.sh).
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
     dpkg -i "${debs[@]}" || echo "dpkg -i failed: the tests that need these will fail"
+    rm -f /usr/sbin/policy-rc.d
+    for d in "${debs[@]}"; do
+      for u in $(dpkg-deb -c "$d" | grep -oE '/lib/systemd/system/[^/ ]+\.(service|socket)$' |
+        xargs -r -n 1 basename); do
+        systemctl disable "$u" 2>/dev/null || true
+      done
+    done
   fi
 fi
 

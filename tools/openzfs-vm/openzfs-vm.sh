@@ -16,7 +16,7 @@
 # (NAME=VALUE words for the tests, e.g. ZFS_CSI_CRASH_TRIALS=10), ZFS_CSI_VM_SANITY (mount and/or
 # block: csi-sanity in the VM with that access type; alone, without ZFS_CSI_VM_TEST_FILES, only it),
 # ZFS_CSI_VM_SCRIPT (a script of the project run in the VM after them; ZFS_CSI_VM_NOMAD=1 puts the
-# host's Nomad binary in for it).
+# host's Nomad binary in for it, ZFS_CSI_VM_DOCKER=1 Debian's docker).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,6 +61,7 @@ usage() {
 qemu_pid=""
 chroot_dir=""
 DEBS_DIR=""
+DEBS_WANTED=""
 SANITY_BIN=""
 
 cleanup() {
@@ -397,12 +398,22 @@ write_test_settings() { # project dir, $VM_HOME in the mounted image
 # Only from a bookworm host, whose packages are the image's; elsewhere the tests needing them fail
 # saying what is missing.
 VM_DEBS="xfsprogs libinih1 liburcu8 jq libjq1 libonig5"
+# ZFS_CSI_VM_DOCKER=1: Debian's docker (dockerd, containerd, runc) and what an image lacks of its
+# dependencies (found with `apt-get -s -o Dir::State::status=<the image's dpkg status>`), for the
+# Nomad docker driver in the VM, for tasks that need more than the exec driver gives
+# (tests/e2e/block_nomad_vm.sh: a raw block device). Not started at boot (in-vm.sh).
+VM_DOCKER_DEBS="docker.io containerd runc tini iptables libip6tc2 libnetfilter-conntrack3 libnfnetlink0 libnftnl11"
 stage_debs() {
   local cache="${ZFS_CSI_CACHE:-/var/cache/zfs-csi}/debs-$SUITE" codename="" p missing=()
-  DEBS_DIR=""
+  DEBS_DIR="" DEBS_WANTED="$VM_DEBS"
+  case "${ZFS_CSI_VM_DOCKER:-}" in
+    "" | 0) ;;
+    1) DEBS_WANTED="$VM_DEBS $VM_DOCKER_DEBS" ;;
+    *) die "ZFS_CSI_VM_DOCKER must be 1 or empty, not '$ZFS_CSI_VM_DOCKER'" ;;
+  esac
   if [ -r /etc/os-release ]; then codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"; fi
   mkdir -p "$cache"
-  for p in $VM_DEBS; do
+  for p in $DEBS_WANTED; do
     compgen -G "$cache/${p}_*.deb" >/dev/null || missing+=("$p")
   done
   if [ "${#missing[@]}" -gt 0 ]; then
@@ -479,8 +490,10 @@ fill_image() { # project dir
   done
   rm -rf "$m$VM_HOME/debs"
   if [ -n "$DEBS_DIR" ]; then
+    # Only the packages this run wants: the cache may hold docker's for another run.
+    local p
     mkdir -p "$m$VM_HOME/debs"
-    cp -a "$DEBS_DIR"/*.deb "$m$VM_HOME/debs/"
+    for p in $DEBS_WANTED; do cp -a "$DEBS_DIR/${p}"_*.deb "$m$VM_HOME/debs/"; done
   fi
   if [ -n "$SANITY_BIN" ]; then
     # Where csi_sanity.sh looks for it (CSI_SANITY_CACHE's default).
