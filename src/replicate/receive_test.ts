@@ -145,33 +145,36 @@ Deno.test("receiveFromStore passes the whole stream to zfs receive -u and checks
   assert.deepEqual(guidChecks(runner).map((a) => a.at(-1)), [`${TARGET}@.backup-1001`]);
 });
 
+/** A download that counts the chunks taken from it (none read ahead: highWaterMark 0). */
+class CountingStore extends MemoryStore {
+  taken = 0;
+
+  override async getStream(key: string, options?: TransferOptions) {
+    const inner = (await super.getStream(key, options)).getReader();
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        const r = await inner.read();
+        if (r.done) return controller.close();
+        this.taken++;
+        controller.enqueue(r.value);
+      },
+    }, { highWaterMark: 0 });
+  }
+}
+
 Deno.test("receiveFromStore downloads and hashes the next chunk while zfs receive still takes the last", async () => {
   const bytes = joinChunks(patternChunks(8 * CHUNK, CHUNK));
   const m = manifest(bytes);
-  // A download that counts the chunks taken from it (none read ahead: highWaterMark 0).
-  let taken = 0;
-  const store = new class extends MemoryStore {
-    override async getStream(key: string, options?: TransferOptions) {
-      const inner = (await super.getStream(key, options)).getReader();
-      return new ReadableStream<Uint8Array>({
-        async pull(controller) {
-          const r = await inner.read();
-          if (r.done) return controller.close();
-          taken++;
-          controller.enqueue(r.value);
-        },
-      }, { highWaterMark: 0 });
-    }
-  }({ chunkSize: CHUNK });
+  const store = new CountingStore({ chunkSize: CHUNK });
   // Each write waits (a few turns of the event loop) for the next chunk to be taken.
   const overlapped: boolean[] = [];
   const { streams, deps } = setup({
     beforeWrite: async () => {
-      const before = taken;
-      for (let i = 0; i < 20 && taken === before; i++) {
+      const before = store.taken;
+      for (let i = 0; i < 20 && store.taken === before; i++) {
         await new Promise((resolve) => setTimeout(resolve, 0));
       }
-      overlapped.push(taken > before);
+      overlapped.push(store.taken > before);
     },
   }, store);
   await stored(store, m, bytes);
@@ -187,26 +190,13 @@ Deno.test("receiveFromStore downloads at the slow rate while another volume's ca
   const chunk = 128 * 1024;
   const bytes = joinChunks(patternChunks(64 * chunk, chunk));
   const m = manifest(bytes);
-  let taken = 0;
-  const store = new class extends MemoryStore {
-    override async getStream(key: string, options?: TransferOptions) {
-      const inner = (await super.getStream(key, options)).getReader();
-      return new ReadableStream<Uint8Array>({
-        async pull(controller) {
-          const r = await inner.read();
-          if (r.done) return controller.close();
-          taken++;
-          controller.enqueue(r.value);
-        },
-      }, { highWaterMark: 0 });
-    }
-  }({ chunkSize: chunk });
+  const store = new CountingStore({ chunkSize: chunk });
   const { streams, deps } = setup({}, store);
   await stored(store, m, bytes);
   const end = volumeCalls.begin({});
   const receiving = receiveFromStore(deps, { manifest: m, target: TARGET });
   await new Promise((r) => setTimeout(r, 100));
-  const given = taken;
+  const given = store.taken;
   end();
   // 100 ms at the slow rate is 1.6 MiB: 13 chunks, and the one being read.
   const most = Math.ceil((0.1 * STEP_ASIDE_BYTES_PER_SECOND) / chunk) + 2;
