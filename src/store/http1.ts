@@ -481,11 +481,19 @@ class Connection {
 
   /** Reads into `view` (which is handed over): the filled view of the same memory, or null at EOF. */
   async #read(view: Uint8Array<ArrayBuffer>): Promise<Uint8Array<ArrayBuffer> | null> {
+    const filled = await this.#readView(view);
+    return filled === undefined || filled.length === 0 ? null : filled;
+  }
+
+  /**
+   * Reads into `view` (which is handed over): the view of the same memory, empty at EOF
+   * (undefined only when the read was cancelled).
+   */
+  async #readView(view: Uint8Array<ArrayBuffer>): Promise<Uint8Array<ArrayBuffer> | undefined> {
     if (this.#closed) throw new Http1Error("the connection was closed", false);
     const r = await this.#reader.read(view);
     if (this.#closed) throw new Http1Error("the connection was closed", false);
-    if (r.done || r.value === undefined || r.value.length === 0) return null;
-    return r.value;
+    return r.value === undefined ? undefined : r.done ? r.value.subarray(0, 0) : r.value;
   }
 
   /** The head's lines, without the empty line that ends it. */
@@ -548,13 +556,22 @@ class Connection {
     }
   }
 
-  /** Up to `max` bytes of the body: buffered ones first, else one read; null at EOF. */
-  async readSome(max: number): Promise<Uint8Array | null> {
+  /**
+   * Up to `max` bytes of the body: buffered ones first, else one read; null at EOF. Given
+   * `into` (a reader's own buffer, which is handed over), the bytes land there and the view of
+   * the same memory comes back, empty at EOF; else they come in a new buffer.
+   */
+  async readSome(max: number, into?: Uint8Array<ArrayBuffer>): Promise<Uint8Array | null> {
     if (this.#end > this.#start) {
-      const n = Math.min(max, this.#end - this.#start);
-      const chunk = this.#buffer.slice(this.#start, this.#start + n);
+      const n = Math.min(max, this.#end - this.#start, into?.length ?? Infinity);
+      const buffered = this.#buffer.subarray(this.#start, this.#start + n);
       this.#start += n;
-      return chunk;
+      if (into === undefined) return buffered.slice();
+      into.set(buffered);
+      return into.subarray(0, n);
+    }
+    if (into !== undefined) {
+      return await this.#readView(into.subarray(0, Math.min(max, into.length))) ?? null;
     }
     const read = await this.#read(new Uint8Array(Math.min(max, BODY_READ_BYTES)));
     // A short read keeps only its bytes: a chunk its reader holds on to (a restore holds back
@@ -569,7 +586,7 @@ class BodyStream {
   readonly #conn: Connection;
   readonly #framing: Framing;
   readonly #done: (ok: boolean) => void;
-  #controller: ReadableStreamDefaultController<Uint8Array> | undefined;
+  #controller: ReadableByteStreamController | undefined;
   #left: number;
   /** In a chunked body: bytes left of the current chunk (0: a size line comes next). */
   #inChunk = 0;
@@ -580,18 +597,31 @@ class BodyStream {
     this.#framing = framing;
     this.#done = done;
     this.#left = framing.kind === "length" ? framing.length : Infinity;
-    this.stream = new ReadableStream<Uint8Array>({
-      start: (controller) => {
+    // A byte stream: a reader with buffers of its own (a restore) has the socket read into
+    // them. A new buffer for every read made a 1 GiB restore allocate gigabytes, and V8 then
+    // marked its whole heap every few dozen MiB (see the read below).
+    this.stream = new ReadableStream({
+      type: "bytes",
+      start: (controller: ReadableByteStreamController) => {
         this.#controller = controller;
       },
-      pull: async (controller) => {
+      pull: async (controller: ReadableByteStreamController) => {
+        const request = controller.byobRequest;
+        const given = request?.view;
         try {
-          const chunk = await this.#next();
-          if (chunk === null) {
+          const into = given
+            ? new Uint8Array(given.buffer, given.byteOffset, given.byteLength)
+            : undefined;
+          const chunk = await this.#next(into);
+          if (chunk === null || chunk.length === 0) {
             this.#ended = true;
             controller.close();
             this.#done(true);
-          } else controller.enqueue(chunk);
+            // A reader's buffer that a read took over comes back (empty) in the view it gave.
+            if (request && chunk) request.respondWithNewView(chunk);
+            else request?.respond(0);
+          } else if (request) request.respondWithNewView(chunk);
+          else controller.enqueue(chunk);
         } catch (e) {
           this.fail(http1Error(`Reading the answer from ${this.#conn.endpoint}`, e));
         }
@@ -601,7 +631,7 @@ class BodyStream {
         this.#conn.close();
         this.#done(false);
       },
-    }, { highWaterMark: 0 });
+    });
   }
 
   /** Ends the stream with an error (an abort, a broken connection) and drops the connection. */
@@ -613,21 +643,22 @@ class BodyStream {
     this.#done(false);
   }
 
-  async #next(): Promise<Uint8Array | null> {
+  /** The next bytes of the body (in `into`, when given), or null at its end. */
+  async #next(into?: Uint8Array<ArrayBuffer>): Promise<Uint8Array | null> {
     switch (this.#framing.kind) {
       case "length":
-        return await this.#nextOfLength();
+        return await this.#nextOfLength(into);
       case "chunked":
-        return await this.#nextChunk();
+        return await this.#nextChunk(into);
       default:
-        return await this.#conn.readSome(BODY_READ_BYTES);
+        return await this.#conn.readSome(BODY_READ_BYTES, into);
     }
   }
 
-  async #nextOfLength(): Promise<Uint8Array | null> {
+  async #nextOfLength(into?: Uint8Array<ArrayBuffer>): Promise<Uint8Array | null> {
     if (this.#left === 0) return null;
-    const chunk = await this.#conn.readSome(this.#left);
-    if (chunk === null) {
+    const chunk = await this.#conn.readSome(this.#left, into);
+    if (chunk === null || chunk.length === 0) {
       throw new Http1Error(
         `the connection closed with ${this.#left} bytes of the body to come`,
         true,
@@ -637,7 +668,7 @@ class BodyStream {
     return chunk;
   }
 
-  async #nextChunk(): Promise<Uint8Array | null> {
+  async #nextChunk(into?: Uint8Array<ArrayBuffer>): Promise<Uint8Array | null> {
     if (this.#inChunk === 0) {
       const size = parseChunkSize(await this.#conn.readLine(4096));
       if (size === 0) {
@@ -650,8 +681,10 @@ class BodyStream {
       }
       this.#inChunk = size;
     }
-    const chunk = await this.#conn.readSome(this.#inChunk);
-    if (chunk === null) throw new Http1Error("the connection closed inside a chunk", true);
+    const chunk = await this.#conn.readSome(this.#inChunk, into);
+    if (chunk === null || chunk.length === 0) {
+      throw new Http1Error("the connection closed inside a chunk", true);
+    }
     this.#inChunk -= chunk.length;
     const longer = "a chunk is longer than its size says";
     if (this.#inChunk === 0 && (await this.#conn.readLine(2, true, longer)) !== "") {

@@ -8,6 +8,7 @@
 
 import { answerError, S3StoreError, unreachableError } from "./s3_errors.ts";
 import { parseErrorBody } from "./s3_xml.ts";
+import { relayStream } from "./relay.ts";
 import { type Credentials, EMPTY_SHA256, sha256Hex, signS3Request, uriEncode } from "./sigv4.ts";
 import { tooLargeError } from "./store.ts";
 
@@ -382,7 +383,8 @@ async function readSome(response: Response, limit: number): Promise<string> {
  * The download as the caller reads it, pulled one chunk at a time (nothing is buffered ahead:
  * the socket's receive buffer already holds what arrives while the caller is busy, and a queue
  * of our own cost CPU and memory without making restores faster; see docs/benchmarks.md): the
- * time limit runs only while a read waits, and a failure becomes a StoreError.
+ * time limit runs only while a read waits, and a failure becomes a StoreError. A byte stream
+ * (the HTTP/1.1 client's body) stays one (relay.ts).
  */
 function idleLimited(
   body: ReadableStream<Uint8Array>,
@@ -390,25 +392,22 @@ function idleLimited(
   request: S3Request,
   toError: (e: unknown) => unknown,
 ): ReadableStream<Uint8Array> {
-  const reader = body.getReader();
   idle.disarm();
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
+  return relayStream(body, {
+    read: async (read, cancel) => {
       idle.arm();
       try {
-        const r = await reader.read();
-        if (r.done) controller.close();
-        else controller.enqueue(r.value);
+        return await read();
       } catch (e) {
-        controller.error(toError(e));
-        if (request.signal?.aborted !== true) reader.cancel().catch(() => {});
+        if (request.signal?.aborted !== true) cancel();
+        throw toError(e);
       } finally {
         idle.disarm();
       }
     },
-    cancel(reason) {
-      idle.disarm();
-      return reader.cancel(reason);
-    },
-  }, { highWaterMark: 0 });
+    end: () => idle.disarm(),
+  }, DOWNLOAD_READ_BYTES);
 }
+
+/** Bytes per read of the body by a default reader (as the HTTP/1.1 client reads a body). */
+const DOWNLOAD_READ_BYTES = 1024 * 1024;

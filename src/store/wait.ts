@@ -38,6 +38,7 @@ import {
   type WriteCondition,
   type WrittenFile,
 } from "./store.ts";
+import { relayStream } from "./relay.ts";
 
 /** Default of `--store-wait`. */
 export const DEFAULT_STORE_WAIT_SECONDS = 30;
@@ -515,40 +516,37 @@ function joined(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
 
 /**
  * The download as its reader sees it: the stall clock runs only while a read waits; a stall
- * cancels the store's stream (the S3 client closes its socket) and fails the read.
+ * cancels the store's stream (the S3 client closes its socket) and fails the read. A byte
+ * stream (the S3 client's body) stays one (relay.ts).
  */
 function watchedDownload(
   inner: ReadableStream<Uint8Array>,
   transfer: Transfer,
 ): ReadableStream<Uint8Array> {
-  const reader = inner.getReader();
-  const onStall = () => void reader.cancel(transfer.signal.reason).catch(() => {});
+  let cancelInner: (() => void) | undefined;
+  const onStall = () => cancelInner?.();
   transfer.signal.addEventListener("abort", onStall, { once: true });
-  const finish = () => {
-    transfer.signal.removeEventListener("abort", onStall);
-    transfer.end();
-  };
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
+  return relayStream(inner, {
+    read: async (read, cancel) => {
+      cancelInner = cancel;
       transfer.waiting();
       try {
-        const r = await untilAborted(reader.read(), transfer.signal);
+        const r = await untilAborted(read(), transfer.signal);
         transfer.moved();
-        if (r.done) {
-          finish();
-          controller.close();
-        } else controller.enqueue(r.value);
+        return r;
       } catch (err) {
-        finish();
-        controller.error(transfer.error ?? err);
+        throw transfer.error ?? err;
       }
     },
-    cancel(reason) {
-      finish();
-      return reader.cancel(reason);
+    end: () => {
+      transfer.signal.removeEventListener("abort", onStall);
+      transfer.end();
     },
-  }, { highWaterMark: 0 });
+  }, DOWNLOAD_READ_BYTES);
 }
+
+/** Bytes per read of a byte-stream download read by a default reader. */
+const DOWNLOAD_READ_BYTES = 1024 * 1024;
 
 /**
  * An upload's source as the store reads it: while the store waits for a chunk (zfs send is
@@ -560,55 +558,16 @@ function watchedSource(
   body: ReadableStream<Uint8Array>,
   transfer: Transfer,
 ): ReadableStream<Uint8Array> {
-  const read = async <T>(fn: () => Promise<T>): Promise<T> => {
-    transfer.moved();
-    try {
-      return await fn();
-    } finally {
-      if (!transfer.signal.aborted) transfer.waiting();
-    }
-  };
-  let byob: ReadableStreamBYOBReader | undefined;
-  try {
-    byob = body.getReader({ mode: "byob" });
-  } catch {
-    // Not a byte stream: chunks are passed on as they are.
-  }
-  if (byob === undefined) {
-    const reader = body.getReader();
-    return new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        const r = await read(() => reader.read());
-        if (r.done) controller.close();
-        else controller.enqueue(r.value);
-      },
-      cancel: (reason) => reader.cancel(reason),
-    }, { highWaterMark: 0 });
-  }
-  const source = byob;
-  const bytes: UnderlyingByteSource = {
-    type: "bytes",
-    async pull(controller: ReadableByteStreamController) {
-      const request = controller.byobRequest;
-      const given = request?.view;
-      if (request === null || given === null || given === undefined) {
-        // A default reader: read into a buffer of our own.
-        const r = await read(() => source.read(new Uint8Array(READ_BYTES)));
-        if (r.done) controller.close();
-        else controller.enqueue(r.value);
-        return;
+  return relayStream(body, {
+    read: async (read) => {
+      transfer.moved();
+      try {
+        return await read();
+      } finally {
+        if (!transfer.signal.aborted) transfer.waiting();
       }
-      // The reader's own buffer, filled in place by the source (no copy).
-      const view = new Uint8Array(given.buffer, given.byteOffset, given.byteLength);
-      const r = await read(() => source.read(view));
-      if (r.done) controller.close();
-      // The source took the buffer over: give the reader back the view over it (none when the
-      // source was cancelled, and then the stream is closed already).
-      if (r.value !== undefined) request.respondWithNewView(r.value);
     },
-    cancel: (reason) => source.cancel(reason),
-  };
-  return new ReadableStream(bytes);
+  }, READ_BYTES);
 }
 
 /** Bytes per read of a byte-stream source read by a default reader. */

@@ -645,3 +645,36 @@ Deno.test("Http1Client: a body that comes in small pieces gives chunks holding o
   }
   assert.equal(bytes, pieces * 100 + rest);
 });
+
+Deno.test("Http1Client reads a body into a BYOB reader's buffers, whatever its framing", async () => {
+  const text = "0123456789".repeat(20_000);
+  const chunked = `${(100_000).toString(16)}\r\n${text.slice(0, 100_000)}\r\n` +
+    `${(100_000).toString(16)}\r\n${text.slice(100_000)}\r\n0\r\n\r\n`;
+  await using server = new RawServer(async (side) => {
+    await side.next();
+    await side.write(ok(text));
+    await side.next();
+    await side.write(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${chunked}`);
+    await side.next();
+    await side.write(`HTTP/1.1 200 OK\r\n\r\n${text}`);
+    side.close();
+  });
+  const client = new Http1Client();
+  using _held = client.hold();
+  for (const framing of ["length", "chunked", "to the close"]) {
+    const reader = (await client.fetch(`${server.url}/${framing}`)).body!.getReader({
+      mode: "byob",
+    });
+    let buffer = new Uint8Array(16 * 1024);
+    let got = "";
+    for (;;) {
+      const r = await reader.read(buffer);
+      if (r.done) break;
+      assert.equal(r.value.buffer.byteLength, 16 * 1024, `${framing}: the reader's own buffer`);
+      got += latin1.decode(r.value);
+      buffer = new Uint8Array(r.value.buffer);
+    }
+    assert.equal(got, text, framing);
+  }
+  assert.equal(server.connections, 1);
+});

@@ -8,6 +8,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { codeName, toGrpcStatus } from "../../src/errors.ts";
 import { S3Store, type S3StoreOptions } from "../../src/store/s3_store.ts";
+import { BoundedStore } from "../../src/store/wait.ts";
+import { runInCall } from "../../src/call_context.ts";
 import { childrenNamed, childText, parseXml } from "../../src/store/s3_xml.ts";
 import { FaultProxy } from "../support/fault_proxy.ts";
 import { S3Server, signedFetch } from "../support/s3_server.ts";
@@ -412,4 +414,35 @@ Deno.test("S3Store answers FAILED_PRECONDITION naming a bucket that does not exi
     assert.equal(codeName(status.code), "FAILED_PRECONDITION", `${what}: ${status.details}`);
     assert.match(status.details, /the bucket "no-such-bucket-here" does not exist/, what);
   }
+});
+
+Deno.test("S3Store: a download read with buffers of the reader's own, in a call's store wait, fills those buffers", async () => {
+  // A restore reads into three buffers it takes in turn (src/replicate/receive.ts): every layer
+  // between it and the socket (the wait's stall clock, the client's time limit, the HTTP/1.1
+  // body) must pass its buffers down, or each read allocates a buffer of its own.
+  await using server = await S3Server.start();
+  const store = new BoundedStore(storeOn(server), { limitMs: 30_000 });
+  const size = 6 * MiB + 77;
+  const sent = createHash("sha256");
+  const key = "v1/volumes/byob/streams/00000000000000aa-0123abcd.zfs";
+  await store.putStream(key, generated(size, sent));
+  const call = { operation: "CreateVolume byob", signal: new AbortController().signal };
+  await runInCall(call, async () => {
+    const reader = (await store.getStream(key)).getReader({ mode: "byob" });
+    const received = createHash("sha256");
+    const buffers = [new Uint8Array(256 * 1024), new Uint8Array(256 * 1024)];
+    let got = 0;
+    for (let turn = 0;; turn++) {
+      const r = await reader.read(buffers[turn % 2]!);
+      if (r.done) break;
+      // The same memory came back (handed over and back), filled from its start.
+      assert.equal(r.value.buffer.byteLength, 256 * 1024);
+      assert.equal(r.value.byteOffset, 0);
+      received.update(r.value);
+      got += r.value.length;
+      buffers[turn % 2] = new Uint8Array(r.value.buffer);
+    }
+    assert.equal(got, size);
+    assert.equal(received.digest("hex"), sent.digest("hex"));
+  });
 });
