@@ -174,9 +174,10 @@ const CHUNK_BYTES = 64 * 1024;
 
 /**
  * `source` passed on as it is read, each chunk shown to `seen` first and held back while a
- * volume call is served (src/foreground.ts); `atEnd` runs at its end and may fail it. A byte stream (a command's stdout) stays one: a reader that brings its own
- * buffer (the S3 upload, filling a part) gets the bytes read straight into it, with no chunk
- * allocated or copied on the way.
+ * volume call is served (src/foreground.ts); `atEnd` runs at its end and may fail it. A byte
+ * stream (a command's stdout) stays one: a reader that brings its own buffer (the S3 upload,
+ * filling a part) gets the bytes read straight into it, with no chunk allocated or copied on
+ * the way.
  */
 function counting(
   source: ReadableStream<Uint8Array>,

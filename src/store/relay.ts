@@ -8,24 +8,25 @@
 
 /** What a relay does around each read of its source. */
 export interface RelayHooks {
-  /**
-   * Runs one read of the source (`read`); what it throws ends the relayed stream. `cancel`
-   * cancels the source (for a failure that leaves it open).
-   */
-  readonly read: <T>(read: () => Promise<T>, cancel: () => void) => Promise<T>;
+  /** Runs one read of the source (`read`); what it throws ends the relayed stream. */
+  readonly read: <T>(read: () => Promise<T>) => Promise<T>;
   /** Told once when the source ends or the relayed stream is cancelled. */
   readonly end?: () => void;
 }
 
+/** Bytes per read that a relay gives a default reader of a byte source, by default. */
+const RELAY_READ_BYTES = 1024 * 1024;
+
 /**
- * `source` as a stream whose every read goes through `hooks.read`. A default reader of a byte
- * source gets a buffer of `readBytes` per read; a short read is copied out, so a chunk held on
- * to never holds a whole buffer.
+ * `source` as a stream whose every read goes through the hooks that `watch` makes; `watch` is
+ * given the source's cancel (for a stall, or a failure that leaves the source open). A default
+ * reader of a byte source gets a buffer of `readBytes` per read; a short read is copied out, so
+ * a chunk held on to never holds a whole buffer.
  */
 export function relayStream(
   source: ReadableStream<Uint8Array>,
-  hooks: RelayHooks,
-  readBytes: number,
+  watch: (cancelSource: (reason?: unknown) => void) => RelayHooks,
+  readBytes = RELAY_READ_BYTES,
 ): ReadableStream<Uint8Array> {
   let byob: ReadableStreamBYOBReader | undefined;
   try {
@@ -34,7 +35,7 @@ export function relayStream(
     // Not a byte stream: chunks are passed on as they are.
   }
   const reader = byob ?? source.getReader();
-  const cancelSource = () => void reader.cancel().catch(() => {});
+  const hooks = watch((reason) => void reader.cancel(reason).catch(() => {}));
   let ended = false;
   const end = () => {
     if (ended) return;
@@ -43,7 +44,7 @@ export function relayStream(
   };
   const read = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
-      return await hooks.read(fn, cancelSource);
+      return await hooks.read(fn);
     } catch (err) {
       end();
       throw err;

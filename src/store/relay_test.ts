@@ -28,7 +28,7 @@ function byteSource(chunks: number[], seen: ("byob" | "default")[]): ReadableStr
   });
 }
 
-const passing = { read: <T>(read: () => Promise<T>) => read() };
+const passing = () => ({ read: <T>(read: () => Promise<T>) => read() });
 
 Deno.test("relayStream passes a BYOB reader's buffers down to a byte source", async () => {
   const seen: ("byob" | "default")[] = [];
@@ -75,8 +75,8 @@ Deno.test("relayStream runs each read through its hook, ends the stream with wha
     let reads = 0;
     let ends = 0;
     let cancelled = 0;
-    const relayed = relayStream(source, {
-      read: async <T>(read: () => Promise<T>, cancel: () => void) => {
+    const relayed = relayStream(source, (cancel) => ({
+      read: async <T>(read: () => Promise<T>) => {
         if (++reads === 2) {
           cancel();
           cancelled++;
@@ -85,7 +85,7 @@ Deno.test("relayStream runs each read through its hook, ends the stream with wha
         return await read();
       },
       end: () => void ends++,
-    }, 64);
+    }), 64);
     const reader = relayed.getReader();
     assert.equal((await reader.read()).value?.length, 10);
     await assert.rejects(reader.read(), RangeError);
@@ -101,7 +101,7 @@ Deno.test("relayStream: cancelling the relayed stream cancels the source and tel
     cancel: (r) => void (reason = r),
   });
   let ends = 0;
-  const relayed = relayStream(source, { ...passing, end: () => void ends++ }, 64);
+  const relayed = relayStream(source, () => ({ ...passing(), end: () => void ends++ }), 64);
   const reader = relayed.getReader();
   await reader.read();
   await reader.cancel("enough");

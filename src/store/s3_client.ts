@@ -393,8 +393,8 @@ function idleLimited(
   toError: (e: unknown) => unknown,
 ): ReadableStream<Uint8Array> {
   idle.disarm();
-  return relayStream(body, {
-    read: async (read, cancel) => {
+  return relayStream(body, (cancel) => ({
+    read: async (read) => {
       idle.arm();
       try {
         return await read();
@@ -406,8 +406,5 @@ function idleLimited(
       }
     },
     end: () => idle.disarm(),
-  }, DOWNLOAD_READ_BYTES);
+  }));
 }
-
-/** Bytes per read of the body by a default reader (as the HTTP/1.1 client reads a body). */
-const DOWNLOAD_READ_BYTES = 1024 * 1024;

@@ -523,30 +523,27 @@ function watchedDownload(
   inner: ReadableStream<Uint8Array>,
   transfer: Transfer,
 ): ReadableStream<Uint8Array> {
-  let cancelInner: (() => void) | undefined;
-  const onStall = () => cancelInner?.();
-  transfer.signal.addEventListener("abort", onStall, { once: true });
-  return relayStream(inner, {
-    read: async (read, cancel) => {
-      cancelInner = cancel;
-      transfer.waiting();
-      try {
-        const r = await untilAborted(read(), transfer.signal);
-        transfer.moved();
-        return r;
-      } catch (err) {
-        throw transfer.error ?? err;
-      }
-    },
-    end: () => {
-      transfer.signal.removeEventListener("abort", onStall);
-      transfer.end();
-    },
-  }, DOWNLOAD_READ_BYTES);
+  return relayStream(inner, (cancel) => {
+    const onStall = () => cancel(transfer.signal.reason);
+    transfer.signal.addEventListener("abort", onStall, { once: true });
+    return {
+      read: async (read) => {
+        transfer.waiting();
+        try {
+          const r = await untilAborted(read(), transfer.signal);
+          transfer.moved();
+          return r;
+        } catch (err) {
+          throw transfer.error ?? err;
+        }
+      },
+      end: () => {
+        transfer.signal.removeEventListener("abort", onStall);
+        transfer.end();
+      },
+    };
+  });
 }
-
-/** Bytes per read of a byte-stream download read by a default reader. */
-const DOWNLOAD_READ_BYTES = 1024 * 1024;
 
 /**
  * An upload's source as the store reads it: while the store waits for a chunk (zfs send is
@@ -558,7 +555,7 @@ function watchedSource(
   body: ReadableStream<Uint8Array>,
   transfer: Transfer,
 ): ReadableStream<Uint8Array> {
-  return relayStream(body, {
+  return relayStream(body, () => ({
     read: async (read) => {
       transfer.moved();
       try {
@@ -567,7 +564,7 @@ function watchedSource(
         if (!transfer.signal.aborted) transfer.waiting();
       }
     },
-  }, READ_BYTES);
+  }), READ_BYTES);
 }
 
 /** Bytes per read of a byte-stream source read by a default reader. */
